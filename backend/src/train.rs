@@ -1,0 +1,490 @@
+//! Fine-tuning a sequence classifier: AdamW, linear warmup and decay, global gradient-norm
+//! clipping, fixed seeds, and checkpoints that let a killed run resume exactly.
+//!
+//! Reproducibility: the data order of epoch `e` is a ChaCha8 shuffle seeded by `(seed, e)`,
+//! and the backend RNG (dropout) is reseeded with `(seed, step)` before every step, so a run
+//! resumed from a checkpoint takes the same steps as one that was never interrupted.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use burn::backend::Autodiff;
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use flipside_shared::classifier::{ClassifierConfig, SequenceClassifier, TextClassifier};
+use flipside_shared::data::{Dataset, stable_hash};
+use flipside_shared::metrics::{accuracy, argmax_rows};
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use serde::{Deserialize, Serialize};
+
+use crate::models::{BertFiles, save_classifier, write_atomic};
+use crate::progress;
+
+/// Training hyper-parameters; saved with every checkpoint and model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+pub struct TrainConfig {
+    /// Passes over the training data.
+    #[arg(long, default_value_t = 2)]
+    pub epochs: usize,
+    /// Examples per optimizer step.
+    #[arg(long, default_value_t = 16)]
+    pub batch_size: usize,
+    /// Peak learning rate (AdamW).
+    #[arg(long, default_value_t = 5e-5)]
+    pub lr: f64,
+    /// AdamW decoupled weight decay.
+    #[arg(long, default_value_t = 0.01)]
+    pub weight_decay: f64,
+    /// Fraction of the steps spent warming the learning rate up linearly from zero.
+    #[arg(long, default_value_t = 0.1)]
+    pub warmup: f64,
+    /// Clip the global L2 norm of the gradient to this value.
+    #[arg(long, default_value_t = 1.0)]
+    pub max_grad_norm: f64,
+    /// Truncate inputs to this many tokens.
+    #[arg(long, default_value_t = 256)]
+    pub max_len: usize,
+    /// Seed for the head's initialisation, the data order and dropout.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Save a resumable checkpoint every this many steps.
+    #[arg(long, default_value_t = 50)]
+    pub checkpoint_every: usize,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        crate::cli::defaults()
+    }
+}
+
+/// Linear warmup to `lr` over the first `warmup` fraction of steps, then linear decay to zero
+/// (the schedule of HF's `get_linear_schedule_with_warmup`, evaluated after each step).
+pub fn learning_rate(config: &TrainConfig, step: usize, total: usize) -> f64 {
+    let warmup = (config.warmup * total as f64).round() as usize;
+    let done = (step + 1) as f64;
+    let factor = if step < warmup {
+        done / warmup as f64
+    } else {
+        ((total - step) as f64 / (total - warmup).max(1) as f64).clamp(0.0, 1.0)
+    };
+    config.lr * factor
+}
+
+/// The permutation of `0..n` used in `epoch`.
+fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(mix(seed, epoch as u64));
+    order.shuffle(&mut rng);
+    order
+}
+
+fn mix(seed: u64, value: u64) -> u64 {
+    stable_hash(seed, &value.to_string())
+}
+
+/// A fingerprint of a dataset's ids and labels, to refuse resuming on different data.
+fn fingerprint(dataset: &Dataset) -> String {
+    let mut h = 0u64;
+    for example in &dataset.examples {
+        h = stable_hash(h, &format!("{}\u{1f}{}", example.id, example.label));
+    }
+    format!("{h:016x}-{}", dataset.len())
+}
+
+/// What a training run records next to its checkpoints and its final model.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainRecord {
+    pub config: TrainConfig,
+    pub encoder: PathBuf,
+    pub train_dataset: String,
+    pub train_fingerprint: String,
+    pub labels: Vec<String>,
+    pub total_steps: usize,
+    /// Steps completed.
+    pub step: usize,
+    /// Mean training loss of each completed epoch, and of the current partial epoch.
+    pub epoch_losses: Vec<f64>,
+    /// Wall time spent training, across resumptions.
+    pub train_seconds: f64,
+    pub backend: String,
+    pub flipside_version: String,
+}
+
+/// The outcome of [`train_classifier`].
+#[derive(Debug, Clone)]
+pub struct TrainOutcome {
+    pub record: TrainRecord,
+    /// Whether training stopped at `pause_after` before finishing.
+    pub paused: bool,
+}
+
+/// Where training writes: `out/` receives the model, `out/train-state/` the checkpoints.
+pub struct TrainJob<'a> {
+    pub train: &'a Dataset,
+    pub encoder_dir: &'a Path,
+    pub out: &'a Path,
+    pub config: TrainConfig,
+    /// Stop after this many steps in this invocation (resume by running the same job again).
+    pub pause_after: Option<usize>,
+}
+
+const STATE_DIR: &str = "train-state";
+const RECORD_FILE: &str = "training.json";
+
+/// Fine-tunes a classifier on `job.train`, starting from the encoder in `job.encoder_dir`,
+/// resuming from `job.out/train-state` if a checkpoint of the same job is there. On success the
+/// model is saved to `job.out` (see [`crate::models::save_classifier`]) and the state removed.
+pub fn train_classifier<B: Backend>(device: B::Device, job: &TrainJob) -> Result<TrainOutcome> {
+    type Train<B> = Autodiff<B>;
+    let config = &job.config;
+    if job.train.is_empty() {
+        bail!("the training set is empty");
+    }
+    if job.train.labels.len() < 2 {
+        bail!("a classifier needs at least two labels, found {:?}", job.train.labels.names());
+    }
+    let files = BertFiles::read(job.encoder_dir)?;
+    let tokenizer = files.tokenizer(config.max_len)?;
+    let model_config = ClassifierConfig {
+        bert: files.config.clone(),
+        labels: job.train.labels.names().to_vec(),
+        max_len: config.max_len,
+        head_dropout: 0.1,
+    };
+    let steps_per_epoch = job.train.len().div_ceil(config.batch_size);
+    let total = steps_per_epoch * config.epochs;
+    let fresh_record = TrainRecord {
+        config: config.clone(),
+        encoder: job.encoder_dir.to_path_buf(),
+        train_dataset: job.train.name.clone(),
+        train_fingerprint: fingerprint(job.train),
+        labels: model_config.labels.clone(),
+        total_steps: total,
+        step: 0,
+        epoch_losses: Vec::new(),
+        train_seconds: 0.0,
+        backend: std::any::type_name::<B>().to_string(),
+        flipside_version: env!("CARGO_PKG_VERSION").to_string(),
+    };
+
+    let state_dir = job.out.join(STATE_DIR);
+    let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
+    let mut optimizer = AdamWConfig::new()
+        .with_weight_decay(config.weight_decay as f32)
+        .with_epsilon(1e-8)
+        .init::<Train<B>, SequenceClassifier<Train<B>>>();
+
+    let (mut model, mut record) = match read_record(&state_dir)? {
+        Some(saved) => {
+            check_same_job(&saved, &fresh_record, &state_dir)?;
+            let model = model_config
+                .init::<Train<B>>(&device)
+                .load_file(state_dir.join("model"), &recorder, &device)
+                .context("cannot load the training checkpoint")?;
+            optimizer = optimizer.load_record(
+                recorder
+                    .load(state_dir.join("optimizer"), &device)
+                    .context("cannot load the optimizer checkpoint")?,
+            );
+            tracing::info!(step = saved.step, total, "resuming from {}", state_dir.display());
+            (model, saved)
+        }
+        None => {
+            Train::<B>::seed(&device, config.seed);
+            let mut model = model_config.init::<Train<B>>(&device);
+            model.bert = files.load_model(&device)?;
+            (model, fresh_record)
+        }
+    };
+
+    let bar = progress::items(total as u64, "training");
+    bar.set_position(record.step as u64);
+    let loss_fn = CrossEntropyLossConfig::new().init(&device);
+    let started = Instant::now();
+    let seconds_before = record.train_seconds;
+    let first_step = record.step;
+    let mut epoch_loss_sum = partial_epoch_sum(&record, steps_per_epoch);
+    let mut order = epoch_order(job.train.len(), config.seed, record.step / steps_per_epoch);
+
+    while record.step < total {
+        if job.pause_after.is_some_and(|n| record.step - first_step >= n) {
+            break;
+        }
+        let (epoch, within) = (record.step / steps_per_epoch, record.step % steps_per_epoch);
+        if within == 0 {
+            order = epoch_order(job.train.len(), config.seed, epoch);
+        }
+        let batch = &order[within * config.batch_size..((within + 1) * config.batch_size).min(order.len())];
+        let examples: Vec<_> = batch.iter().map(|&i| &job.train.examples[i]).collect();
+        let inputs: Vec<_> = examples.iter().map(|e| &e.input).collect();
+        let targets: Vec<i64> = examples.iter().map(|e| e.label as i64).collect();
+
+        Train::<B>::seed(&device, mix(config.seed, record.step as u64 + 1));
+        let input = tokenizer.encode_inputs(&inputs)?.to_input::<Train<B>>(&device);
+        let targets =
+            Tensor::<Train<B>, 1, Int>::from_data(TensorData::new(targets, [batch.len()]), &device);
+        let loss = loss_fn.forward(model.forward(&input), targets);
+        let loss_value: f64 = loss.clone().into_scalar().elem::<f32>() as f64;
+        if !loss_value.is_finite() {
+            bail!("the loss became {loss_value} at step {}; lower --lr", record.step);
+        }
+        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
+        clip_global_norm(&model, &mut grads, config.max_grad_norm);
+        model = optimizer.step(learning_rate(config, record.step, total), model, grads);
+
+        record.step += 1;
+        epoch_loss_sum += loss_value;
+        let steps_in_epoch = record.step - epoch * steps_per_epoch;
+        let mean = epoch_loss_sum / steps_in_epoch as f64;
+        record.epoch_losses.truncate(epoch);
+        record.epoch_losses.push(mean);
+        if steps_in_epoch == steps_per_epoch {
+            epoch_loss_sum = 0.0;
+        }
+        bar.set_message(format!("loss {mean:.3}"));
+        bar.inc(1);
+
+        let at_checkpoint = record.step % config.checkpoint_every.max(1) == 0;
+        let pausing = job.pause_after.is_some_and(|n| record.step - first_step >= n);
+        if at_checkpoint || pausing || record.step == total {
+            record.train_seconds = seconds_before + started.elapsed().as_secs_f64();
+            save_state(&state_dir, &model, &optimizer, &record, &recorder)?;
+        }
+    }
+    bar.finish_and_clear();
+    record.train_seconds = seconds_before + started.elapsed().as_secs_f64();
+
+    if record.step < total {
+        return Ok(TrainOutcome {
+            record,
+            paused: true,
+        });
+    }
+    save_classifier(job.out, &model.valid(), &model_config, &files.tokenizer_json)?;
+    write_atomic(&job.out.join(RECORD_FILE), &serde_json::to_vec_pretty(&record)?)?;
+    fs::remove_dir_all(&state_dir).ok();
+    Ok(TrainOutcome {
+        record,
+        paused: false,
+    })
+}
+
+/// The running loss sum of a partially completed epoch (from the record's last mean).
+fn partial_epoch_sum(record: &TrainRecord, steps_per_epoch: usize) -> f64 {
+    let within = record.step % steps_per_epoch;
+    match record.epoch_losses.last() {
+        Some(mean) if within > 0 => mean * within as f64,
+        _ => 0.0,
+    }
+}
+
+fn check_same_job(saved: &TrainRecord, fresh: &TrainRecord, state_dir: &Path) -> Result<()> {
+    let same = saved.config == fresh.config
+        && saved.train_fingerprint == fresh.train_fingerprint
+        && saved.labels == fresh.labels
+        && saved.total_steps == fresh.total_steps;
+    if !same {
+        bail!(
+            "{} holds a checkpoint of a different training job (other data or hyper-parameters); \
+             use another --out, or delete that directory to start over",
+            state_dir.display()
+        );
+    }
+    Ok(())
+}
+
+fn read_record(state_dir: &Path) -> Result<Option<TrainRecord>> {
+    let path = state_dir.join(RECORD_FILE);
+    match fs::read(&path) {
+        Ok(bytes) => Ok(Some(
+            serde_json::from_slice(&bytes).with_context(|| format!("corrupt {}", path.display()))?,
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// Writes model, optimizer and record into a fresh directory, then swaps it in with renames,
+/// so a kill at any moment leaves either the previous checkpoint or the new one.
+fn save_state<B: AutodiffBackend, O: Optimizer<SequenceClassifier<B>, B>>(
+    state_dir: &Path,
+    model: &SequenceClassifier<B>,
+    optimizer: &O,
+    record: &TrainRecord,
+    recorder: &NamedMpkFileRecorder<FullPrecisionSettings>,
+) -> Result<()> {
+    let parent = state_dir.parent().expect("state dir has a parent");
+    fs::create_dir_all(parent)?;
+    let staging = parent.join(format!("{STATE_DIR}.new"));
+    let old = parent.join(format!("{STATE_DIR}.old"));
+    fs::remove_dir_all(&staging).ok();
+    fs::create_dir_all(&staging)?;
+    model
+        .clone()
+        .save_file(staging.join("model"), recorder)
+        .context("cannot save the model checkpoint")?;
+    recorder
+        .record(optimizer.to_record(), staging.join("optimizer"))
+        .context("cannot save the optimizer checkpoint")?;
+    fs::write(staging.join(RECORD_FILE), serde_json::to_vec_pretty(record)?)?;
+    fs::remove_dir_all(&old).ok();
+    if state_dir.exists() {
+        fs::rename(state_dir, &old)?;
+    }
+    fs::rename(&staging, state_dir)?;
+    fs::remove_dir_all(&old).ok();
+    Ok(())
+}
+
+/// Scales all gradients so that their global L2 norm is at most `max_norm` (like PyTorch's
+/// `clip_grad_norm_`; burn's built-in clipping works per parameter tensor).
+fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
+    model: &M,
+    grads: &mut GradientsParams,
+    max_norm: f64,
+) {
+    struct SquaredNorm<'a, B: AutodiffBackend> {
+        grads: &'a GradientsParams,
+        sum: Option<Tensor<B::InnerBackend, 1>>,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for SquaredNorm<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            if let Some(g) = self.grads.get::<B::InnerBackend, D>(param.id) {
+                let s = g.powi_scalar(2).sum();
+                self.sum = Some(match self.sum.take() {
+                    Some(acc) => acc + s,
+                    None => s,
+                });
+            }
+        }
+    }
+    struct Scale<'a, B: AutodiffBackend> {
+        grads: &'a mut GradientsParams,
+        factor: f64,
+        _backend: std::marker::PhantomData<B>,
+    }
+    impl<B: AutodiffBackend> ModuleVisitor<B> for Scale<'_, B> {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
+            let id: ParamId = param.id;
+            if let Some(g) = self.grads.remove::<B::InnerBackend, D>(id) {
+                self.grads.register(id, g * self.factor);
+            }
+        }
+    }
+
+    let mut norm = SquaredNorm::<B> { grads, sum: None };
+    model.visit(&mut norm);
+    let Some(sum) = norm.sum else { return };
+    let total = (sum.into_scalar().elem::<f32>() as f64).sqrt();
+    if total > max_norm {
+        let factor = max_norm / (total + 1e-6);
+        model.visit(&mut Scale::<B> {
+            grads,
+            factor,
+            _backend: std::marker::PhantomData,
+        });
+    }
+}
+
+/// Accuracy of a classifier on a dataset, with a progress bar.
+pub fn evaluate<B: Backend>(
+    classifier: &TextClassifier<B>,
+    dataset: &Dataset,
+    batch_size: usize,
+) -> Result<Evaluation> {
+    let started = Instant::now();
+    let bar = progress::items(dataset.len() as u64, "evaluating");
+    let inputs: Vec<_> = dataset.examples.iter().map(|e| &e.input).collect();
+    let probs = classifier.predict(&inputs, batch_size, |n| bar.inc(n as u64))?;
+    bar.finish_and_clear();
+    let width = classifier.config.labels.len();
+    let flat: Vec<f32> = probs.into_iter().flatten().collect();
+    let predicted = argmax_rows(&flat, width);
+    let gold: Vec<usize> = dataset.examples.iter().map(|e| e.label).collect();
+    Ok(Evaluation {
+        dataset: dataset.name.clone(),
+        examples: dataset.len(),
+        accuracy: accuracy(&predicted, &gold),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The result of [`evaluate`].
+#[derive(Debug, Clone, Serialize)]
+pub struct Evaluation {
+    pub dataset: String,
+    pub examples: usize,
+    pub accuracy: f64,
+    pub seconds: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_warms_up_then_decays_to_zero() {
+        let config = TrainConfig {
+            lr: 1.0,
+            warmup: 0.2,
+            ..TrainConfig::default()
+        };
+        let lrs: Vec<f64> = (0..10).map(|s| learning_rate(&config, s, 10)).collect();
+        let expected = [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125];
+        for (got, want) in lrs.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-12, "{lrs:?}");
+        }
+        let no_warmup = TrainConfig {
+            warmup: 0.0,
+            ..config
+        };
+        assert_eq!(learning_rate(&no_warmup, 0, 4), 1.0);
+    }
+
+    #[test]
+    fn epoch_orders_are_seeded_permutations() {
+        let a = epoch_order(50, 1, 0);
+        let mut sorted = a.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..50).collect::<Vec<_>>());
+        assert_eq!(a, epoch_order(50, 1, 0));
+        assert_ne!(a, epoch_order(50, 1, 1));
+        assert_ne!(a, epoch_order(50, 2, 0));
+    }
+
+    #[test]
+    fn global_norm_clipping_scales_all_gradients_together() {
+        use burn::nn::{Linear, LinearConfig};
+        type B = Autodiff<crate::compute::Cpu>;
+        let device = Default::default();
+        let layer: Linear<B> = LinearConfig::new(2, 1).init(&device);
+        let x = Tensor::<B, 2>::from_data([[3.0, 4.0]], &device);
+        // d(sum(y))/dW = x^T = [3, 4], d/db = 1: global norm sqrt(9 + 16 + 1).
+        let loss = layer.forward(x).sum();
+        let mut grads = GradientsParams::from_grads(loss.backward(), &layer);
+        clip_global_norm(&layer, &mut grads, 1.0);
+        let w = grads
+            .get::<crate::compute::Cpu, 2>(layer.weight.id)
+            .unwrap()
+            .into_data()
+            .into_vec::<f32>()
+            .unwrap();
+        let b = grads
+            .get::<crate::compute::Cpu, 1>(layer.bias.as_ref().unwrap().id)
+            .unwrap()
+            .into_data()
+            .into_vec::<f32>()
+            .unwrap();
+        let norm = 26f32.sqrt();
+        assert!((w[0] - 3.0 / norm).abs() < 1e-5 && (w[1] - 4.0 / norm).abs() < 1e-5, "{w:?}");
+        assert!((b[0] - 1.0 / norm).abs() < 1e-5, "{b:?}");
+    }
+}

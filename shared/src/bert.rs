@@ -1,0 +1,342 @@
+//! BERT encoder (Devlin et al., 2019), generic over the burn backend.
+//!
+//! Mirrors Hugging Face's `modeling_bert.py` (`BertModel` without the pooler) so that any HF BERT
+//! checkpoint loads by name: each struct below is one HF module and its fields carry the
+//! checkpoint's key names. Two keys cannot be Rust field names and are renamed when loading
+//! and saving (see [`crate::checkpoint`]): `attention.self` ↔ `attention.self_attention` and
+//! `LayerNorm` ↔ `layer_norm`.
+
+use burn::module::Module;
+use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig};
+use burn::nn::{Linear, LinearConfig};
+use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Bool, Int, Tensor};
+use serde::{Deserialize, Serialize};
+
+/// The fields of a Hugging Face BERT `config.json` that the architecture needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BertConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "default_hidden_act")]
+    pub hidden_act: String,
+    #[serde(default = "default_dropout")]
+    pub hidden_dropout_prob: f64,
+    #[serde(default = "default_dropout")]
+    pub attention_probs_dropout_prob: f64,
+    #[serde(default = "default_max_position_embeddings")]
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab_size")]
+    pub type_vocab_size: usize,
+    #[serde(default = "default_layer_norm_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default)]
+    pub pad_token_id: usize,
+}
+
+fn default_hidden_act() -> String {
+    "gelu".into()
+}
+fn default_dropout() -> f64 {
+    0.1
+}
+fn default_max_position_embeddings() -> usize {
+    512
+}
+fn default_type_vocab_size() -> usize {
+    2
+}
+fn default_layer_norm_eps() -> f64 {
+    1e-12
+}
+
+impl BertConfig {
+    /// Parses a Hugging Face `config.json`, rejecting architectures this module cannot run.
+    pub fn from_json(json: &str) -> Result<Self, String> {
+        let config: Self =
+            serde_json::from_str(json).map_err(|e| format!("invalid BERT config.json: {e}"))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.hidden_act != "gelu" {
+            return Err(format!(
+                "unsupported hidden_act {:?} (only \"gelu\" is implemented)",
+                self.hidden_act
+            ));
+        }
+        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+            return Err(format!(
+                "hidden_size {} is not divisible by num_attention_heads {}",
+                self.hidden_size, self.num_attention_heads
+            ));
+        }
+        Ok(())
+    }
+
+    /// Builds a randomly initialised model; load weights into it with [`crate::checkpoint`].
+    pub fn init<B: Backend>(&self, device: &B::Device) -> BertModel<B> {
+        BertModel {
+            embeddings: BertEmbeddings::new(self, device),
+            encoder: BertEncoder {
+                layer: (0..self.num_hidden_layers)
+                    .map(|_| BertLayer::new(self, device))
+                    .collect(),
+            },
+        }
+    }
+
+    fn layer_norm<B: Backend>(&self, device: &B::Device) -> LayerNorm<B> {
+        LayerNormConfig::new(self.hidden_size)
+            .with_epsilon(self.layer_norm_eps)
+            .init(device)
+    }
+
+    fn hidden_dropout(&self) -> Dropout {
+        DropoutConfig::new(self.hidden_dropout_prob).init()
+    }
+}
+
+/// A tokenised batch, padded to a common length.
+#[derive(Debug, Clone)]
+pub struct BertInput<B: Backend> {
+    /// Token ids, `[batch, seq]`.
+    pub input_ids: Tensor<B, 2, Int>,
+    /// Segment ids (0 for the first text, 1 for the second of a pair), `[batch, seq]`.
+    pub token_type_ids: Tensor<B, 2, Int>,
+    /// 1.0 for real tokens, 0.0 for padding, `[batch, seq]`.
+    pub attention_mask: Tensor<B, 2>,
+}
+
+/// `BertModel`: embeddings followed by the transformer encoder.
+#[derive(Module, Debug)]
+pub struct BertModel<B: Backend> {
+    pub embeddings: BertEmbeddings<B>,
+    pub encoder: BertEncoder<B>,
+}
+
+impl<B: Backend> BertModel<B> {
+    /// Last hidden states, `[batch, seq, hidden]`.
+    pub fn forward(&self, input: &BertInput<B>) -> Tensor<B, 3> {
+        let words = self.embeddings.word_embeddings.forward(input.input_ids.clone());
+        self.forward_from_word_embeddings(words, input)
+    }
+
+    /// Like [`Self::forward`], but starting from given word embeddings `[batch, seq, hidden]`
+    /// (HF's `inputs_embeds`), so that gradients with respect to them can be taken.
+    pub fn forward_from_word_embeddings(
+        &self,
+        words: Tensor<B, 3>,
+        input: &BertInput<B>,
+    ) -> Tensor<B, 3> {
+        let hidden = self
+            .embeddings
+            .forward(words, input.token_type_ids.clone());
+        self.encoder.forward(hidden, &input.attention_mask)
+    }
+
+    /// The same model with every dropout disabled, for deterministic gradients (saliency).
+    pub fn without_dropout(mut self) -> Self {
+        let off = DropoutConfig::new(0.0).init();
+        self.embeddings.dropout = off.clone();
+        for layer in &mut self.encoder.layer {
+            layer.attention.self_attention.dropout = off.clone();
+            layer.attention.output.dropout = off.clone();
+            layer.output.dropout = off.clone();
+        }
+        self
+    }
+}
+
+/// `BertEmbeddings`: word + absolute position + token type, then LayerNorm and dropout.
+#[derive(Module, Debug)]
+pub struct BertEmbeddings<B: Backend> {
+    pub word_embeddings: Embedding<B>,
+    pub position_embeddings: Embedding<B>,
+    pub token_type_embeddings: Embedding<B>,
+    pub layer_norm: LayerNorm<B>,
+    pub dropout: Dropout,
+}
+
+impl<B: Backend> BertEmbeddings<B> {
+    fn new(config: &BertConfig, device: &B::Device) -> Self {
+        let embedding = |n| EmbeddingConfig::new(n, config.hidden_size).init(device);
+        Self {
+            word_embeddings: embedding(config.vocab_size),
+            position_embeddings: embedding(config.max_position_embeddings),
+            token_type_embeddings: embedding(config.type_vocab_size),
+            layer_norm: config.layer_norm(device),
+            dropout: config.hidden_dropout(),
+        }
+    }
+
+    fn forward(&self, words: Tensor<B, 3>, token_type_ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let [batch, seq, _] = words.dims();
+        let device = words.device();
+        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
+            .reshape([1, seq])
+            .expand([batch, seq]);
+        let embedded = words
+            + self.position_embeddings.forward(positions)
+            + self.token_type_embeddings.forward(token_type_ids);
+        self.dropout.forward(self.layer_norm.forward(embedded))
+    }
+}
+
+/// `BertEncoder`: a stack of [`BertLayer`]s.
+#[derive(Module, Debug)]
+pub struct BertEncoder<B: Backend> {
+    pub layer: Vec<BertLayer<B>>,
+}
+
+impl<B: Backend> BertEncoder<B> {
+    fn forward(&self, hidden: Tensor<B, 3>, attention_mask: &Tensor<B, 2>) -> Tensor<B, 3> {
+        // Padding keys are masked out: `true` marks a position that must not be attended to.
+        let [batch, seq] = attention_mask.dims();
+        let padding = attention_mask
+            .clone()
+            .lower_elem(0.5)
+            .reshape([batch, 1, 1, seq]);
+        self.layer
+            .iter()
+            .fold(hidden, |hidden, layer| layer.forward(hidden, &padding))
+    }
+}
+
+/// `BertLayer`: self-attention block followed by the feed-forward block.
+#[derive(Module, Debug)]
+pub struct BertLayer<B: Backend> {
+    pub attention: BertAttention<B>,
+    pub intermediate: BertIntermediate<B>,
+    pub output: BertOutput<B>,
+}
+
+impl<B: Backend> BertLayer<B> {
+    fn new(config: &BertConfig, device: &B::Device) -> Self {
+        Self {
+            attention: BertAttention {
+                self_attention: BertSelfAttention::new(config, device),
+                output: BertSelfOutput {
+                    dense: LinearConfig::new(config.hidden_size, config.hidden_size).init(device),
+                    layer_norm: config.layer_norm(device),
+                    dropout: config.hidden_dropout(),
+                },
+            },
+            intermediate: BertIntermediate {
+                dense: LinearConfig::new(config.hidden_size, config.intermediate_size)
+                    .init(device),
+            },
+            output: BertOutput {
+                dense: LinearConfig::new(config.intermediate_size, config.hidden_size)
+                    .init(device),
+                layer_norm: config.layer_norm(device),
+                dropout: config.hidden_dropout(),
+            },
+        }
+    }
+
+    fn forward(&self, hidden: Tensor<B, 3>, padding: &Tensor<B, 4, Bool>) -> Tensor<B, 3> {
+        let attended = self.attention.forward(hidden, padding);
+        let intermediate = gelu(self.intermediate.dense.forward(attended.clone()));
+        self.output.forward(intermediate, attended)
+    }
+}
+
+/// `BertAttention`: multi-head self-attention and its output projection.
+#[derive(Module, Debug)]
+pub struct BertAttention<B: Backend> {
+    /// HF key: `attention.self`.
+    pub self_attention: BertSelfAttention<B>,
+    pub output: BertSelfOutput<B>,
+}
+
+impl<B: Backend> BertAttention<B> {
+    fn forward(&self, hidden: Tensor<B, 3>, padding: &Tensor<B, 4, Bool>) -> Tensor<B, 3> {
+        let context = self.self_attention.forward(hidden.clone(), padding);
+        self.output.forward(context, hidden)
+    }
+}
+
+/// `BertSelfAttention`: scaled dot-product attention over `num_attention_heads` heads.
+#[derive(Module, Debug)]
+pub struct BertSelfAttention<B: Backend> {
+    pub query: Linear<B>,
+    pub key: Linear<B>,
+    pub value: Linear<B>,
+    pub dropout: Dropout,
+    pub num_heads: usize,
+}
+
+impl<B: Backend> BertSelfAttention<B> {
+    fn new(config: &BertConfig, device: &B::Device) -> Self {
+        let projection = || LinearConfig::new(config.hidden_size, config.hidden_size).init(device);
+        Self {
+            query: projection(),
+            key: projection(),
+            value: projection(),
+            dropout: DropoutConfig::new(config.attention_probs_dropout_prob).init(),
+            num_heads: config.num_attention_heads,
+        }
+    }
+
+    fn forward(&self, hidden: Tensor<B, 3>, padding: &Tensor<B, 4, Bool>) -> Tensor<B, 3> {
+        let [batch, seq, width] = hidden.dims();
+        let head_dim = width / self.num_heads;
+        let heads = |x: Tensor<B, 3>| {
+            x.reshape([batch, seq, self.num_heads, head_dim])
+                .swap_dims(1, 2)
+        };
+        let query = heads(self.query.forward(hidden.clone()));
+        let key = heads(self.key.forward(hidden.clone()));
+        let value = heads(self.value.forward(hidden));
+
+        let scores = query.matmul(key.transpose()) / (head_dim as f64).sqrt();
+        let scores = scores.mask_fill(padding.clone(), f32::MIN);
+        let probs = self.dropout.forward(softmax(scores, 3));
+        probs
+            .matmul(value)
+            .swap_dims(1, 2)
+            .reshape([batch, seq, width])
+    }
+}
+
+/// `BertSelfOutput`: projection, dropout, residual and LayerNorm after attention.
+#[derive(Module, Debug)]
+pub struct BertSelfOutput<B: Backend> {
+    pub dense: Linear<B>,
+    pub layer_norm: LayerNorm<B>,
+    pub dropout: Dropout,
+}
+
+impl<B: Backend> BertSelfOutput<B> {
+    fn forward(&self, context: Tensor<B, 3>, residual: Tensor<B, 3>) -> Tensor<B, 3> {
+        let projected = self.dropout.forward(self.dense.forward(context));
+        self.layer_norm.forward(projected + residual)
+    }
+}
+
+/// `BertIntermediate`: the first feed-forward projection (GELU applied by the caller).
+#[derive(Module, Debug)]
+pub struct BertIntermediate<B: Backend> {
+    pub dense: Linear<B>,
+}
+
+/// `BertOutput`: the second feed-forward projection, dropout, residual and LayerNorm.
+#[derive(Module, Debug)]
+pub struct BertOutput<B: Backend> {
+    pub dense: Linear<B>,
+    pub layer_norm: LayerNorm<B>,
+    pub dropout: Dropout,
+}
+
+impl<B: Backend> BertOutput<B> {
+    fn forward(&self, intermediate: Tensor<B, 3>, residual: Tensor<B, 3>) -> Tensor<B, 3> {
+        let projected = self.dropout.forward(self.dense.forward(intermediate));
+        self.layer_norm.forward(projected + residual)
+    }
+}

@@ -1,0 +1,65 @@
+//! Sentence embeddings: BERT → mean pooling → L2 normalisation, as sentence-transformers does.
+
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+
+use crate::bert::BertModel;
+use crate::pooling::{l2_normalize, mean_pool};
+use crate::tokenize::{TextTokenizer, TokenizeError, length_sorted_batches};
+
+/// A BERT model and its tokenizer, producing unit-length sentence embeddings.
+pub struct SentenceEncoder<B: Backend> {
+    pub model: BertModel<B>,
+    pub tokenizer: TextTokenizer,
+    pub device: B::Device,
+}
+
+impl<B: Backend> SentenceEncoder<B> {
+    /// The width of the embeddings.
+    pub fn dim(&self) -> usize {
+        self.model.embeddings.word_embeddings.weight.dims()[1]
+    }
+
+    /// Embeds one batch: `[texts.len(), dim]`, rows of unit L2 norm.
+    pub fn embed_batch(&self, texts: &[&str]) -> Result<Tensor<B, 2>, TokenizeError> {
+        let tokens = self.tokenizer.encode_texts(texts)?;
+        let input = tokens.to_input::<B>(&self.device);
+        let hidden = self.model.forward(&input);
+        Ok(l2_normalize(mean_pool(hidden, &input.attention_mask)))
+    }
+
+    /// Embeds any number of texts in batches of `batch_size`, returning rows in input order.
+    ///
+    /// Texts are grouped by length (longest first) so that little compute goes to padding;
+    /// `on_batch` is called with the number of texts done after each batch.
+    pub fn embed_all(
+        &self,
+        texts: &[&str],
+        batch_size: usize,
+        mut on_batch: impl FnMut(usize),
+    ) -> Result<Vec<Vec<f32>>, TokenizeError> {
+        let lengths: Vec<usize> = texts.iter().map(|t| t.len()).collect();
+        let mut rows = vec![Vec::new(); texts.len()];
+        for chunk in length_sorted_batches(&lengths, batch_size) {
+            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
+            let embedded = self.embed_batch(&batch)?;
+            let dim = embedded.dims()[1];
+            let values = embedded
+                .into_data()
+                .into_vec::<f32>()
+                .expect("embeddings are f32");
+            for (&i, row) in chunk.iter().zip(values.chunks(dim)) {
+                rows[i] = row.to_vec();
+            }
+            on_batch(chunk.len());
+        }
+        Ok(rows)
+    }
+}
+
+/// Cosine similarity of two vectors (their dot product when both have unit norm).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (norm(a) * norm(b)).max(1e-12)
+}

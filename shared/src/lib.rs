@@ -1,0 +1,15 @@
+//! Flipside's core, shared by the native backend and the browser frontend.
+//!
+//! Everything here compiles for native targets and for `wasm32-unknown-unknown`: data types,
+//! tokenisation, burn models generic over the backend (so the same code runs on CPU, WebGPU and
+//! CUDA), checkpoint (de)serialisation from bytes, and metrics. No file or network I/O.
+
+pub mod bert;
+pub mod checkpoint;
+pub mod classifier;
+pub mod data;
+pub mod encoder;
+pub mod metrics;
+pub mod pooling;
+pub mod saliency;
+pub mod tokenize;
