@@ -49,7 +49,8 @@ impl BowLogReg {
     pub fn fit(train: &Dataset, seed: u64) -> Self {
         let labels = train.labels.len();
         let mut document_frequency: HashMap<String, usize> = HashMap::new();
-        let train_terms: Vec<Vec<String>> = train.examples.iter().map(|e| terms(&e.input)).collect();
+        let train_terms: Vec<Vec<String>> =
+            train.examples.iter().map(|e| terms(&e.input)).collect();
         for example_terms in &train_terms {
             let mut unique = example_terms.clone();
             unique.sort();
@@ -64,9 +65,15 @@ impl BowLogReg {
             .map(|(t, _)| t)
             .collect();
         kept.sort();
-        let vocabulary: HashMap<String, u32> =
-            kept.into_iter().enumerate().map(|(i, t)| (t, i as u32)).collect();
-        let rows: Vec<SparseRow> = train_terms.iter().map(|t| vectorise(&vocabulary, t)).collect();
+        let vocabulary: HashMap<String, u32> = kept
+            .into_iter()
+            .enumerate()
+            .map(|(i, t)| (t, i as u32))
+            .collect();
+        let rows: Vec<SparseRow> = train_terms
+            .iter()
+            .map(|t| vectorise(&vocabulary, t))
+            .collect();
         let gold: Vec<usize> = train.examples.iter().map(|e| e.label).collect();
 
         // Select the penalty on a seeded 20% of the training data, then refit on all of it.
@@ -136,7 +143,10 @@ impl BowLogReg {
 }
 
 fn vectorise(vocabulary: &HashMap<String, u32>, terms: &[String]) -> SparseRow {
-    let mut features: Vec<u32> = terms.iter().filter_map(|t| vocabulary.get(t).copied()).collect();
+    let mut features: Vec<u32> = terms
+        .iter()
+        .filter_map(|t| vocabulary.get(t).copied())
+        .collect();
     features.sort_unstable();
     features.dedup();
     let weight = 1.0 / (features.len().max(1) as f32).sqrt();
@@ -165,7 +175,13 @@ fn predict_rows(weights: &[f32], rows: &[&SparseRow], labels: usize) -> Vec<usiz
 }
 
 /// Gradient of mean cross-entropy + `l2/2 ‖W‖²` (bias not penalised).
-fn gradient(weights: &[f32], rows: &[&SparseRow], gold: &[usize], labels: usize, l2: f32) -> Vec<f32> {
+fn gradient(
+    weights: &[f32],
+    rows: &[&SparseRow],
+    gold: &[usize],
+    labels: usize,
+    l2: f32,
+) -> Vec<f32> {
     let z = logits(weights, rows, labels);
     let probs = flipside_shared::metrics::softmax_rows(&z, labels);
     let n = rows.len().max(1) as f32;
@@ -187,7 +203,13 @@ fn gradient(weights: &[f32], rows: &[&SparseRow], gold: &[usize], labels: usize,
 /// Nesterov accelerated gradient with step `1/L`, where `L = 1 + l2` bounds the Hessian:
 /// softmax cross-entropy is ½-smooth in the logits, and each row's features plus the bias
 /// input have squared norm 2.
-fn optimise(rows: &[&SparseRow], gold: &[usize], features: usize, labels: usize, l2: f32) -> Vec<f32> {
+fn optimise(
+    rows: &[&SparseRow],
+    gold: &[usize],
+    features: usize,
+    labels: usize,
+    l2: f32,
+) -> Vec<f32> {
     let size = (features + 1) * labels;
     let step = 1.0 / (1.0 + l2);
     let mut w = vec![0f32; size];
@@ -200,7 +222,10 @@ fn optimise(rows: &[&SparseRow], gold: &[usize], features: usize, labels: usize,
             .map(|(wi, pi)| wi + momentum * (wi - pi))
             .collect();
         let g = gradient(&look, rows, gold, labels, l2);
-        previous = std::mem::replace(&mut w, look.iter().zip(&g).map(|(l, gi)| l - step * gi).collect());
+        previous = std::mem::replace(
+            &mut w,
+            look.iter().zip(&g).map(|(l, gi)| l - step * gi).collect(),
+        );
     }
     w
 }
@@ -235,13 +260,26 @@ mod tests {
         };
         assert_eq!(
             terms(&input),
-            vec!["great", "film", "isn't", "it", "great film", "film isn't", "isn't it"]
+            vec![
+                "great",
+                "film",
+                "isn't",
+                "it",
+                "great film",
+                "film isn't",
+                "isn't it"
+            ]
         );
     }
 
     #[test]
     fn gradient_matches_finite_differences() {
-        let data = dataset(&[("good good fun", 1), ("bad dull", 0), ("good dull", 1), ("bad fun", 0)]);
+        let data = dataset(&[
+            ("good good fun", 1),
+            ("bad dull", 0),
+            ("good dull", 1),
+            ("bad fun", 0),
+        ]);
         let terms: Vec<Vec<String>> = data.examples.iter().map(|e| terms(&e.input)).collect();
         let vocabulary: HashMap<String, u32> = ["good", "bad", "dull", "fun"]
             .iter()
@@ -269,7 +307,11 @@ mod tests {
             up[i] += 1e-3;
             down[i] -= 1e-3;
             let numeric = (loss(&up) - loss(&down)) / 2e-3;
-            assert!((numeric - g[i] as f64).abs() < 1e-3, "coordinate {i}: {numeric} vs {}", g[i]);
+            assert!(
+                (numeric - g[i] as f64).abs() < 1e-3,
+                "coordinate {i}: {numeric} vs {}",
+                g[i]
+            );
         }
     }
 
@@ -282,7 +324,11 @@ mod tests {
         }
         let refs: Vec<(&str, usize)> = rows.iter().map(|(t, l)| (t.as_str(), *l)).collect();
         let model = BowLogReg::fit(&dataset(&refs), 0);
-        let test = dataset(&[("wonderful", 1), ("terrible", 0), ("truly wonderful acting", 1)]);
+        let test = dataset(&[
+            ("wonderful", 1),
+            ("terrible", 0),
+            ("truly wonderful acting", 1),
+        ]);
         assert_eq!(model.predict(&test), vec![1, 0, 1]);
     }
 }

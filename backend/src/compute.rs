@@ -1,6 +1,9 @@
 //! Which burn backend runs the models: CPU always, CUDA with the `cuda` feature.
 
 use anyhow::{Result, bail};
+use burn::tensor::backend::Backend;
+use flipside_shared::batching::{BatchExecutor, Sequential};
+use rayon::prelude::*;
 
 /// The CPU backend: burn-flex (pure Rust, SIMD `gemm`, multi-threaded with rayon).
 pub type Cpu = burn::backend::Flex;
@@ -31,7 +34,31 @@ impl DeviceChoice {
     }
 }
 
-/// Calls the generic function `$f::<B>(device, args…)` with the backend `$choice` selects.
+/// How independent batches run: in parallel on the CPU (the model's element-wise work is
+/// single-threaded, so two batches in flight keep both cores busy), one at a time on a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Batches {
+    Parallel,
+    Sequential,
+}
+
+impl BatchExecutor for Batches {
+    fn map<T: Send>(&self, count: usize, job: &(dyn Fn(usize) -> T + Sync)) -> Vec<T> {
+        match self {
+            Batches::Parallel => (0..count).into_par_iter().map(job).collect(),
+            Batches::Sequential => Sequential.map(count, job),
+        }
+    }
+}
+
+/// A backend's device and the way batches are run on it.
+#[derive(Debug, Clone)]
+pub struct Compute<B: Backend> {
+    pub device: B::Device,
+    pub batches: Batches,
+}
+
+/// Calls the generic function `$f::<B>(compute, args…)` with the backend `$choice` selects.
 #[macro_export]
 macro_rules! with_backend {
     ($choice:expr, $($f:ident)::+ ( $($arg:expr),* $(,)? )) => {{
@@ -39,9 +66,21 @@ macro_rules! with_backend {
         choice.check_available().and_then(|()| match choice {
             #[cfg(feature = "cuda")]
             $crate::compute::DeviceChoice::Cuda => {
-                $($f)::+::<$crate::compute::Cuda>(Default::default(), $($arg),*)
+                $($f)::+::<$crate::compute::Cuda>(
+                    $crate::compute::Compute {
+                        device: Default::default(),
+                        batches: $crate::compute::Batches::Sequential,
+                    },
+                    $($arg),*
+                )
             }
-            _ => $($f)::+::<$crate::compute::Cpu>(Default::default(), $($arg),*),
+            _ => $($f)::+::<$crate::compute::Cpu>(
+                $crate::compute::Compute {
+                    device: Default::default(),
+                    batches: $crate::compute::Batches::Parallel,
+                },
+                $($arg),*
+            ),
         })
     }};
 }

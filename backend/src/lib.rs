@@ -1,11 +1,13 @@
 //! Flipside's native side: the `flipside` command line, asset fetching, dataset readers,
 //! training, baselines and benchmarks. Models and data types live in `flipside-shared`.
 
+pub mod allocator;
 pub mod assets;
 pub mod baseline;
 pub mod cli;
 pub mod compute;
 pub mod data;
+pub mod explain;
 pub mod home;
 pub mod models;
 pub mod progress;

@@ -29,7 +29,9 @@ pub fn resolve_model_dir(home: &Home, model: &str) -> Result<PathBuf> {
     if home.manifest().get(model).is_ok() {
         return home.asset(model);
     }
-    anyhow::bail!("{model:?} is neither a model directory nor a model asset (e.g. {DEFAULT_ENCODER})")
+    anyhow::bail!(
+        "{model:?} is neither a model directory nor a model asset (e.g. {DEFAULT_ENCODER})"
+    )
 }
 
 /// The files of a Hugging Face BERT checkpoint directory.
@@ -98,18 +100,31 @@ pub fn save_classifier<B: Backend>(
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write_atomic(&dir.join("tokenizer.json"), tokenizer_json)?;
     write_atomic(&dir.join("model.safetensors"), &save_safetensors(model)?)?;
-    write_atomic(&dir.join("config.json"), &serde_json::to_vec_pretty(config)?)?;
+    write_atomic(
+        &dir.join("config.json"),
+        &serde_json::to_vec_pretty(config)?,
+    )?;
     Ok(())
 }
 
 /// Loads a classifier directory written by [`save_classifier`].
 pub fn load_classifier<B: Backend>(dir: &Path, device: &B::Device) -> Result<TextClassifier<B>> {
     let config: ClassifierConfig = serde_json::from_str(&read_text(&dir.join("config.json"))?)
-        .with_context(|| format!("{} is not a Flipside classifier config", dir.join("config.json").display()))?;
+        .with_context(|| {
+            format!(
+                "{} is not a Flipside classifier config",
+                dir.join("config.json").display()
+            )
+        })?;
     let mut model = config.init::<B>(device);
-    load_safetensors(&mut model, read_bytes(&dir.join("model.safetensors"))?, None)
-        .with_context(|| format!("loading {}", dir.display()))?;
-    let tokenizer = TextTokenizer::from_json(&read_bytes(&dir.join("tokenizer.json"))?, config.max_len)?;
+    load_safetensors(
+        &mut model,
+        read_bytes(&dir.join("model.safetensors"))?,
+        None,
+    )
+    .with_context(|| format!("loading {}", dir.display()))?;
+    let tokenizer =
+        TextTokenizer::from_json(&read_bytes(&dir.join("tokenizer.json"))?, config.max_len)?;
     Ok(TextClassifier {
         model,
         tokenizer,
@@ -136,7 +151,9 @@ fn read_text(path: &Path) -> Result<String> {
 
 /// Whether any tensor key of a safetensors file starts with `prefix`.
 fn safetensors_has_prefix(bytes: &[u8], prefix: &str) -> bool {
-    let Some(len) = bytes.get(..8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+    let Some(len) = bytes
+        .get(..8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
     else {
         return false;
     };

@@ -24,6 +24,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
+use crate::compute::{Batches, Compute};
 use crate::models::{BertFiles, save_classifier, write_atomic};
 use crate::progress;
 
@@ -142,14 +143,18 @@ const RECORD_FILE: &str = "training.json";
 /// Fine-tunes a classifier on `job.train`, starting from the encoder in `job.encoder_dir`,
 /// resuming from `job.out/train-state` if a checkpoint of the same job is there. On success the
 /// model is saved to `job.out` (see [`crate::models::save_classifier`]) and the state removed.
-pub fn train_classifier<B: Backend>(device: B::Device, job: &TrainJob) -> Result<TrainOutcome> {
+pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Result<TrainOutcome> {
     type Train<B> = Autodiff<B>;
+    let device = compute.device;
     let config = &job.config;
     if job.train.is_empty() {
         bail!("the training set is empty");
     }
     if job.train.labels.len() < 2 {
-        bail!("a classifier needs at least two labels, found {:?}", job.train.labels.names());
+        bail!(
+            "a classifier needs at least two labels, found {:?}",
+            job.train.labels.names()
+        );
     }
     let files = BertFiles::read(job.encoder_dir)?;
     let tokenizer = files.tokenizer(config.max_len)?;
@@ -194,7 +199,12 @@ pub fn train_classifier<B: Backend>(device: B::Device, job: &TrainJob) -> Result
                     .load(state_dir.join("optimizer"), &device)
                     .context("cannot load the optimizer checkpoint")?,
             );
-            tracing::info!(step = saved.step, total, "resuming from {}", state_dir.display());
+            tracing::info!(
+                step = saved.step,
+                total,
+                "resuming from {}",
+                state_dir.display()
+            );
             (model, saved)
         }
         None => {
@@ -215,26 +225,35 @@ pub fn train_classifier<B: Backend>(device: B::Device, job: &TrainJob) -> Result
     let mut order = epoch_order(job.train.len(), config.seed, record.step / steps_per_epoch);
 
     while record.step < total {
-        if job.pause_after.is_some_and(|n| record.step - first_step >= n) {
+        if job
+            .pause_after
+            .is_some_and(|n| record.step - first_step >= n)
+        {
             break;
         }
         let (epoch, within) = (record.step / steps_per_epoch, record.step % steps_per_epoch);
         if within == 0 {
             order = epoch_order(job.train.len(), config.seed, epoch);
         }
-        let batch = &order[within * config.batch_size..((within + 1) * config.batch_size).min(order.len())];
+        let batch =
+            &order[within * config.batch_size..((within + 1) * config.batch_size).min(order.len())];
         let examples: Vec<_> = batch.iter().map(|&i| &job.train.examples[i]).collect();
         let inputs: Vec<_> = examples.iter().map(|e| &e.input).collect();
         let targets: Vec<i64> = examples.iter().map(|e| e.label as i64).collect();
 
         Train::<B>::seed(&device, mix(config.seed, record.step as u64 + 1));
-        let input = tokenizer.encode_inputs(&inputs)?.to_input::<Train<B>>(&device);
+        let input = tokenizer
+            .encode_inputs(&inputs)?
+            .to_input::<Train<B>>(&device);
         let targets =
             Tensor::<Train<B>, 1, Int>::from_data(TensorData::new(targets, [batch.len()]), &device);
         let loss = loss_fn.forward(model.forward(&input), targets);
         let loss_value: f64 = loss.clone().into_scalar().elem::<f32>() as f64;
         if !loss_value.is_finite() {
-            bail!("the loss became {loss_value} at step {}; lower --lr", record.step);
+            bail!(
+                "the loss became {loss_value} at step {}; lower --lr",
+                record.step
+            );
         }
         let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         clip_global_norm(&model, &mut grads, config.max_grad_norm);
@@ -253,7 +272,9 @@ pub fn train_classifier<B: Backend>(device: B::Device, job: &TrainJob) -> Result
         bar.inc(1);
 
         let at_checkpoint = record.step % config.checkpoint_every.max(1) == 0;
-        let pausing = job.pause_after.is_some_and(|n| record.step - first_step >= n);
+        let pausing = job
+            .pause_after
+            .is_some_and(|n| record.step - first_step >= n);
         if at_checkpoint || pausing || record.step == total {
             record.train_seconds = seconds_before + started.elapsed().as_secs_f64();
             save_state(&state_dir, &model, &optimizer, &record, &recorder)?;
@@ -268,8 +289,16 @@ pub fn train_classifier<B: Backend>(device: B::Device, job: &TrainJob) -> Result
             paused: true,
         });
     }
-    save_classifier(job.out, &model.valid(), &model_config, &files.tokenizer_json)?;
-    write_atomic(&job.out.join(RECORD_FILE), &serde_json::to_vec_pretty(&record)?)?;
+    save_classifier(
+        job.out,
+        &model.valid(),
+        &model_config,
+        &files.tokenizer_json,
+    )?;
+    write_atomic(
+        &job.out.join(RECORD_FILE),
+        &serde_json::to_vec_pretty(&record)?,
+    )?;
     fs::remove_dir_all(&state_dir).ok();
     Ok(TrainOutcome {
         record,
@@ -305,7 +334,8 @@ fn read_record(state_dir: &Path) -> Result<Option<TrainRecord>> {
     let path = state_dir.join(RECORD_FILE);
     match fs::read(&path) {
         Ok(bytes) => Ok(Some(
-            serde_json::from_slice(&bytes).with_context(|| format!("corrupt {}", path.display()))?,
+            serde_json::from_slice(&bytes)
+                .with_context(|| format!("corrupt {}", path.display()))?,
         )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
@@ -334,7 +364,10 @@ fn save_state<B: AutodiffBackend, O: Optimizer<SequenceClassifier<B>, B>>(
     recorder
         .record(optimizer.to_record(), staging.join("optimizer"))
         .context("cannot save the optimizer checkpoint")?;
-    fs::write(staging.join(RECORD_FILE), serde_json::to_vec_pretty(record)?)?;
+    fs::write(
+        staging.join(RECORD_FILE),
+        serde_json::to_vec_pretty(record)?,
+    )?;
     fs::remove_dir_all(&old).ok();
     if state_dir.exists() {
         fs::rename(state_dir, &old)?;
@@ -399,11 +432,12 @@ pub fn evaluate<B: Backend>(
     classifier: &TextClassifier<B>,
     dataset: &Dataset,
     batch_size: usize,
+    batches: Batches,
 ) -> Result<Evaluation> {
     let started = Instant::now();
     let bar = progress::items(dataset.len() as u64, "evaluating");
     let inputs: Vec<_> = dataset.examples.iter().map(|e| &e.input).collect();
-    let probs = classifier.predict(&inputs, batch_size, |n| bar.inc(n as u64))?;
+    let probs = classifier.predict(&inputs, batch_size, &batches, &|n| bar.inc(n as u64))?;
     bar.finish_and_clear();
     let width = classifier.config.labels.len();
     let flat: Vec<f32> = probs.into_iter().flatten().collect();
@@ -484,7 +518,10 @@ mod tests {
             .into_vec::<f32>()
             .unwrap();
         let norm = 26f32.sqrt();
-        assert!((w[0] - 3.0 / norm).abs() < 1e-5 && (w[1] - 4.0 / norm).abs() < 1e-5, "{w:?}");
+        assert!(
+            (w[0] - 3.0 / norm).abs() < 1e-5 && (w[1] - 4.0 / norm).abs() < 1e-5,
+            "{w:?}"
+        );
         assert!((b[0] - 1.0 / norm).abs() < 1e-5, "{b:?}");
     }
 }

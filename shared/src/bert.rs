@@ -123,7 +123,10 @@ pub struct BertModel<B: Backend> {
 impl<B: Backend> BertModel<B> {
     /// Last hidden states, `[batch, seq, hidden]`.
     pub fn forward(&self, input: &BertInput<B>) -> Tensor<B, 3> {
-        let words = self.embeddings.word_embeddings.forward(input.input_ids.clone());
+        let words = self
+            .embeddings
+            .word_embeddings
+            .forward(input.input_ids.clone());
         self.forward_from_word_embeddings(words, input)
     }
 
@@ -134,9 +137,7 @@ impl<B: Backend> BertModel<B> {
         words: Tensor<B, 3>,
         input: &BertInput<B>,
     ) -> Tensor<B, 3> {
-        let hidden = self
-            .embeddings
-            .forward(words, input.token_type_ids.clone());
+        let hidden = self.embeddings.forward(words, input.token_type_ids.clone());
         self.encoder.forward(hidden, &input.attention_mask)
     }
 
@@ -228,12 +229,10 @@ impl<B: Backend> BertLayer<B> {
                 },
             },
             intermediate: BertIntermediate {
-                dense: LinearConfig::new(config.hidden_size, config.intermediate_size)
-                    .init(device),
+                dense: LinearConfig::new(config.hidden_size, config.intermediate_size).init(device),
             },
             output: BertOutput {
-                dense: LinearConfig::new(config.intermediate_size, config.hidden_size)
-                    .init(device),
+                dense: LinearConfig::new(config.intermediate_size, config.hidden_size).init(device),
                 layer_norm: config.layer_norm(device),
                 dropout: config.hidden_dropout(),
             },

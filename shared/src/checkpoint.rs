@@ -5,9 +5,7 @@
 //! and any HF BERT checkpoint can be read by Flipside. Works on bytes, so it runs in the browser.
 
 use burn::tensor::backend::Backend;
-use burn_store::{
-    BurnToPyTorchAdapter, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore,
-};
+use burn_store::{BurnToPyTorchAdapter, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 
 /// Renames from Hugging Face keys to Flipside field names (regex, replacement).
 const HF_TO_FLIPSIDE: &[(&str, &str)] = &[
@@ -40,8 +38,8 @@ pub fn load_safetensors<B: Backend, M: ModuleSnapshot<B>>(
     bytes: Vec<u8>,
     strip_prefix: Option<&str>,
 ) -> Result<(), CheckpointError> {
-    let mut store = SafetensorsStore::from_bytes(Some(bytes))
-        .with_from_adapter(PyTorchToBurnAdapter);
+    let mut store =
+        SafetensorsStore::from_bytes(Some(bytes)).with_from_adapter(PyTorchToBurnAdapter);
     if let Some(prefix) = strip_prefix {
         store = store.with_key_remapping(format!(r"^{}\.", regex_escape(prefix)), "");
     }
@@ -58,7 +56,12 @@ pub fn load_safetensors<B: Backend, M: ModuleSnapshot<B>>(
 pub fn save_safetensors<B: Backend, M: ModuleSnapshot<B>>(
     module: &M,
 ) -> Result<Vec<u8>, CheckpointError> {
-    let mut store = SafetensorsStore::from_bytes(None).with_to_adapter(BurnToPyTorchAdapter);
+    // Only `format: pt` as metadata: what `transformers` expects, and a deterministic header
+    // (burn's default metadata is a hash map serialised in random order).
+    let mut store = SafetensorsStore::from_bytes(None)
+        .clear_metadata()
+        .metadata("format", "pt")
+        .with_to_adapter(BurnToPyTorchAdapter);
     for (from, to) in FLIPSIDE_TO_HF {
         store = store.with_key_remapping(*from, *to);
     }

@@ -10,11 +10,12 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
+use crate::batching::{BatchExecutor, map_batches};
 use crate::bert::{BertConfig, BertInput, BertModel};
 use crate::data::Input;
 use crate::metrics::softmax_rows;
 use crate::pooling::mean_pool;
-use crate::tokenize::{TextTokenizer, TokenizeError, length_sorted_batches};
+use crate::tokenize::{TextTokenizer, TokenizeError};
 
 /// Everything needed to rebuild a classifier; saved as `config.json` beside its weights.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,32 +95,32 @@ impl<B: Backend> TextClassifier<B> {
     pub fn predict_batch(&self, inputs: &[&Input]) -> Result<Vec<f32>, TokenizeError> {
         let tokens = self.tokenizer.encode_inputs(inputs)?;
         let logits = self.model.forward(&tokens.to_input::<B>(&self.device));
-        let logits = logits.into_data().into_vec::<f32>().expect("logits are f32");
+        let logits = logits
+            .into_data()
+            .into_vec::<f32>()
+            .expect("logits are f32");
         Ok(softmax_rows(&logits, self.config.labels.len()))
     }
 
-    /// Label probabilities for any number of inputs (one row per input, in input order),
-    /// batched by length; `on_batch` is called with the number of inputs done per batch.
+    /// Label probabilities for any number of inputs (one row per input, in input order), in
+    /// length-sorted batches; `on_batch` is called with the number of inputs done per batch.
     pub fn predict(
         &self,
         inputs: &[&Input],
         batch_size: usize,
-        mut on_batch: impl FnMut(usize),
+        executor: &impl BatchExecutor,
+        on_batch: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Vec<f32>>, TokenizeError> {
         let width = self.config.labels.len();
         let lengths: Vec<usize> = inputs
             .iter()
             .map(|i| i.texts().iter().map(|t| t.len()).sum())
             .collect();
-        let mut rows = vec![Vec::new(); inputs.len()];
-        for chunk in length_sorted_batches(&lengths, batch_size) {
-            let batch: Vec<&Input> = chunk.iter().map(|&i| inputs[i]).collect();
-            let probs = self.predict_batch(&batch)?;
-            for (&i, row) in chunk.iter().zip(probs.chunks(width)) {
-                rows[i] = row.to_vec();
-            }
-            on_batch(chunk.len());
-        }
-        Ok(rows)
+        map_batches(&lengths, batch_size, executor, &|batch| {
+            let batch_inputs: Vec<&Input> = batch.iter().map(|&i| inputs[i]).collect();
+            let probs = self.predict_batch(&batch_inputs)?;
+            on_batch(batch.len());
+            Ok(probs.chunks(width).map(<[f32]>::to_vec).collect())
+        })
     }
 }

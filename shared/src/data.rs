@@ -235,8 +235,16 @@ mod tests {
             splits.train.len() + splits.dev.len() + splits.test.len(),
             1000
         );
-        assert!((150..250).contains(&splits.test.len()), "{}", splits.test.len());
-        assert!((60..140).contains(&splits.dev.len()), "{}", splits.dev.len());
+        assert!(
+            (150..250).contains(&splits.test.len()),
+            "{}",
+            splits.test.len()
+        );
+        assert!(
+            (60..140).contains(&splits.dev.len()),
+            "{}",
+            splits.dev.len()
+        );
 
         let mut reversed = data.clone();
         reversed.examples.reverse();

@@ -3,9 +3,10 @@
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
+use crate::batching::{BatchExecutor, map_batches};
 use crate::bert::BertModel;
 use crate::pooling::{l2_normalize, mean_pool};
-use crate::tokenize::{TextTokenizer, TokenizeError, length_sorted_batches};
+use crate::tokenize::{TextTokenizer, TokenizeError};
 
 /// A BERT model and its tokenizer, producing unit-length sentence embeddings.
 pub struct SentenceEncoder<B: Backend> {
@@ -28,32 +29,27 @@ impl<B: Backend> SentenceEncoder<B> {
         Ok(l2_normalize(mean_pool(hidden, &input.attention_mask)))
     }
 
-    /// Embeds any number of texts in batches of `batch_size`, returning rows in input order.
-    ///
-    /// Texts are grouped by length (longest first) so that little compute goes to padding;
-    /// `on_batch` is called with the number of texts done after each batch.
+    /// Embeds any number of texts in length-sorted batches of `batch_size`, returning rows in
+    /// input order; `on_batch` is called with the number of texts done after each batch.
     pub fn embed_all(
         &self,
         texts: &[&str],
         batch_size: usize,
-        mut on_batch: impl FnMut(usize),
+        executor: &impl BatchExecutor,
+        on_batch: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Vec<f32>>, TokenizeError> {
         let lengths: Vec<usize> = texts.iter().map(|t| t.len()).collect();
-        let mut rows = vec![Vec::new(); texts.len()];
-        for chunk in length_sorted_batches(&lengths, batch_size) {
-            let batch: Vec<&str> = chunk.iter().map(|&i| texts[i]).collect();
-            let embedded = self.embed_batch(&batch)?;
+        map_batches(&lengths, batch_size, executor, &|batch| {
+            let texts: Vec<&str> = batch.iter().map(|&i| texts[i]).collect();
+            let embedded = self.embed_batch(&texts)?;
             let dim = embedded.dims()[1];
             let values = embedded
                 .into_data()
                 .into_vec::<f32>()
                 .expect("embeddings are f32");
-            for (&i, row) in chunk.iter().zip(values.chunks(dim)) {
-                rows[i] = row.to_vec();
-            }
-            on_batch(chunk.len());
-        }
-        Ok(rows)
+            on_batch(batch.len());
+            Ok(values.chunks(dim).map(<[f32]>::to_vec).collect())
+        })
     }
 }
 

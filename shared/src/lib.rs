@@ -4,6 +4,7 @@
 //! tokenisation, burn models generic over the backend (so the same code runs on CPU, WebGPU and
 //! CUDA), checkpoint (de)serialisation from bytes, and metrics. No file or network I/O.
 
+pub mod batching;
 pub mod bert;
 pub mod checkpoint;
 pub mod classifier;

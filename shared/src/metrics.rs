@@ -2,7 +2,11 @@
 
 /// Fraction of positions where `predicted` equals `gold` (0 for empty input).
 pub fn accuracy(predicted: &[usize], gold: &[usize]) -> f64 {
-    assert_eq!(predicted.len(), gold.len(), "prediction and gold lengths differ");
+    assert_eq!(
+        predicted.len(),
+        gold.len(),
+        "prediction and gold lengths differ"
+    );
     if gold.is_empty() {
         return 0.0;
     }

@@ -7,6 +7,7 @@
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
 
+use crate::bert::BertInput;
 use crate::classifier::SequenceClassifier;
 use crate::data::Input;
 use crate::tokenize::{TextTokenizer, TokenizeError, whitespace_words};
@@ -36,26 +37,7 @@ pub fn word_saliency<B: AutodiffBackend>(
 ) -> Result<Vec<Vec<WordSaliency>>, TokenizeError> {
     let tokens = tokenizer.encode_inputs(inputs)?;
     let input = tokens.to_input::<B>(device);
-    let words = model
-        .bert
-        .embeddings
-        .word_embeddings
-        .forward(input.input_ids.clone())
-        .detach()
-        .require_grad();
-    let logits = model.forward_from_word_embeddings(words.clone(), &input);
-    let [batch, n_labels] = logits.dims();
-
-    let mut one_hot = vec![0f32; batch * n_labels];
-    for (row, &label) in labels.iter().enumerate() {
-        one_hot[row * n_labels + label] = 1.0;
-    }
-    let selector = Tensor::<B, 2>::from_data(TensorData::new(one_hot, [batch, n_labels]), device);
-    // Rows do not interact, so the gradient of the sum is each row's own gradient.
-    let gradients = (logits * selector).sum().backward();
-    let grad = words
-        .grad(&gradients)
-        .expect("word embeddings require grad");
+    let (_, grad) = label_gradients(model, &input, labels);
     let norms = grad
         .powi_scalar(2)
         .sum_dim(2)
@@ -72,6 +54,38 @@ pub fn word_saliency<B: AutodiffBackend>(
             pool_to_words(input, &tokens.offsets[row], token_norms)
         })
         .collect())
+}
+
+/// The word embeddings of each row and the gradient of the row's `labels[row]` logit with
+/// respect to them, both `[batch, seq, hidden]`.
+pub fn label_gradients<B: AutodiffBackend>(
+    model: &SequenceClassifier<B>,
+    input: &BertInput<B>,
+    labels: &[usize],
+) -> (Tensor<B::InnerBackend, 3>, Tensor<B::InnerBackend, 3>) {
+    let words = model
+        .bert
+        .embeddings
+        .word_embeddings
+        .forward(input.input_ids.clone())
+        .detach()
+        .require_grad();
+    let logits = model.forward_from_word_embeddings(words.clone(), input);
+    let [batch, n_labels] = logits.dims();
+    let mut one_hot = vec![0f32; batch * n_labels];
+    for (row, &label) in labels.iter().enumerate() {
+        one_hot[row * n_labels + label] = 1.0;
+    }
+    let selector = Tensor::<B, 2>::from_data(
+        TensorData::new(one_hot, [batch, n_labels]),
+        &logits.device(),
+    );
+    // Rows do not interact, so the gradient of the sum is each row's own gradient.
+    let gradients = (logits * selector).sum().backward();
+    let grad = words
+        .grad(&gradients)
+        .expect("word embeddings require grad");
+    (words.inner(), grad)
 }
 
 /// Normalises token scores over the real tokens and max-pools them into whitespace words.

@@ -56,7 +56,8 @@ pub struct TokenBatch {
 impl TextTokenizer {
     /// Loads a `tokenizer.json`; inputs longer than `max_len` tokens are truncated.
     pub fn from_json(json: &[u8], max_len: usize) -> Result<Self, TokenizeError> {
-        let mut inner = Tokenizer::from_bytes(json).map_err(|e| TokenizeError::Load(e.to_string()))?;
+        let mut inner =
+            Tokenizer::from_bytes(json).map_err(|e| TokenizeError::Load(e.to_string()))?;
         let pad = inner.get_padding().cloned().unwrap_or_default();
         inner.with_padding(Some(PaddingParams {
             strategy: PaddingStrategy::BatchLongest,
@@ -84,7 +85,12 @@ impl TextTokenizer {
 
     /// Tokenises single texts.
     pub fn encode_texts(&self, texts: &[&str]) -> Result<TokenBatch, TokenizeError> {
-        self.encode(texts.iter().map(|t| EncodeInput::Single((*t).into())).collect())
+        self.encode(
+            texts
+                .iter()
+                .map(|t| EncodeInput::Single((*t).into()))
+                .collect(),
+        )
     }
 
     /// Tokenises text pairs (e.g. premise and hypothesis) as `[CLS] a [SEP] b [SEP]`.
@@ -181,17 +187,6 @@ impl TokenBatch {
             .map(|row| row.iter().filter(|&&m| m > 0.5).count())
             .collect()
     }
-}
-
-/// Groups item indices into batches of similar length, longest first, so that padding wastes
-/// little compute. `lengths` are any proxy of token counts (e.g. characters).
-pub fn length_sorted_batches(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
-    let mut order: Vec<usize> = (0..lengths.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));
-    order
-        .chunks(batch_size.max(1))
-        .map(<[usize]>::to_vec)
-        .collect()
 }
 
 /// Splits `text` into whitespace-delimited words, as byte spans.

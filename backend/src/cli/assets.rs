@@ -61,7 +61,11 @@ pub fn run(home: &Home, command: AssetsCommand) -> Result<()> {
             for asset in assets {
                 match cache.fetch(asset, &clients, force)? {
                     FetchOutcome::AlreadyPresent => {
-                        println!("{:<20} already present in {}", asset.name, cache.dir(asset).display())
+                        println!(
+                            "{:<20} already present in {}",
+                            asset.name,
+                            cache.dir(asset).display()
+                        )
                     }
                     FetchOutcome::Fetched { bytes } => println!(
                         "{:<20} fetched {:.1} MB, sha256 verified, in {}",
@@ -81,7 +85,8 @@ pub fn run(home: &Home, command: AssetsCommand) -> Result<()> {
                     AssetStatus::Ready => "ready  ",
                     AssetStatus::Missing => "missing",
                 };
-                let packages: Vec<String> = asset.packages().iter().map(|p| p.to_string()).collect();
+                let packages: Vec<String> =
+                    asset.packages().iter().map(|p| p.to_string()).collect();
                 let source = match packages.as_slice() {
                     [one] => one.clone(),
                     many => format!("{} … ({} packages)", many[0], many.len()),

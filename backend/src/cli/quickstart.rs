@@ -3,8 +3,9 @@
 use anyhow::Result;
 use clap::Args;
 
-use super::classifier::{CompareArgs, compare, explain, print_explanation};
+use super::classifier::{CompareArgs, compare};
 use crate::assets::{Clients, FetchOutcome};
+use crate::explain::{explain, print_explanation};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::train::TrainConfig;
@@ -43,7 +44,11 @@ pub fn run(home: &Home, args: QuickstartArgs) -> Result<()> {
     println!("\n2. Sentence similarity with {DEFAULT_ENCODER}");
     let encoder = resolve_model_dir(home, DEFAULT_ENCODER)?;
     let query = "the acting was superb";
-    let others = ["the performances were excellent", "the acting was wooden", "the popcorn was cold"];
+    let others = [
+        "the performances were excellent",
+        "the acting was wooden",
+        "the popcorn was cold",
+    ];
     let texts: Vec<&str> = std::iter::once(query).chain(others).collect();
     let vectors = with_backend!(
         crate::compute::DeviceChoice::Cpu,
@@ -54,7 +59,9 @@ pub fn run(home: &Home, args: QuickstartArgs) -> Result<()> {
         println!("   {score:.3}  {query:?} ~ {text:?}");
     }
 
-    println!("\n3. Sentiment classifier: fine-tuned MiniLM vs bag of words, IMDb and Rotten Tomatoes");
+    println!(
+        "\n3. Sentiment classifier: fine-tuned MiniLM vs bag of words, IMDb and Rotten Tomatoes"
+    );
     let config = TrainConfig {
         epochs: 1,
         max_len: 128,

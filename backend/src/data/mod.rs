@@ -86,7 +86,12 @@ impl FromStr for DatasetSpec {
 impl DatasetSpec {
     /// Loads the dataset (and its split, if one is named). Built-ins ignore `options` and are
     /// split with [`BUILTIN_SPLITS`]; files use `splits`.
-    pub fn load(&self, home: &Home, options: &ReadOptions, splits: SplitConfig) -> Result<ReadReport> {
+    pub fn load(
+        &self,
+        home: &Home,
+        options: &ReadOptions,
+        splits: SplitConfig,
+    ) -> Result<ReadReport> {
         let (report, splits) = match &self.source {
             Source::Builtin(builtin) => (
                 ReadReport {

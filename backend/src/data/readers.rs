@@ -127,8 +127,7 @@ pub fn read_file(path: &Path, options: &ReadOptions) -> Result<ReadReport> {
             path.display()
         ),
     };
-    let mut file =
-        File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut head = [0u8; 3];
     let n = file.read(&mut head)?;
     if head[..n.min(2)] == [0xff, 0xfe] || head[..n.min(2)] == [0xfe, 0xff] {
@@ -247,9 +246,15 @@ trait RowCells {
 }
 
 /// Builds a row from its cells, or says why it is malformed. `Ok(None)` means filtered out.
-fn build_row(cells: &dyn RowCells, line: u64, options: &ReadOptions) -> Result<Option<RawRow>, String> {
+fn build_row(
+    cells: &dyn RowCells,
+    line: u64,
+    options: &ReadOptions,
+) -> Result<Option<RawRow>, String> {
     let required = |column: &str| -> Result<String, String> {
-        cells.cell(column)?.ok_or_else(|| format!("missing value for column {column:?}"))
+        cells
+            .cell(column)?
+            .ok_or_else(|| format!("missing value for column {column:?}"))
     };
     if let Some((column, value)) = &options.filter
         && &required(column)? != value
@@ -303,15 +308,13 @@ impl RowCells for DelimitedCells<'_> {
             .expect("columns are checked against the header");
         match self.record.get(index) {
             None => Ok(None),
-            Some(bytes) => String::from_utf8(bytes.to_vec())
-                .map(Some)
-                .map_err(|e| {
-                    format!(
-                        "column {column:?} is not valid UTF-8 (at byte {}); \
+            Some(bytes) => String::from_utf8(bytes.to_vec()).map(Some).map_err(|e| {
+                format!(
+                    "column {column:?} is not valid UTF-8 (at byte {}); \
                          convert the file, e.g. iconv -f latin1 -t utf-8",
-                        e.utf8_error().valid_up_to()
-                    )
-                }),
+                    e.utf8_error().valid_up_to()
+                )
+            }),
         }
     }
 }
@@ -392,12 +395,18 @@ impl RowCells for JsonCells<'_> {
             Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
             Some(serde_json::Value::Number(n)) => Ok(Some(n.to_string())),
             Some(serde_json::Value::Bool(b)) => Ok(Some(b.to_string())),
-            Some(other) => Err(format!("field {column:?} is not a string or number: {other}")),
+            Some(other) => Err(format!(
+                "field {column:?} is not a string or number: {other}"
+            )),
         }
     }
 }
 
-fn read_jsonl(mut reader: impl BufRead, options: &ReadOptions, rows: &mut Collector<'_>) -> Result<()> {
+fn read_jsonl(
+    mut reader: impl BufRead,
+    options: &ReadOptions,
+    rows: &mut Collector<'_>,
+) -> Result<()> {
     let mut line_number = 0;
     let mut buffer = Vec::new();
     loop {
@@ -407,9 +416,7 @@ fn read_jsonl(mut reader: impl BufRead, options: &ReadOptions, rows: &mut Collec
             LineRead::TooLong(size) => {
                 rows.push(Err((
                     line_number,
-                    format!(
-                        "line is over {size} bytes, the limit (--max-row-bytes)"
-                    ),
+                    format!("line is over {size} bytes, the limit (--max-row-bytes)"),
                 )))?;
                 continue;
             }
@@ -421,9 +428,9 @@ fn read_jsonl(mut reader: impl BufRead, options: &ReadOptions, rows: &mut Collec
         let row = match serde_json::from_slice::<serde_json::Value>(line) {
             Ok(serde_json::Value::Object(map)) => build_row(&JsonCells(&map), line_number, options),
             Ok(_) => Err("line is not a JSON object".to_string()),
-            Err(e) if e.is_syntax() && std::str::from_utf8(line).is_err() => {
-                Err("line is not valid UTF-8; convert the file, e.g. iconv -f latin1 -t utf-8".into())
-            }
+            Err(e) if e.is_syntax() && std::str::from_utf8(line).is_err() => Err(
+                "line is not valid UTF-8; convert the file, e.g. iconv -f latin1 -t utf-8".into(),
+            ),
             Err(e) => Err(format!("invalid JSON: {e}")),
         };
         rows.push(row.map_err(|reason| (line_number, reason)))?;
@@ -439,7 +446,11 @@ enum LineRead {
 }
 
 /// Reads one line into `buffer` (without the newline), never holding more than `limit` bytes.
-fn read_bounded_line(reader: &mut impl BufRead, buffer: &mut Vec<u8>, limit: usize) -> Result<LineRead> {
+fn read_bounded_line(
+    reader: &mut impl BufRead,
+    buffer: &mut Vec<u8>,
+    limit: usize,
+) -> Result<LineRead> {
     buffer.clear();
     let mut too_long = false;
     let mut any = false;
@@ -504,4 +515,247 @@ fn resolve_label(labels: &LabelVocab, cell: &str) -> Option<usize> {
     labels
         .id(cell)
         .or_else(|| cell.parse::<usize>().ok().filter(|&i| i < labels.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn write(name: &str, bytes: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(name);
+        std::fs::File::create(&path)
+            .unwrap()
+            .write_all(bytes)
+            .unwrap();
+        (dir, path)
+    }
+
+    fn read(name: &str, bytes: &[u8], options: &ReadOptions) -> Result<ReadReport> {
+        let (_dir, path) = write(name, bytes);
+        read_file(&path, options)
+    }
+
+    fn error(name: &str, bytes: &[u8], options: &ReadOptions) -> String {
+        format!("{:#}", read(name, bytes, options).unwrap_err())
+    }
+
+    fn texts(report: &ReadReport) -> Vec<String> {
+        report
+            .dataset
+            .examples
+            .iter()
+            .map(|e| e.input.texts().join(" | "))
+            .collect()
+    }
+
+    fn sentiment() -> ReadOptions {
+        ReadOptions {
+            labels: Some(vec!["neg".into(), "pos".into()]),
+            ..ReadOptions::default()
+        }
+    }
+
+    #[test]
+    fn csv_with_quoting_names_and_integer_ids() {
+        let csv = "text,label\n\"great, truly\",pos\n\"two\nlines\",0\nplain,1\n";
+        let report = read("a.csv", csv.as_bytes(), &sentiment()).unwrap();
+        assert_eq!(texts(&report), vec!["great, truly", "two\nlines", "plain"]);
+        let labels: Vec<usize> = report.dataset.examples.iter().map(|e| e.label).collect();
+        assert_eq!(labels, vec![1, 0, 1]);
+        let ids: Vec<&str> = report
+            .dataset
+            .examples
+            .iter()
+            .map(|e| e.id.as_str())
+            .collect();
+        assert_eq!(ids, vec!["line-2", "line-3", "line-5"]);
+    }
+
+    #[test]
+    fn inferred_labels_sort_numerically() {
+        let csv = "text,label\na,10\nb,2\nc,10\n";
+        let report = read("a.csv", csv.as_bytes(), &ReadOptions::default()).unwrap();
+        assert_eq!(report.dataset.labels.names(), ["2", "10"]);
+        assert_eq!(report.dataset.label_counts(), vec![1, 2]);
+    }
+
+    #[test]
+    fn column_mapping_and_pairs() {
+        let tsv = "id\tp\th\tgold\nx1\tA man sleeps.\tA man is \"awake\".\tcontradiction\n";
+        let options = ReadOptions {
+            columns: Columns {
+                label: "gold".into(),
+                pair: Some(("p".into(), "h".into())),
+                id: Some("id".into()),
+                ..Columns::default()
+            },
+            ..ReadOptions::default()
+        };
+        let report = read("nli.tsv", tsv.as_bytes(), &options).unwrap();
+        let example = &report.dataset.examples[0];
+        assert_eq!(example.id, "x1");
+        assert_eq!(
+            example.input,
+            Input::Pair {
+                premise: "A man sleeps.".into(),
+                hypothesis: "A man is \"awake\".".into()
+            }
+        );
+        assert_eq!(report.dataset.labels.names(), ["contradiction"]);
+    }
+
+    #[test]
+    fn missing_column_names_the_columns() {
+        let err = error("a.csv", b"review,label\nok,pos\n", &sentiment());
+        assert!(
+            err.contains("no column \"text\"") && err.contains("review, label"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bad_rows_name_file_line_and_reason() {
+        let cases: Vec<(&str, &[u8], &str)> = vec![
+            (
+                "short row",
+                b"text,label\nfine,pos\nno label here\n",
+                ":3: expected 2 fields, found 1",
+            ),
+            (
+                "unknown label",
+                b"text,label\nfine,pos\nmeh,neutral\n",
+                ":3: unknown label \"neutral\"",
+            ),
+            (
+                "label id out of range",
+                b"text,label\nfine,7\n",
+                ":2: unknown label \"7\"",
+            ),
+            ("empty text", b"text,label\n  ,pos\n", ":2: empty text"),
+            ("empty label", b"text,label\nfine,\n", ":2: empty label"),
+            (
+                "bad encoding",
+                b"text,label\ncaf\xe9 au lait,pos\n",
+                ":2: column \"text\" is not valid UTF-8",
+            ),
+            (
+                "stray quote",
+                b"text,label\n\"unclosed,pos\nnext,neg\n",
+                ":2: expected 2 fields, found 1",
+            ),
+        ];
+        for (case, bytes, expected) in cases {
+            let err = error("bad.csv", bytes, &sentiment());
+            assert!(
+                err.contains("bad.csv") && err.contains(expected),
+                "{case}: {err}"
+            );
+            assert!(err.contains("--skip-bad"), "{case}: {err}");
+        }
+    }
+
+    #[test]
+    fn skip_bad_counts_and_keeps_the_good_rows() {
+        let csv = b"text,label\nfine,pos\nmeh,neutral\n,neg\nalso fine,neg\ncaf\xe9,pos\n";
+        let options = ReadOptions {
+            skip_bad: true,
+            ..sentiment()
+        };
+        let report = read("mixed.csv", csv, &options).unwrap();
+        assert_eq!(texts(&report), vec!["fine", "also fine"]);
+        let lines: Vec<u64> = report.skipped.iter().map(|b| b.line).collect();
+        assert_eq!(lines, vec![3, 4, 6]);
+    }
+
+    #[test]
+    fn huge_rows_are_rejected_without_loading_them_whole() {
+        let options = ReadOptions {
+            max_row_bytes: 1000,
+            skip_bad: true,
+            ..sentiment()
+        };
+        let mut jsonl = br#"{"text":"ok","label":"pos"}"#.to_vec();
+        jsonl.extend(b"\n{\"text\":\"");
+        jsonl.extend(std::iter::repeat_n(b'x', 5000));
+        jsonl.extend(b"\",\"label\":\"neg\"}\n{\"text\":\"after\",\"label\":\"neg\"}\n");
+        let report = read("big.jsonl", &jsonl, &options).unwrap();
+        assert_eq!(texts(&report), vec!["ok", "after"]);
+        assert_eq!(report.skipped[0].line, 2);
+        assert!(report.skipped[0].reason.contains("--max-row-bytes"));
+
+        let mut csv = b"text,label\n".to_vec();
+        csv.extend(std::iter::repeat_n(b'y', 5000));
+        csv.extend(b",pos\nsmall,neg\n");
+        let report = read("big.csv", &csv, &options).unwrap();
+        assert_eq!(texts(&report), vec!["small"]);
+        assert!(report.skipped[0].reason.contains("over the limit of 1000"));
+    }
+
+    #[test]
+    fn jsonl_errors_and_values() {
+        let options = sentiment();
+        let good =
+            b"{\"text\":\"a\",\"label\":1}\n\n{\"text\":\"b\",\"label\":\"neg\",\"extra\":[1]}\r\n";
+        let report = read("d.jsonl", good, &options).unwrap();
+        assert_eq!(texts(&report), vec!["a", "b"]);
+        assert_eq!(report.dataset.examples[0].label, 1);
+        for (bytes, expected) in [
+            (
+                &b"{\"text\":\"a\",\"label\":\"pos\"}\n{\"text\": \"b\"\n"[..],
+                ":2: invalid JSON",
+            ),
+            (b"[1,2]\n", ":1: line is not a JSON object"),
+            (
+                b"{\"label\":\"pos\"}\n",
+                ":1: missing value for column \"text\"",
+            ),
+            (
+                b"{\"text\":{\"a\":1},\"label\":\"pos\"}\n",
+                "not a string or number",
+            ),
+            (
+                b"{\"text\":\"caf\xe9\",\"label\":\"pos\"}\n",
+                ":1: line is not valid UTF-8",
+            ),
+        ] {
+            let err = error("d.jsonl", bytes, &options);
+            assert!(err.contains(expected), "{err}");
+        }
+    }
+
+    #[test]
+    fn whole_file_problems() {
+        let utf16 = [0xff, 0xfe, b't', 0, b'e', 0];
+        assert!(error("u.csv", &utf16, &sentiment()).contains("UTF-16"));
+        assert!(error("notes.txt", b"x", &sentiment()).contains("--format"));
+        let dupes = "id,text,label\n1,a,pos\n1,b,neg\n";
+        let options = ReadOptions {
+            columns: Columns {
+                id: Some("id".into()),
+                ..Columns::default()
+            },
+            ..sentiment()
+        };
+        assert!(error("d.csv", dupes.as_bytes(), &options).contains("duplicate example id"));
+        let bom = "\u{feff}text,label\nok,pos\n";
+        assert_eq!(
+            texts(&read("b.csv", bom.as_bytes(), &sentiment()).unwrap()),
+            vec!["ok"]
+        );
+    }
+
+    #[test]
+    fn filter_keeps_matching_rows() {
+        let csv = "text,label,source\na,pos,x\nb,neg,y\n";
+        let options = ReadOptions {
+            filter: Some(("source".into(), "y".into())),
+            ..sentiment()
+        };
+        assert_eq!(
+            texts(&read("f.csv", csv.as_bytes(), &options).unwrap()),
+            vec!["b"]
+        );
+    }
 }

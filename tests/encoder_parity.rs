@@ -1,0 +1,74 @@
+//! The burn BERT matches an independent float64 numpy forward pass of all-MiniLM-L6-v2
+//! (tools/reference/minilm_reference.py → tests/fixtures/minilm_reference.json).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use flipside_backend::compute::Cpu;
+use flipside_backend::models::load_encoder;
+use flipside_shared::batching::Sequential;
+use serde::Deserialize;
+
+#[derive(Deserialize)]
+struct Fixture {
+    sentences: Vec<String>,
+    input_ids: Vec<Vec<i64>>,
+    embeddings: Vec<Vec<f32>>,
+}
+
+fn fixture() -> Fixture {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/minilm_reference.json"
+    );
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn max_abs_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn minilm_embeddings_match_the_numpy_reference_in_one_padded_batch() {
+    let fixture = fixture();
+    let encoder = load_encoder::<Cpu>(&common::asset("minilm"), &Default::default()).unwrap();
+    let texts: Vec<&str> = fixture.sentences.iter().map(String::as_str).collect();
+
+    let tokens = encoder.tokenizer.encode_texts(&texts).unwrap();
+    let lengths = tokens.lengths();
+    for (row, ids) in fixture.input_ids.iter().enumerate() {
+        let ours = &tokens.input_ids[row * tokens.seq_len..row * tokens.seq_len + lengths[row]];
+        assert_eq!(ours, ids.as_slice(), "token ids of sentence {row}");
+    }
+    // The bundled tokenizer.json pads and truncates to 128; ours must not.
+    assert!(lengths.iter().any(|&n| n > 128), "{lengths:?}");
+    assert_eq!(tokens.seq_len, *lengths.iter().max().unwrap());
+
+    let batch = encoder.embed_batch(&texts).unwrap();
+    let batch: Vec<Vec<f32>> = batch
+        .into_data()
+        .into_vec::<f32>()
+        .unwrap()
+        .chunks(encoder.dim())
+        .map(<[f32]>::to_vec)
+        .collect();
+    let diff = max_abs_diff(&batch, &fixture.embeddings);
+    assert!(diff <= 1e-4, "max |difference| {diff:e}");
+
+    // Each sentence alone (no padding) gives the same vector as inside the padded batch.
+    let alone: Vec<Vec<f32>> = texts
+        .iter()
+        .map(|t| {
+            encoder
+                .embed_all(&[t], 1, &Sequential, &|_| {})
+                .unwrap()
+                .remove(0)
+        })
+        .collect();
+    let diff = max_abs_diff(&alone, &batch);
+    assert!(diff <= 1e-5, "padding changed embeddings by {diff:e}");
+}
