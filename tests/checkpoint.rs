@@ -3,25 +3,14 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use burn::tensor::backend::Backend;
 use flipside_backend::compute::Cpu;
-use flipside_backend::models::{BertFiles, load_classifier, save_classifier};
-use flipside_shared::classifier::ClassifierConfig;
+use flipside_backend::models::{load_classifier, save_classifier};
 use flipside_shared::data::Input;
 
 #[test]
 fn saved_classifiers_use_hf_keys_and_reload_exactly() {
     let device = Default::default();
-    Cpu::seed(&device, 7);
-    let files = BertFiles::read(&common::asset("minilm")).unwrap();
-    let config = ClassifierConfig {
-        bert: files.config.clone(),
-        labels: vec!["neg".into(), "neu".into(), "pos".into()],
-        max_len: 64,
-        head_dropout: 0.1,
-    };
-    let mut model = config.init::<Cpu>(&device);
-    model.bert = files.load_model(&device).unwrap();
+    let (model, config, files) = common::minilm_classifier::<Cpu>(&["neg", "neu", "pos"], 64, 7);
     let dir = tempfile::tempdir().unwrap();
     save_classifier(dir.path(), &model, &config, &files.tokenizer_json).unwrap();
 

@@ -423,3 +423,51 @@ fn training_rejects_data_it_cannot_learn_from() {
     let err = failure(&mut train_command(&csv, &dir.path().join("out")));
     assert!(err.contains("at least two labels"), "{err}");
 }
+
+#[test]
+fn text_pair_datasets_train_and_evaluate() {
+    let dir = tempfile::tempdir().unwrap();
+    let nli = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/nli_tiny.csv"
+    );
+    let out = dir.path().join("nli");
+    let pairs = ["--pair-cols", "premise,hypothesis"];
+    let labels = ["--labels", "entailment,neutral,contradiction"];
+    let stdout = success(
+        flipside()
+            .args(["data", "show", nli, "--head", "1"])
+            .args(pairs)
+            .args(labels),
+    );
+    assert!(
+        stdout.contains("examples 12") && stdout.contains(" ⟂ "),
+        "{stdout}"
+    );
+    success(
+        flipside()
+            .args(["classifier", "train", "--data", nli, "--out"])
+            .arg(&out)
+            .args(["--epochs", "1", "--batch-size", "6", "--max-len", "40"])
+            .args(pairs)
+            .args(labels),
+    );
+    let config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(
+        config["labels"],
+        serde_json::json!(["entailment", "neutral", "contradiction"])
+    );
+    let stdout = success(
+        flipside()
+            .args(["classifier", "eval", "--model"])
+            .arg(&out)
+            .args(["--data", nli])
+            .args(pairs)
+            .args(labels),
+    );
+    assert!(
+        stdout.starts_with("accuracy ") && stdout.contains("(12 examples"),
+        "{stdout}"
+    );
+}

@@ -6,13 +6,10 @@ mod common;
 
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData};
 use flipside_backend::compute::{Batches, Compute, Cpu};
 use flipside_backend::data::{ReadOptions, read_file};
-use flipside_backend::models::BertFiles;
 use flipside_backend::train::{TrainConfig, TrainJob, train_classifier};
-use flipside_shared::classifier::ClassifierConfig;
 use flipside_shared::saliency::label_gradients;
 
 type Ad = Autodiff<Cpu>;
@@ -20,16 +17,7 @@ type Ad = Autodiff<Cpu>;
 #[test]
 fn label_gradient_matches_a_finite_difference() {
     let device = Default::default();
-    Ad::seed(&device, 3);
-    let files = BertFiles::read(&common::asset("minilm")).unwrap();
-    let config = ClassifierConfig {
-        bert: files.config.clone(),
-        labels: vec!["neg".into(), "pos".into()],
-        max_len: 32,
-        head_dropout: 0.1,
-    };
-    let mut model = config.init::<Ad>(&device);
-    model.bert = files.load_model(&device).unwrap();
+    let (model, _, files) = common::minilm_classifier::<Ad>(&["neg", "pos"], 32, 3);
     let model = model.without_dropout();
     let tokenizer = files.tokenizer(32).unwrap();
     let input = tokenizer

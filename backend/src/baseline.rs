@@ -80,7 +80,7 @@ impl BowLogReg {
         let held_out: Vec<bool> = train
             .examples
             .iter()
-            .map(|e| stable_hash(seed, &e.id) % 5 == 0)
+            .map(|e| stable_hash(seed, &e.id).is_multiple_of(5))
             .collect();
         let pick = |keep: bool| -> (Vec<&SparseRow>, Vec<usize>) {
             rows.iter()

@@ -30,6 +30,7 @@ use crate::progress;
 
 /// Training hyper-parameters; saved with every checkpoint and model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
+#[command(next_help_heading = "Training")]
 pub struct TrainConfig {
     /// Passes over the training data.
     #[arg(long, default_value_t = 2)]

@@ -29,12 +29,17 @@ pub fn length_sorted_batches(lengths: &[usize], batch_size: usize) -> Vec<Vec<us
 
 /// Applies `run` to length-sorted batches of item indices, where `run` returns one row per
 /// index; returns the rows in item order. Stops at the first error.
-pub fn map_batches<T: Send, E: Send>(
+pub fn map_batches<T, E, F>(
     lengths: &[usize],
     batch_size: usize,
     executor: &impl BatchExecutor,
-    run: &(dyn Fn(&[usize]) -> Result<Vec<T>, E> + Sync),
-) -> Result<Vec<T>, E> {
+    run: F,
+) -> Result<Vec<T>, E>
+where
+    T: Send,
+    E: Send,
+    F: Fn(&[usize]) -> Result<Vec<T>, E> + Sync,
+{
     let batches = length_sorted_batches(lengths, batch_size);
     let results = executor.map(batches.len(), &|i| run(&batches[i]));
     let mut rows: Vec<Option<T>> = (0..lengths.len()).map(|_| None).collect();
@@ -60,12 +65,12 @@ mod tests {
             length_sorted_batches(&lengths, 2),
             vec![vec![1, 3], vec![4, 0], vec![2]]
         );
-        let rows = map_batches(&lengths, 2, &Sequential, &|batch| {
+        let rows = map_batches(&lengths, 2, &Sequential, |batch| {
             Ok::<_, ()>(batch.iter().map(|&i| lengths[i] * 10).collect())
         })
         .unwrap();
         assert_eq!(rows, vec![30, 100, 10, 70, 50]);
-        let failed = map_batches(&lengths, 2, &Sequential, &|batch| {
+        let failed = map_batches(&lengths, 2, &Sequential, |batch| {
             if batch.contains(&2) {
                 Err("boom")
             } else {

@@ -70,7 +70,9 @@ impl BertConfig {
                 self.hidden_act
             ));
         }
-        if self.num_attention_heads == 0 || self.hidden_size % self.num_attention_heads != 0 {
+        if self.num_attention_heads == 0
+            || !self.hidden_size.is_multiple_of(self.num_attention_heads)
+        {
             return Err(format!(
                 "hidden_size {} is not divisible by num_attention_heads {}",
                 self.hidden_size, self.num_attention_heads
@@ -222,7 +224,7 @@ impl<B: Backend> BertLayer<B> {
         Self {
             attention: BertAttention {
                 self_attention: BertSelfAttention::new(config, device),
-                output: BertSelfOutput {
+                output: BertOutput {
                     dense: LinearConfig::new(config.hidden_size, config.hidden_size).init(device),
                     layer_norm: config.layer_norm(device),
                     dropout: config.hidden_dropout(),
@@ -251,7 +253,8 @@ impl<B: Backend> BertLayer<B> {
 pub struct BertAttention<B: Backend> {
     /// HF key: `attention.self`.
     pub self_attention: BertSelfAttention<B>,
-    pub output: BertSelfOutput<B>,
+    /// HF's `BertSelfOutput`.
+    pub output: BertOutput<B>,
 }
 
 impl<B: Backend> BertAttention<B> {
@@ -304,28 +307,14 @@ impl<B: Backend> BertSelfAttention<B> {
     }
 }
 
-/// `BertSelfOutput`: projection, dropout, residual and LayerNorm after attention.
-#[derive(Module, Debug)]
-pub struct BertSelfOutput<B: Backend> {
-    pub dense: Linear<B>,
-    pub layer_norm: LayerNorm<B>,
-    pub dropout: Dropout,
-}
-
-impl<B: Backend> BertSelfOutput<B> {
-    fn forward(&self, context: Tensor<B, 3>, residual: Tensor<B, 3>) -> Tensor<B, 3> {
-        let projected = self.dropout.forward(self.dense.forward(context));
-        self.layer_norm.forward(projected + residual)
-    }
-}
-
 /// `BertIntermediate`: the first feed-forward projection (GELU applied by the caller).
 #[derive(Module, Debug)]
 pub struct BertIntermediate<B: Backend> {
     pub dense: Linear<B>,
 }
 
-/// `BertOutput`: the second feed-forward projection, dropout, residual and LayerNorm.
+/// `BertOutput` and `BertSelfOutput` (identical in HF): projection, dropout, residual and
+/// LayerNorm, after the feed-forward block and after attention respectively.
 #[derive(Module, Debug)]
 pub struct BertOutput<B: Backend> {
     pub dense: Linear<B>,

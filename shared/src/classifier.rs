@@ -116,7 +116,7 @@ impl<B: Backend> TextClassifier<B> {
             .iter()
             .map(|i| i.texts().iter().map(|t| t.len()).sum())
             .collect();
-        map_batches(&lengths, batch_size, executor, &|batch| {
+        map_batches(&lengths, batch_size, executor, |batch| {
             let batch_inputs: Vec<&Input> = batch.iter().map(|&i| inputs[i]).collect();
             let probs = self.predict_batch(&batch_inputs)?;
             on_batch(batch.len());

@@ -39,7 +39,7 @@ impl<B: Backend> SentenceEncoder<B> {
         on_batch: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Vec<f32>>, TokenizeError> {
         let lengths: Vec<usize> = texts.iter().map(|t| t.len()).collect();
-        map_batches(&lengths, batch_size, executor, &|batch| {
+        map_batches(&lengths, batch_size, executor, |batch| {
             let texts: Vec<&str> = batch.iter().map(|&i| texts[i]).collect();
             let embedded = self.embed_batch(&texts)?;
             let dim = embedded.dims()[1];

@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use burn::tensor::backend::Backend;
 use flipside_backend::home::Home;
+use flipside_backend::models::BertFiles;
+use flipside_shared::classifier::{ClassifierConfig, SequenceClassifier};
 
 /// The Flipside home the test command fetched assets into (`FLIPSIDE_HOME` or `~/.flipside`).
 pub fn home() -> Home {
@@ -73,4 +76,24 @@ pub fn toy_sentiment_csv() -> String {
         }
     }
     csv
+}
+
+/// A classifier with the pretrained MiniLM encoder and a head initialised from `seed`.
+pub fn minilm_classifier<B: Backend>(
+    labels: &[&str],
+    max_len: usize,
+    seed: u64,
+) -> (SequenceClassifier<B>, ClassifierConfig, BertFiles) {
+    let device = Default::default();
+    B::seed(&device, seed);
+    let files = BertFiles::read(&asset("minilm")).unwrap();
+    let config = ClassifierConfig {
+        bert: files.config.clone(),
+        labels: labels.iter().map(|l| l.to_string()).collect(),
+        max_len,
+        head_dropout: 0.1,
+    };
+    let mut model = config.init::<B>(&device);
+    model.bert = files.load_model(&device).unwrap();
+    (model, config, files)
 }

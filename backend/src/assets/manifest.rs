@@ -255,7 +255,7 @@ mod tests {
         assert!(Manifest::parse(&ok).is_ok());
         for (file, reason) in [
             (
-                format!("{{ name = \"f\", member = \"m\", sha256 = \"abc\" }}"),
+                "{ name = \"f\", member = \"m\", sha256 = \"abc\" }".to_string(),
                 "invalid sha256",
             ),
             (

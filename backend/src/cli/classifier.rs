@@ -338,7 +338,9 @@ pub fn compare(home: &Home, args: CompareArgs) -> Result<Vec<CompareRow>> {
 
     tracing::info!("bag-of-words baseline on {} reviews", train.len());
     let started = Instant::now();
+    let spinner = crate::progress::spinner("fitting the bag-of-words baseline");
     let bow = BowLogReg::fit(&train, seed);
+    spinner.finish_and_clear();
     let bow_seconds = started.elapsed().as_secs_f64();
     let bow_eval = |dataset: &Dataset| {
         let started = Instant::now();

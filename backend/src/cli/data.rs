@@ -9,6 +9,7 @@ use crate::home::Home;
 
 /// How to read dataset files (ignored for built-ins).
 #[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Reading dataset files")]
 pub struct ReadArgs {
     /// File format [default: from the extension: .csv, .tsv, .jsonl]
     #[arg(long, value_enum)]

@@ -79,14 +79,27 @@ pub fn embed(home: &Home, args: EmbedArgs) -> Result<()> {
                 None => Box::new(io::stdout().lock()),
             };
             let mut sink = BufWriter::new(sink);
-            for ((line, text), vector) in lines.iter().zip(&vectors) {
-                let record = serde_json::json!({"line": line, "text": text, "embedding": vector});
-                writeln!(sink, "{record}")?;
+            for ((line, text), embedding) in lines.iter().zip(&vectors) {
+                let record = EmbeddedLine {
+                    line: *line,
+                    text,
+                    embedding,
+                };
+                writeln!(sink, "{}", serde_json::to_string(&record)?)?;
             }
             sink.flush()?;
         }
     }
     Ok(())
+}
+
+/// One line of `flipside embed`'s JSON-lines output.
+#[derive(serde::Serialize)]
+struct EmbeddedLine<'a> {
+    /// 1-based line number in the input.
+    line: usize,
+    text: &'a str,
+    embedding: &'a [f32],
 }
 
 pub(super) fn embed_texts<B: Backend>(

