@@ -18,7 +18,7 @@ use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use flipside_shared::classifier::{ClassifierConfig, SequenceClassifier, TextClassifier};
-use flipside_shared::data::{Dataset, stable_hash};
+use flipside_shared::data::{Dataset, Example, stable_hash};
 use flipside_shared::metrics::{accuracy, argmax_rows};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -112,12 +112,27 @@ pub struct TrainRecord {
     pub total_steps: usize,
     /// Steps completed.
     pub step: usize,
-    /// Mean training loss of each completed epoch, and of the current partial epoch.
-    pub epoch_losses: Vec<f64>,
+    /// The training loss of every completed step.
+    pub losses: Vec<f64>,
     /// Wall time spent training, across resumptions.
     pub train_seconds: f64,
     pub backend: String,
     pub flipside_version: String,
+}
+
+impl TrainRecord {
+    /// The mean training loss of each epoch so far (the last one possibly partial).
+    pub fn epoch_losses(&self, steps_per_epoch: usize) -> Vec<f64> {
+        self.losses
+            .chunks(steps_per_epoch.max(1))
+            .map(|epoch| epoch.iter().sum::<f64>() / epoch.len() as f64)
+            .collect()
+    }
+
+    /// Optimizer steps per epoch.
+    pub fn steps_per_epoch(&self) -> usize {
+        self.total_steps / self.config.epochs.max(1)
+    }
 }
 
 /// The outcome of [`train_classifier`].
@@ -175,7 +190,7 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
         labels: model_config.labels.clone(),
         total_steps: total,
         step: 0,
-        epoch_losses: Vec::new(),
+        losses: Vec::new(),
         train_seconds: 0.0,
         backend: std::any::type_name::<B>().to_string(),
         flipside_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -221,35 +236,29 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
     let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let started = Instant::now();
     let seconds_before = record.train_seconds;
-    let first_step = record.step;
-    let mut epoch_loss_sum = partial_epoch_sum(&record, steps_per_epoch);
+    let pause_at = job.pause_after.map(|n| record.step + n);
     let mut order = epoch_order(job.train.len(), config.seed, record.step / steps_per_epoch);
 
-    while record.step < total {
-        if job
-            .pause_after
-            .is_some_and(|n| record.step - first_step >= n)
-        {
-            break;
-        }
+    while record.step < total && pause_at != Some(record.step) {
         let (epoch, within) = (record.step / steps_per_epoch, record.step % steps_per_epoch);
         if within == 0 {
             order = epoch_order(job.train.len(), config.seed, epoch);
         }
-        let batch =
-            &order[within * config.batch_size..((within + 1) * config.batch_size).min(order.len())];
-        let examples: Vec<_> = batch.iter().map(|&i| &job.train.examples[i]).collect();
-        let inputs: Vec<_> = examples.iter().map(|e| &e.input).collect();
-        let targets: Vec<i64> = examples.iter().map(|e| e.label as i64).collect();
+        let start = within * config.batch_size;
+        let batch: Vec<&Example> = order[start..(start + config.batch_size).min(order.len())]
+            .iter()
+            .map(|&i| &job.train.examples[i])
+            .collect();
 
         Train::<B>::seed(&device, mix(config.seed, record.step as u64 + 1));
         let input = tokenizer
-            .encode_inputs(&inputs)?
+            .encode_inputs(&batch.iter().map(|e| &e.input).collect::<Vec<_>>())?
             .to_input::<Train<B>>(&device);
+        let targets: Vec<i64> = batch.iter().map(|e| e.label as i64).collect();
         let targets =
             Tensor::<Train<B>, 1, Int>::from_data(TensorData::new(targets, [batch.len()]), &device);
         let loss = loss_fn.forward(model.forward(&input), targets);
-        let loss_value: f64 = loss.clone().into_scalar().elem::<f32>() as f64;
+        let loss_value = loss.clone().into_scalar().elem::<f32>() as f64;
         if !loss_value.is_finite() {
             bail!(
                 "the loss became {loss_value} at step {}; lower --lr",
@@ -261,22 +270,18 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
         model = optimizer.step(learning_rate(config, record.step, total), model, grads);
 
         record.step += 1;
-        epoch_loss_sum += loss_value;
-        let steps_in_epoch = record.step - epoch * steps_per_epoch;
-        let mean = epoch_loss_sum / steps_in_epoch as f64;
-        record.epoch_losses.truncate(epoch);
-        record.epoch_losses.push(mean);
-        if steps_in_epoch == steps_per_epoch {
-            epoch_loss_sum = 0.0;
-        }
-        bar.set_message(format!("loss {mean:.3}"));
+        record.losses.push(loss_value);
+        let running = record
+            .epoch_losses(steps_per_epoch)
+            .last()
+            .copied()
+            .unwrap_or_default();
+        bar.set_message(format!("loss {running:.3}"));
         bar.inc(1);
-
-        let at_checkpoint = record.step % config.checkpoint_every.max(1) == 0;
-        let pausing = job
-            .pause_after
-            .is_some_and(|n| record.step - first_step >= n);
-        if at_checkpoint || pausing || record.step == total {
+        if record.step % config.checkpoint_every.max(1) == 0
+            || pause_at == Some(record.step)
+            || record.step == total
+        {
             record.train_seconds = seconds_before + started.elapsed().as_secs_f64();
             save_state(&state_dir, &model, &optimizer, &record, &recorder)?;
         }
@@ -305,15 +310,6 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
         record,
         paused: false,
     })
-}
-
-/// The running loss sum of a partially completed epoch (from the record's last mean).
-fn partial_epoch_sum(record: &TrainRecord, steps_per_epoch: usize) -> f64 {
-    let within = record.step % steps_per_epoch;
-    match record.epoch_losses.last() {
-        Some(mean) if within > 0 => mean * within as f64,
-        _ => 0.0,
-    }
 }
 
 fn check_same_job(saved: &TrainRecord, fresh: &TrainRecord, state_dir: &Path) -> Result<()> {

@@ -198,7 +198,11 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         "steps    {} in {:.0} s",
         record.total_steps, record.train_seconds
     );
-    for (epoch, loss) in record.epoch_losses.iter().enumerate() {
+    for (epoch, loss) in record
+        .epoch_losses(record.steps_per_epoch())
+        .iter()
+        .enumerate()
+    {
         println!("epoch {}  mean training loss {loss:.4}", epoch + 1);
     }
     for spec in &args.eval {
