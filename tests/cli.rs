@@ -370,6 +370,16 @@ fn training_resumes_exactly_after_a_pause_or_a_kill() {
     let err = failure(train_command(&csv, &other).args(["--weight-decay", "0.02"]));
     assert!(err.contains("a different training job"), "{err}");
 
+    // Running a finished job again reuses its model; another job may not overwrite it.
+    let out = success(&mut train_command(&csv, &straight));
+    assert!(out.contains("steps    12"), "{out}");
+    assert!(weights(&straight) == reference);
+    let err = failure(train_command(&csv, &straight).args(["--weight-decay", "0.02"]));
+    assert!(
+        err.contains("holds a model from a different training job"),
+        "{err}"
+    );
+
     // The trained model predicts, evaluates and explains.
     let out = success(
         flipside()

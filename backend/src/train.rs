@@ -196,6 +196,27 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
         flipside_version: env!("CARGO_PKG_VERSION").to_string(),
     };
 
+    // A finished model of this very job is reused; one of another job is never overwritten.
+    if let Some(done) = read_record(job.out)? {
+        if !same_job(&done, &fresh_record) {
+            bail!(
+                "{} holds a model from a different training job (other data or \
+                 hyper-parameters); use another --out, or delete it to train again",
+                job.out.display()
+            );
+        }
+        if job.out.join("model.safetensors").is_file() {
+            tracing::info!(
+                "{} already holds this model; delete it to train again",
+                job.out.display()
+            );
+            return Ok(TrainOutcome {
+                record: done,
+                paused: false,
+            });
+        }
+    }
+
     let state_dir = job.out.join(STATE_DIR);
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
     let mut optimizer = AdamWConfig::new()
@@ -205,7 +226,13 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
 
     let (mut model, mut record) = match read_record(&state_dir)? {
         Some(saved) => {
-            check_same_job(&saved, &fresh_record, &state_dir)?;
+            if !same_job(&saved, &fresh_record) {
+                bail!(
+                    "{} holds a checkpoint of a different training job (other data or \
+                     hyper-parameters); use another --out, or delete that directory to start over",
+                    state_dir.display()
+                );
+            }
             let model = model_config
                 .init::<Train<B>>(&device)
                 .load_file(state_dir.join("model"), &recorder, &device)
@@ -312,23 +339,17 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
     })
 }
 
-fn check_same_job(saved: &TrainRecord, fresh: &TrainRecord, state_dir: &Path) -> Result<()> {
-    let same = saved.config == fresh.config
-        && saved.train_fingerprint == fresh.train_fingerprint
-        && saved.labels == fresh.labels
-        && saved.total_steps == fresh.total_steps;
-    if !same {
-        bail!(
-            "{} holds a checkpoint of a different training job (other data or hyper-parameters); \
-             use another --out, or delete that directory to start over",
-            state_dir.display()
-        );
-    }
-    Ok(())
+/// Whether two records describe the same training job (data, encoder and hyper-parameters).
+fn same_job(a: &TrainRecord, b: &TrainRecord) -> bool {
+    a.config == b.config
+        && a.train_fingerprint == b.train_fingerprint
+        && a.labels == b.labels
+        && a.encoder == b.encoder
+        && a.total_steps == b.total_steps
 }
 
-fn read_record(state_dir: &Path) -> Result<Option<TrainRecord>> {
-    let path = state_dir.join(RECORD_FILE);
+fn read_record(dir: &Path) -> Result<Option<TrainRecord>> {
+    let path = dir.join(RECORD_FILE);
     match fs::read(&path) {
         Ok(bytes) => Ok(Some(
             serde_json::from_slice(&bytes)
