@@ -5,6 +5,7 @@ pub mod allocator;
 pub mod assets;
 pub mod baseline;
 pub mod cli;
+pub mod compare;
 pub mod compute;
 pub mod data;
 pub mod explain;

@@ -25,7 +25,7 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
 use crate::compute::{Batches, Compute};
-use crate::models::{BertFiles, save_classifier, write_atomic};
+use crate::models::{BertFiles, load_classifier, save_classifier, write_atomic};
 use crate::progress;
 
 /// Training hyper-parameters; saved with every checkpoint and model.
@@ -467,6 +467,25 @@ pub fn evaluate<B: Backend>(
         accuracy: accuracy(&predicted, &gold),
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Loads the classifier in `dir` and evaluates it on `dataset`, whose labels must match.
+pub fn evaluate_dir<B: Backend>(
+    compute: Compute<B>,
+    dir: &Path,
+    dataset: &Dataset,
+    batch_size: usize,
+) -> Result<Evaluation> {
+    let classifier = load_classifier::<B>(dir, &compute.device)?;
+    if classifier.config.labels != dataset.labels.names() {
+        bail!(
+            "the classifier's labels {:?} differ from {}'s {:?}",
+            classifier.config.labels,
+            dataset.name,
+            dataset.labels.names()
+        );
+    }
+    evaluate(&classifier, dataset, batch_size, compute.batches)
 }
 
 /// The result of [`evaluate`].

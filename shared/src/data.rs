@@ -156,6 +156,14 @@ impl Dataset {
         self.with_examples(&format!("sample{n}"), chosen)
     }
 
+    /// [`Self::sample`] of `limit` examples when given and smaller than the dataset.
+    pub fn limited(self, limit: Option<usize>, seed: u64) -> Dataset {
+        match limit {
+            Some(n) if n < self.len() => self.sample(n, seed),
+            _ => self,
+        }
+    }
+
     fn with_examples(&self, part: &str, examples: Vec<Example>) -> Dataset {
         Dataset {
             name: format!("{}:{part}", self.name),

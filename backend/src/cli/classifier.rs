@@ -1,22 +1,20 @@
 //! `flipside classifier …`
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
 use clap::{Args, Subcommand};
-use flipside_shared::data::{Dataset, Input};
+use flipside_shared::data::Input;
 use flipside_shared::metrics::argmax_rows;
-use serde::Serialize;
 
 use super::data::ReadArgs;
-use crate::baseline::BowLogReg;
+use crate::compare::{CompareConfig, compare, print_table};
 use crate::compute::{Compute, DeviceChoice};
 use crate::explain::{explain, print_explanation};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_classifier, resolve_model_dir};
-use crate::train::{Evaluation, TrainConfig, TrainJob, evaluate, train_classifier};
+use crate::train::{Evaluation, TrainConfig, TrainJob, evaluate_dir, train_classifier};
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -30,7 +28,7 @@ pub enum ClassifierCommand {
     /// Which words drive a prediction: gradient-norm saliency (AutoCAD §3.2)
     Saliency(SaliencyArgs),
     /// Train on an IMDb subset and compare with a bag-of-words baseline, in and out of domain
-    Compare(CompareArgs),
+    Compare(CompareConfig),
 }
 
 #[derive(Debug, Args)]
@@ -116,51 +114,25 @@ pub struct SaliencyArgs {
     pub device: DeviceChoice,
 }
 
-#[derive(Debug, Clone, Args)]
-pub struct CompareArgs {
-    /// IMDb training reviews (a label-stratified seeded subset of imdb:train)
-    #[arg(long, default_value_t = 2000)]
-    pub train_size: usize,
-    /// IMDb test reviews to evaluate on [default: all 2,500 of imdb:test]
-    #[arg(long)]
-    pub test_size: Option<usize>,
-    /// Rotten Tomatoes sentences to evaluate on [default: all 8,530]
-    #[arg(long)]
-    pub ood_size: Option<usize>,
-    #[arg(long, default_value = DEFAULT_ENCODER)]
-    pub encoder: String,
-    /// Where the trained classifier goes [default: <home>/models/imdb-<train-size>]
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t)]
-    pub device: DeviceChoice,
-    #[command(flatten)]
-    pub config: TrainConfig,
-}
-
 pub fn run(home: &Home, command: ClassifierCommand) -> Result<()> {
     match command {
         ClassifierCommand::Train(args) => train(home, args),
         ClassifierCommand::Eval(args) => eval(home, args),
         ClassifierCommand::Predict(args) => predict(args),
         ClassifierCommand::Saliency(args) => saliency(args),
-        ClassifierCommand::Compare(args) => compare(home, args).map(|_| ()),
-    }
-}
-
-fn limited(dataset: Dataset, limit: Option<usize>, seed: u64) -> Dataset {
-    match limit {
-        Some(n) if n < dataset.len() => dataset.sample(n, seed),
-        _ => dataset,
+        ClassifierCommand::Compare(config) => {
+            let rows = compare(home, &config)?;
+            print_table(&rows);
+            Ok(())
+        }
     }
 }
 
 fn train(home: &Home, args: TrainArgs) -> Result<()> {
-    let data = limited(
-        args.read.load(home, &args.data)?,
-        args.limit,
-        args.config.seed,
-    );
+    let data = args
+        .read
+        .load(home, &args.data)?
+        .limited(args.limit, args.config.seed);
     let out = args.out.clone().unwrap_or_else(|| {
         let name: String = args
             .data
@@ -213,24 +185,6 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
-fn evaluate_dir<B: Backend>(
-    compute: Compute<B>,
-    dir: &Path,
-    dataset: &Dataset,
-    batch_size: usize,
-) -> Result<Evaluation> {
-    let classifier = load_classifier::<B>(dir, &compute.device)?;
-    if classifier.config.labels != dataset.labels.names() {
-        bail!(
-            "the classifier's labels {:?} differ from {}'s {:?}",
-            classifier.config.labels,
-            dataset.name,
-            dataset.labels.names()
-        );
-    }
-    evaluate(&classifier, dataset, batch_size, compute.batches)
-}
-
 fn print_evaluation(result: &Evaluation) {
     println!(
         "accuracy {:.4} on {} ({} examples, {:.1} s)",
@@ -240,7 +194,7 @@ fn print_evaluation(result: &Evaluation) {
 
 fn eval(home: &Home, args: EvalArgs) -> Result<()> {
     for spec in &args.data {
-        let dataset = limited(args.read.load(home, spec)?, args.limit, 0);
+        let dataset = args.read.load(home, spec)?.limited(args.limit, 0);
         let result = with_backend!(
             args.device,
             evaluate_dir(&args.model, &dataset, args.batch_size)
@@ -315,103 +269,4 @@ fn saliency(args: SaliencyArgs) -> Result<()> {
         print_explanation(&explanation);
     }
     Ok(())
-}
-
-/// One row of the comparison table.
-#[derive(Debug, Serialize)]
-pub struct CompareRow {
-    pub model: String,
-    pub train_examples: usize,
-    pub in_domain: Evaluation,
-    pub out_of_domain: Evaluation,
-    pub train_seconds: f64,
-}
-
-/// Trains the MiniLM classifier and the bag-of-words baseline on the same IMDb subset and
-/// evaluates both on IMDb test and Rotten Tomatoes; prints and saves the table.
-pub fn compare(home: &Home, args: CompareArgs) -> Result<Vec<CompareRow>> {
-    let read = ReadArgs::defaults();
-    let seed = args.config.seed;
-    let train = limited(read.load(home, "imdb:train")?, Some(args.train_size), seed);
-    let test = limited(read.load(home, "imdb:test")?, args.test_size, seed);
-    let ood = limited(read.load(home, "rotten-tomatoes")?, args.ood_size, seed);
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| home.models().join(format!("imdb-{}", args.train_size)));
-
-    tracing::info!("bag-of-words baseline on {} reviews", train.len());
-    let started = Instant::now();
-    let spinner = crate::progress::spinner("fitting the bag-of-words baseline");
-    let bow = BowLogReg::fit(&train, seed);
-    spinner.finish_and_clear();
-    let bow_seconds = started.elapsed().as_secs_f64();
-    let bow_eval = |dataset: &Dataset| {
-        let started = Instant::now();
-        Evaluation {
-            dataset: dataset.name.clone(),
-            examples: dataset.len(),
-            accuracy: bow.accuracy(dataset),
-            seconds: started.elapsed().as_secs_f64(),
-        }
-    };
-    let mut rows = vec![CompareRow {
-        model: format!(
-            "bag-of-words logistic regression (uni+bigrams, L2 {})",
-            bow.l2
-        ),
-        train_examples: train.len(),
-        in_domain: bow_eval(&test),
-        out_of_domain: bow_eval(&ood),
-        train_seconds: bow_seconds,
-    }];
-
-    let encoder_dir = resolve_model_dir(home, &args.encoder)?;
-    tracing::info!(
-        "fine-tuning {} on {} reviews into {}",
-        args.encoder,
-        train.len(),
-        out.display()
-    );
-    let job = TrainJob {
-        train: &train,
-        encoder_dir: &encoder_dir,
-        out: &out,
-        config: args.config.clone(),
-        pause_after: None,
-    };
-    let outcome = with_backend!(args.device, train_classifier(&job))?;
-    let in_domain = with_backend!(args.device, evaluate_dir(&out, &test, 32))?;
-    let out_of_domain = with_backend!(args.device, evaluate_dir(&out, &ood, 32))?;
-    rows.push(CompareRow {
-        model: format!(
-            "{} fine-tuned ({} epochs, max_len {})",
-            args.encoder, args.config.epochs, args.config.max_len
-        ),
-        train_examples: train.len(),
-        in_domain,
-        out_of_domain,
-        train_seconds: outcome.record.train_seconds,
-    });
-
-    println!();
-    println!("| model | train | IMDb test acc (n) | Rotten Tomatoes acc (n) | train s | eval s |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for row in &rows {
-        println!(
-            "| {} | {} | {:.4} ({}) | {:.4} ({}) | {:.0} | {:.0} |",
-            row.model,
-            row.train_examples,
-            row.in_domain.accuracy,
-            row.in_domain.examples,
-            row.out_of_domain.accuracy,
-            row.out_of_domain.examples,
-            row.train_seconds,
-            row.in_domain.seconds + row.out_of_domain.seconds
-        );
-    }
-    let results = out.join("compare.json");
-    crate::models::write_atomic(&results, &serde_json::to_vec_pretty(&rows)?)?;
-    println!("\nresults saved to {}", results.display());
-    Ok(rows)
 }

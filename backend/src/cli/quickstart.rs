@@ -3,8 +3,8 @@
 use anyhow::Result;
 use clap::Args;
 
-use super::classifier::{CompareArgs, compare};
 use crate::assets::{Clients, FetchOutcome};
+use crate::compare::{CompareConfig, compare, print_table};
 use crate::explain::{explain, print_explanation};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
@@ -69,7 +69,7 @@ pub fn run(home: &Home, args: QuickstartArgs) -> Result<()> {
         max_len: 128,
         ..TrainConfig::default()
     };
-    let compare_args = CompareArgs {
+    let compare_config = CompareConfig {
         train_size: args.train_size,
         test_size: Some(args.test_size),
         ood_size: Some(args.ood_size),
@@ -78,7 +78,7 @@ pub fn run(home: &Home, args: QuickstartArgs) -> Result<()> {
         device: crate::compute::DeviceChoice::Cpu,
         config,
     };
-    compare(home, compare_args)?;
+    print_table(&compare(home, &compare_config)?);
 
     println!("\n4. Which words carry the prediction (gradient saliency)");
     let model = home.models().join(format!("imdb-{}", args.train_size));
