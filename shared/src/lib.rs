@@ -13,4 +13,5 @@ pub mod encoder;
 pub mod metrics;
 pub mod pooling;
 pub mod saliency;
+pub mod sentences;
 pub mod tokenize;

@@ -66,23 +66,34 @@ impl ReadArgs {
             skip_bad: self.skip_bad,
             max_row_bytes: self.max_row_bytes,
             filter: None,
+            unlabelled: false,
         })
     }
 
     /// Loads `spec` (`imdb`, `imdb:test`, `file.csv`, `file.csv:dev`, …), warning about
     /// skipped rows.
     pub fn load(&self, home: &Home, spec: &str) -> Result<Dataset> {
-        Ok(self.load_report(home, spec)?.dataset)
+        Ok(self.load_report(home, spec, false)?.dataset)
     }
 
-    fn load_report(&self, home: &Home, spec: &str) -> Result<ReadReport> {
+    /// Loads `spec` as [`ReadArgs::load`] does, but files without reading labels (every
+    /// example of a file is [`crate::data::UNLABELLED`]; built-ins keep theirs).
+    pub fn load_unlabelled(&self, home: &Home, spec: &str) -> Result<Dataset> {
+        Ok(self.load_report(home, spec, true)?.dataset)
+    }
+
+    fn load_report(&self, home: &Home, spec: &str, unlabelled: bool) -> Result<ReadReport> {
         let parsed: DatasetSpec = spec.parse()?;
         let splits = SplitConfig {
             dev: 0.1,
             test: 0.1,
             seed: self.split_seed,
         };
-        let mut report = parsed.load(home, &self.options()?, splits)?;
+        let options = ReadOptions {
+            unlabelled,
+            ..self.options()?
+        };
+        let mut report = parsed.load(home, &options, splits)?;
         if let Some(first) = report.skipped.first() {
             tracing::warn!(
                 "skipped {} malformed row(s) of {spec}; the first: {first}",
@@ -121,7 +132,7 @@ pub fn run(home: &Home, command: DataCommand) -> Result<()> {
             head,
             show_bad,
         } => {
-            let report = read.load_report(home, &dataset)?;
+            let report = read.load_report(home, &dataset, false)?;
             print_summary(&report.dataset, head);
             if !report.skipped.is_empty() {
                 println!("skipped  {} malformed row(s)", report.skipped.len());

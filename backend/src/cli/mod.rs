@@ -3,8 +3,10 @@
 mod assets;
 mod bench;
 mod classifier;
+mod corpus;
 mod data;
 mod embed;
+mod index;
 mod quickstart;
 
 use std::path::PathBuf;
@@ -57,6 +59,12 @@ pub enum Command {
     /// Train, evaluate and apply text classifiers; word saliency
     #[command(subcommand)]
     Classifier(classifier::ClassifierCommand),
+    /// Build and inspect retrieval corpora: review sentences from built-in data and files
+    #[command(subcommand)]
+    Corpus(corpus::CorpusCommand),
+    /// Build sentence indexes over corpora and search them (dense retrieval, HNSW)
+    #[command(subcommand)]
+    Index(index::IndexCommand),
     /// Speed benchmarks against reference implementations
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -85,6 +93,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Embed(args) => embed::embed(&home, args),
         Command::Similarity(args) => embed::similarity(&home, args),
         Command::Classifier(command) => classifier::run(&home, command),
+        Command::Corpus(command) => corpus::run(&home, command),
+        Command::Index(command) => index::run(&home, command),
         Command::Bench(command) => bench::run(&home, command),
         Command::Quickstart(args) => quickstart::run(&home, args),
     }
@@ -103,8 +113,9 @@ pub(crate) fn defaults<T: clap::Args>() -> T {
 fn init_logging(verbose: u8, quiet: bool) {
     let default = match (quiet, verbose) {
         (true, _) => "warn",
-        (false, 0) => "info,flipside_backend=info",
-        (false, 1) => "info,flipside_backend=debug,flipside_shared=debug",
+        // hnsw_rs logs every graph load and drop at info level.
+        (false, 0) => "info,hnsw_rs=warn",
+        (false, 1) => "info,hnsw_rs=warn,flipside_backend=debug,flipside_shared=debug",
         (false, _) => "debug,flipside_backend=trace,flipside_shared=trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use flipside_shared::data::Dataset;
 
 pub use builtin::Builtin;
-pub use readers::{BadRow, Columns, Format, ReadOptions, ReadReport, read_file};
+pub use readers::{BadRow, Columns, Format, ReadOptions, ReadReport, UNLABELLED, read_file};
 
 use crate::home::Home;
 

@@ -74,7 +74,13 @@ pub struct ReadOptions {
     pub max_row_bytes: usize,
     /// Keep only rows whose column equals this value.
     pub filter: Option<(String, String)>,
+    /// Read texts without labels (for corpora): the label column is ignored and every example
+    /// gets the one label [`UNLABELLED`].
+    pub unlabelled: bool,
 }
+
+/// The single label of a dataset read with [`ReadOptions::unlabelled`].
+pub const UNLABELLED: &str = "unlabelled";
 
 impl Default for ReadOptions {
     fn default() -> Self {
@@ -85,6 +91,7 @@ impl Default for ReadOptions {
             skip_bad: false,
             max_row_bytes: 1 << 20,
             filter: None,
+            unlabelled: false,
         }
     }
 }
@@ -278,7 +285,11 @@ fn build_row(
             text: non_empty(&columns.text)?,
         },
     };
-    let label = required(&columns.label)?.trim().to_string();
+    let label = if options.unlabelled {
+        UNLABELLED.to_string()
+    } else {
+        required(&columns.label)?.trim().to_string()
+    };
     if label.is_empty() {
         return Err(format!("empty label in column {:?}", columns.label));
     }
@@ -490,7 +501,10 @@ fn read_bounded_line(
 
 fn needed_columns(options: &ReadOptions) -> Vec<&str> {
     let c = &options.columns;
-    let mut columns = vec![c.label.as_str()];
+    let mut columns = Vec::new();
+    if !options.unlabelled {
+        columns.push(c.label.as_str());
+    }
     match &c.pair {
         Some((premise, hypothesis)) => columns.extend([premise.as_str(), hypothesis.as_str()]),
         None => columns.push(&c.text),

@@ -1,4 +1,4 @@
-//! `flipside bench …`: speed against reference implementations, measured in the same run.
+//! `flipside bench encode`: sentence embeddings per second against sentence-transformers.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -7,22 +7,18 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
-use clap::{Args, Subcommand};
+use clap::Args;
+
+use super::ensure_venv;
 use serde::Deserialize;
 
-use super::data::ReadArgs;
+use crate::cli::data::ReadArgs;
 use crate::compute::{Compute, DeviceChoice};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_encoder, resolve_model_dir};
 use crate::with_backend;
 
-const REFERENCE_SCRIPT: &str = include_str!("../../bench/sentence_transformers_encode.py");
-
-#[derive(Debug, Subcommand)]
-pub enum BenchCommand {
-    /// Sentence embeddings per second, Flipside vs sentence-transformers (PyTorch, CPU)
-    Encode(EncodeBenchArgs),
-}
+const REFERENCE_SCRIPT: &str = include_str!("../../../bench/sentence_transformers_encode.py");
 
 #[derive(Debug, Args)]
 pub struct EncodeBenchArgs {
@@ -40,17 +36,11 @@ pub struct EncodeBenchArgs {
     #[arg(long)]
     pub no_reference: bool,
     /// Python virtual environment for the reference, created (torch, sentence-transformers from
-    /// PyPI: several GB) if missing [default: <home>/bench/venv]
+    /// PyPI: several GB) if missing [default: HOME/bench/venv]
     #[arg(long, value_name = "DIR")]
     pub venv: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
-}
-
-pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
-    match command {
-        BenchCommand::Encode(args) => bench_encode(home, args),
-    }
 }
 
 struct Timing {
@@ -68,7 +58,7 @@ struct ReferenceResult {
     first_embeddings: Vec<Vec<f32>>,
 }
 
-fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
+pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -99,7 +89,7 @@ fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
             .venv
             .clone()
             .unwrap_or_else(|| home.root().join("bench").join("venv"));
-        let python = ensure_venv(&venv)?;
+        let python = ensure_venv(&venv, &["torch", "sentence-transformers"])?;
         Some(run_reference(
             &python,
             &model_dir,
@@ -162,47 +152,6 @@ fn time_flipside<B: Backend>(
         first_embeddings: embeddings.into_iter().take(8).collect(),
         description: format!("flipside (burn {})", std::any::type_name::<B>()),
     })
-}
-
-/// Creates the reference virtual environment if needed; returns its Python.
-fn ensure_venv(venv: &Path) -> Result<PathBuf> {
-    let python = venv.join("bin").join("python");
-    let ready = venv.join(".flipside-ready");
-    if ready.exists() {
-        return Ok(python);
-    }
-    println!(
-        "creating {} with torch and sentence-transformers (one-off, several GB)…",
-        venv.display()
-    );
-    let status = Command::new("python3")
-        .arg("-m")
-        .arg("venv")
-        .arg(venv)
-        .status()
-        .context("cannot run python3 to create the reference environment")?;
-    if !status.success() {
-        bail!("python3 -m venv {} failed", venv.display());
-    }
-    let status = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "torch",
-            "sentence-transformers",
-        ])
-        .status()?;
-    if !status.success() {
-        bail!(
-            "installing torch and sentence-transformers into {} failed",
-            venv.display()
-        );
-    }
-    std::fs::write(ready, b"")?;
-    Ok(python)
 }
 
 fn run_reference(

@@ -1,0 +1,71 @@
+//! `flipside bench …`: speed against reference implementations, measured in the same run.
+
+mod encode;
+mod retrieval;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+
+use crate::home::Home;
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Sentence embeddings per second, Flipside vs sentence-transformers (PyTorch, CPU)
+    Encode(encode::EncodeBenchArgs),
+    /// HNSW search vs faiss IndexIVFFlat and IndexHNSWFlat: build time, memory, recall@k,
+    /// queries per second
+    Retrieval(retrieval::RetrievalBenchArgs),
+}
+
+pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Encode(args) => encode::bench_encode(home, args),
+        BenchCommand::Retrieval(args) => retrieval::bench_retrieval(home, args),
+    }
+}
+
+/// Creates a Python virtual environment with `packages` from PyPI unless it is already there;
+/// returns its Python.
+fn ensure_venv(venv: &Path, packages: &[&str]) -> Result<PathBuf> {
+    let python = venv.join("bin").join("python");
+    let ready = venv.join(".flipside-ready");
+    if ready.exists() {
+        return Ok(python);
+    }
+    println!(
+        "creating {} with {} (one-off)…",
+        venv.display(),
+        packages.join(", ")
+    );
+    let status = Command::new("python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(venv)
+        .status()
+        .context("cannot run python3 to create the reference environment")?;
+    if !status.success() {
+        bail!("python3 -m venv {} failed", venv.display());
+    }
+    let status = Command::new(&python)
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
+        .args(packages)
+        .status()?;
+    if !status.success() {
+        bail!(
+            "installing {} into {} failed",
+            packages.join(", "),
+            venv.display()
+        );
+    }
+    std::fs::write(ready, b"")?;
+    Ok(python)
+}

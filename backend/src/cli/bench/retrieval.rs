@@ -1,0 +1,449 @@
+//! `flipside bench retrieval`: Flipside's HNSW index against faiss `IndexIVFFlat` (CORE's
+//! setting: 300 lists, 30 probed) and `IndexHNSWFlat`, on the same vectors and queries, in one
+//! run: build time, memory, recall@k against exact search, and queries per second.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use flipside_shared::sentences::split_sentences;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use super::ensure_venv;
+use crate::cli::corpus::corpus_dir;
+use crate::cli::data::ReadArgs;
+use crate::compute::DeviceChoice;
+use crate::home::Home;
+use crate::models::DEFAULT_ENCODER;
+use crate::retrieval::ann::{AnnIndex, Hit, HnswParams};
+use crate::retrieval::embeddings::EmbeddingFile;
+use crate::retrieval::encoders::RetrieverEncoders;
+use crate::retrieval::exact::{exact_top_k, recall_at_k};
+use crate::retrieval::index::{embed_queries, embeddings_path, index_dir};
+use crate::with_backend;
+
+const REFERENCE_SCRIPT: &str = include_str!("../../../bench/faiss_retrieval.py");
+
+/// The recall a configuration must reach to count.
+const TARGET_RECALL: f64 = 0.95;
+
+#[derive(Debug, Args)]
+pub struct RetrievalBenchArgs {
+    /// Vectors to index: the real MiniLM embeddings of the corpus's index, topped up with
+    /// perturbed copies when there are fewer
+    #[arg(long, default_value_t = 1_000_000)]
+    pub n: usize,
+    /// Queries: MiniLM embeddings of IMDb test-split sentences (not in the corpus)
+    #[arg(long, default_value_t = 2000)]
+    pub queries: usize,
+    #[arg(short, long, default_value_t = 10)]
+    pub k: usize,
+    /// The corpus whose `minilm` index provides the real vectors
+    #[arg(long, default_value = "movies")]
+    pub corpus: String,
+    /// HNSW neighbours per node (M), for Flipside and faiss alike
+    #[arg(long, default_value_t = HnswParams::default().max_connections)]
+    pub m: usize,
+    /// HNSW candidate list size while building, for both
+    #[arg(long, default_value_t = HnswParams::default().ef_construction)]
+    pub ef_construction: usize,
+    /// HNSW search candidate list sizes to try
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10,16,24,32,48,64,96,128,192,256"
+    )]
+    pub ef: Vec<usize>,
+    /// IndexIVFFlat lists
+    #[arg(long, default_value_t = 300)]
+    pub nlist: usize,
+    /// IndexIVFFlat lists probed (CORE used 30)
+    #[arg(long, value_delimiter = ',', default_value = "10,20,30,50,80")]
+    pub nprobe: Vec<usize>,
+    /// Relative norm of the noise added to make perturbed copies
+    #[arg(long, default_value_t = 0.75)]
+    pub noise: f32,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Skip faiss (no Python environment needed)
+    #[arg(long)]
+    pub no_reference: bool,
+    /// Python virtual environment for faiss-cpu, created if missing [default: HOME/bench/faiss]
+    #[arg(long, value_name = "DIR")]
+    pub venv: Option<PathBuf>,
+    /// Where to write the results as JSON [default: HOME/bench/retrieval-N.json]
+    #[arg(long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// One measured configuration.
+#[derive(Debug, Clone, Serialize)]
+struct Run {
+    index: String,
+    parameter: String,
+    value: usize,
+    build_seconds: f64,
+    memory_bytes: i64,
+    recall: f64,
+    queries_per_second: f64,
+}
+
+#[derive(Deserialize)]
+struct ReferenceRun {
+    index: String,
+    parameter: String,
+    value: usize,
+    build_seconds: f64,
+    memory_bytes: i64,
+    search_seconds: f64,
+    ids: Vec<Vec<i64>>,
+}
+
+#[derive(Deserialize)]
+struct ReferenceOutput {
+    faiss: String,
+    threads: usize,
+    runs: Vec<ReferenceRun>,
+}
+
+pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
+    let threads = rayon::current_num_threads();
+    let encoders = RetrieverEncoders::resolve(home, DEFAULT_ENCODER)?;
+    let dim = 384;
+    let (vectors, real) = base_vectors(home, &args, dim)?;
+    println!(
+        "retrieval bench: {} × {dim} vectors ({real} real MiniLM sentence embeddings, {} perturbed \
+         copies with noise {:.2}), {} queries, recall@{}, {threads} threads",
+        args.n,
+        args.n - real,
+        args.noise,
+        args.queries,
+        args.k
+    );
+    let queries = query_vectors(home, &encoders, args.queries)?;
+
+    let started = Instant::now();
+    let truth = exact_top_k(&vectors, dim, &queries, args.k);
+    let exact_seconds = started.elapsed().as_secs_f64();
+    let mut runs = vec![Run {
+        index: "exact (brute force)".into(),
+        parameter: "-".into(),
+        value: 0,
+        build_seconds: 0.0,
+        memory_bytes: 0,
+        recall: 1.0,
+        queries_per_second: queries.len() as f64 / exact_seconds,
+    }];
+
+    let reference = if args.no_reference {
+        None
+    } else {
+        let venv = args
+            .venv
+            .clone()
+            .unwrap_or_else(|| home.root().join("bench").join("faiss"));
+        let python = ensure_venv(&venv, &["faiss-cpu", "numpy"])?;
+        Some(run_reference(
+            &python, home, &args, &vectors, &queries, dim, threads,
+        )?)
+    };
+
+    let params = HnswParams {
+        max_connections: args.m,
+        ef_construction: args.ef_construction,
+    };
+    let before = resident_bytes();
+    let started = Instant::now();
+    let bar = crate::progress::items(args.n as u64, "graph");
+    let ann = AnnIndex::build(&vectors, dim, params, &|n| bar.inc(n as u64));
+    bar.finish_and_clear();
+    let build_seconds = started.elapsed().as_secs_f64();
+    let memory_bytes = resident_bytes() - before;
+    for &ef in &args.ef {
+        ann.search_many(&queries[..queries.len().min(64)], args.k, ef);
+        let started = Instant::now();
+        let found = ann.search_many(&queries, args.k, ef);
+        let seconds = started.elapsed().as_secs_f64();
+        runs.push(Run {
+            index: format!("flipside HNSW (hnsw_rs, M={})", args.m),
+            parameter: "ef".into(),
+            value: ef,
+            build_seconds,
+            memory_bytes,
+            recall: recall_at_k(&truth, &ids(&found), args.k),
+            queries_per_second: queries.len() as f64 / seconds,
+        });
+    }
+
+    if let Some(reference) = &reference {
+        for run in &reference.runs {
+            let found: Vec<Vec<usize>> = run
+                .ids
+                .iter()
+                .map(|row| {
+                    row.iter()
+                        .map(|&id| usize::try_from(id).unwrap_or(usize::MAX))
+                        .collect()
+                })
+                .collect();
+            runs.push(Run {
+                index: run.index.clone(),
+                parameter: run.parameter.clone(),
+                value: run.value,
+                build_seconds: run.build_seconds,
+                memory_bytes: run.memory_bytes,
+                recall: recall_at_k(&truth, &found, args.k),
+                queries_per_second: queries.len() as f64 / run.search_seconds,
+            });
+        }
+    }
+    print_table(&runs, args.k);
+    if let Some(reference) = &reference {
+        println!(
+            "\n(faiss-cpu {}, {} OpenMP threads)",
+            reference.faiss, reference.threads
+        );
+        print_ratios(&runs, args.nlist);
+    }
+    print_extrapolation(memory_bytes, args.n, dim);
+
+    let output = args.output.clone().unwrap_or_else(|| {
+        home.root()
+            .join("bench")
+            .join(format!("retrieval-{}.json", args.n))
+    });
+    if let Some(parent) = output.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(
+        &output,
+        serde_json::to_vec_pretty(&serde_json::json!({
+            "n": args.n, "real": real, "dim": dim, "queries": args.queries, "k": args.k,
+            "noise": args.noise, "seed": args.seed, "threads": threads, "runs": runs,
+        }))?,
+    )?;
+    println!("results saved to {}", output.display());
+    Ok(())
+}
+
+fn ids(found: &[Vec<Hit>]) -> Vec<Vec<usize>> {
+    found
+        .iter()
+        .map(|hits| hits.iter().map(|h| h.id).collect())
+        .collect()
+}
+
+/// The real embeddings of the corpus index (up to `n`), then perturbed copies of random real
+/// rows until there are `n`. Returns the matrix and the number of real rows.
+fn base_vectors(home: &Home, args: &RetrievalBenchArgs, dim: usize) -> Result<(Vec<f32>, usize)> {
+    let path = embeddings_path(&index_dir(&corpus_dir(home, &args.corpus), DEFAULT_ENCODER));
+    if !path.exists() {
+        bail!(
+            "no MiniLM embeddings at {}: build them with `flipside corpus build && flipside \
+             index build` (corpus {:?})",
+            path.display(),
+            args.corpus
+        );
+    }
+    let mut vectors = EmbeddingFile::open(&path, dim)?.read_all()?;
+    let real = (vectors.len() / dim).min(args.n);
+    vectors.truncate(real * dim);
+    if real == 0 {
+        bail!("{} holds no embeddings yet", path.display());
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
+    let sigma = args.noise / (dim as f32).sqrt();
+    vectors.reserve((args.n - real) * dim);
+    for _ in real..args.n {
+        let source = rng.random_range(0..real) * dim;
+        let mut row: Vec<f32> = (0..dim)
+            .map(|i| vectors[source + i] + sigma * gaussian(&mut rng))
+            .collect();
+        let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+        row.iter_mut().for_each(|x| *x /= norm);
+        vectors.extend_from_slice(&row);
+    }
+    Ok((vectors, real))
+}
+
+/// A standard normal sample (Box–Muller).
+fn gaussian(rng: &mut ChaCha8Rng) -> f32 {
+    let u: f32 = rng.random::<f32>().max(f32::MIN_POSITIVE);
+    let v: f32 = rng.random();
+    (-2.0 * u.ln()).sqrt() * (std::f32::consts::TAU * v).cos()
+}
+
+/// MiniLM embeddings of the first `count` sentences (of at least 4 words) of IMDb test reviews.
+fn query_vectors(home: &Home, encoders: &RetrieverEncoders, count: usize) -> Result<Vec<Vec<f32>>> {
+    let test = ReadArgs::defaults().load(home, "imdb:test")?;
+    let sentences: Vec<String> = test
+        .examples
+        .iter()
+        .flat_map(|e| {
+            split_sentences(e.input.texts()[0])
+                .into_iter()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter(|s| s.split_whitespace().count() >= 4)
+        .take(count)
+        .collect();
+    let texts: Vec<&str> = sentences.iter().map(String::as_str).collect();
+    with_backend!(DeviceChoice::Cpu, embed_queries(encoders, &texts, 64))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_reference(
+    python: &Path,
+    home: &Home,
+    args: &RetrievalBenchArgs,
+    vectors: &[f32],
+    queries: &[Vec<f32>],
+    dim: usize,
+    threads: usize,
+) -> Result<ReferenceOutput> {
+    let scratch = tempfile_dir(home)?;
+    let vectors_path = scratch.join("vectors.f32");
+    let queries_path = scratch.join("queries.f32");
+    write_f32(&vectors_path, vectors)?;
+    write_f32(&queries_path, &queries.concat())?;
+    let request = serde_json::json!({
+        "vectors": vectors_path, "queries": queries_path, "dim": dim, "k": args.k,
+        "threads": threads,
+        "ivf": { "nlist": args.nlist, "nprobes": args.nprobe },
+        "hnsw": { "m": args.m, "ef_construction": args.ef_construction, "ef_searches": args.ef },
+    });
+    let spinner = crate::progress::spinner("faiss: building and searching");
+    let mut child = Command::new(python)
+        .args(["-c", REFERENCE_SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("cannot start the faiss reference script")?;
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(request.to_string().as_bytes())?;
+    let output = child.wait_with_output()?;
+    spinner.finish_and_clear();
+    std::fs::remove_dir_all(&scratch)?;
+    if !output.status.success() {
+        bail!("the faiss reference failed ({})", output.status);
+    }
+    serde_json::from_slice(&output.stdout).context("the faiss reference printed no result")
+}
+
+fn tempfile_dir(home: &Home) -> Result<PathBuf> {
+    let dir = home
+        .root()
+        .join("bench")
+        .join(format!("scratch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+fn write_f32(path: &Path, values: &[f32]) -> Result<()> {
+    let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// This process's resident memory, in bytes (0 where /proc is unavailable).
+fn resident_bytes() -> i64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<i64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn print_table(runs: &[Run], k: usize) {
+    println!(
+        "\n| index | setting | build s | memory MB | recall@{k} | queries/s |\n|---|---|---:|---:|---:|---:|"
+    );
+    for run in runs {
+        println!(
+            "| {} | {}={} | {:.1} | {:.0} | {:.4} | {:.0} |",
+            run.index,
+            run.parameter,
+            run.value,
+            run.build_seconds,
+            run.memory_bytes as f64 / 1e6,
+            run.recall,
+            run.queries_per_second
+        );
+    }
+}
+
+/// The fastest run of `index` whose recall reaches the target.
+fn fastest_at_target<'a>(runs: &'a [Run], index: &str) -> Option<&'a Run> {
+    runs.iter()
+        .filter(|r| r.index.starts_with(index) && r.recall >= TARGET_RECALL)
+        .max_by(|a, b| a.queries_per_second.total_cmp(&b.queries_per_second))
+}
+
+fn print_ratios(runs: &[Run], nlist: usize) {
+    let ours = fastest_at_target(runs, "flipside");
+    let core = runs
+        .iter()
+        .find(|r| r.index == "faiss IndexIVFFlat" && r.value == 30);
+    let describe = |run: Option<&Run>| {
+        run.map_or("none reaches the target".to_string(), |r| {
+            format!(
+                "{}={}: recall {:.3}, {:.0} queries/s",
+                r.parameter, r.value, r.recall, r.queries_per_second
+            )
+        })
+    };
+    println!("\nat recall@k ≥ {TARGET_RECALL}:");
+    println!("  flipside HNSW        {}", describe(ours));
+    println!(
+        "  faiss IndexHNSWFlat  {}",
+        describe(fastest_at_target(runs, "faiss IndexHNSWFlat"))
+    );
+    println!(
+        "  faiss IndexIVFFlat   {}",
+        describe(fastest_at_target(runs, "faiss IndexIVFFlat"))
+    );
+    println!(
+        "  CORE's setting (IndexIVFFlat nlist={nlist}, nprobe=30): {}",
+        describe(core)
+    );
+    let ratio = |theirs: Option<&Run>, name: &str| {
+        if let (Some(ours), Some(theirs)) = (ours, theirs) {
+            println!(
+                "queries/s ratio flipside / {name}: {:.2}x",
+                ours.queries_per_second / theirs.queries_per_second
+            );
+        }
+    };
+    ratio(core, "IndexIVFFlat nprobe=30");
+    ratio(
+        fastest_at_target(runs, "faiss IndexIVFFlat"),
+        "IndexIVFFlat at the target",
+    );
+    ratio(
+        fastest_at_target(runs, "faiss IndexHNSWFlat"),
+        "IndexHNSWFlat at the target",
+    );
+}
+
+fn print_extrapolation(memory_bytes: i64, n: usize, dim: usize) {
+    let per_vector = memory_bytes as f64 / n as f64;
+    let vectors = dim as f64 * 4.0;
+    println!(
+        "\nmemory: {per_vector:.0} bytes per vector ({vectors:.0} of them the f32 vector, {:.0} the \
+         graph and bookkeeping); 8M sentences → {:.1} GB",
+        per_vector - vectors,
+        per_vector * 8e6 / 1e9
+    );
+}

@@ -1,0 +1,180 @@
+//! `flipside index …`
+
+use std::io::BufRead;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+
+use super::corpus::CorpusArg;
+use crate::compute::DeviceChoice;
+use crate::corpus::Corpus;
+use crate::home::Home;
+use crate::models::DEFAULT_ENCODER;
+use crate::retrieval::ann::HnswParams;
+use crate::retrieval::encoders::RetrieverEncoders;
+use crate::retrieval::index::{
+    BuildOptions, BuildOutcome, SentenceIndex, build_index, embed_queries, index_dir,
+};
+use crate::with_backend;
+
+#[derive(Debug, Subcommand)]
+pub enum IndexCommand {
+    /// Encode a corpus with a retriever's document encoder and build its HNSW index
+    /// (resumable: a killed run continues where it stopped)
+    Build(BuildArgs),
+    /// Retrieve the corpus sentences nearest to queries
+    Search(SearchArgs),
+}
+
+/// Which index: a corpus and the retriever that encoded it.
+#[derive(Debug, Clone, Args)]
+pub struct IndexArg {
+    #[command(flatten)]
+    pub corpus: CorpusArg,
+    /// Retriever: a trained CF-DPR directory, a BERT directory or a model asset name
+    #[arg(long, default_value = DEFAULT_ENCODER)]
+    pub encoder: String,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+}
+
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    #[command(flatten)]
+    pub index: IndexArg,
+    /// Sentences per forward pass
+    #[arg(long, default_value_t = BuildOptions::default().batch_size)]
+    pub batch_size: usize,
+    /// HNSW neighbours per node (M)
+    #[arg(long, default_value_t = HnswParams::default().max_connections)]
+    pub m: usize,
+    /// HNSW candidate list size while building
+    #[arg(long, default_value_t = HnswParams::default().ef_construction)]
+    pub ef_construction: usize,
+    /// Stop after encoding this many new sentences (the next run resumes)
+    #[arg(long, value_name = "N")]
+    pub pause_after: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// Query texts
+    pub queries: Vec<String>,
+    /// Also read queries from this file, one per line
+    #[arg(long, value_name = "FILE")]
+    pub queries_file: Option<PathBuf>,
+    #[command(flatten)]
+    pub index: IndexArg,
+    /// Results per query
+    #[arg(short, long, default_value_t = 10)]
+    pub k: usize,
+    /// HNSW candidate list size while searching (≥ k; larger is slower and more exact)
+    #[arg(long, default_value_t = 64)]
+    pub ef: usize,
+    /// Print JSON lines instead of a table
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(home: &Home, command: IndexCommand) -> Result<()> {
+    match command {
+        IndexCommand::Build(args) => build(home, args),
+        IndexCommand::Search(args) => search(home, args),
+    }
+}
+
+fn build(home: &Home, args: BuildArgs) -> Result<()> {
+    let corpus_dir = args.index.corpus.dir(home);
+    let corpus = Corpus::open(&corpus_dir)?;
+    let encoders = RetrieverEncoders::resolve(home, &args.index.encoder)?;
+    let dir = index_dir(&corpus_dir, &args.index.encoder);
+    let options = BuildOptions {
+        batch_size: args.batch_size,
+        hnsw: HnswParams {
+            max_connections: args.m,
+            ef_construction: args.ef_construction,
+        },
+        stop_after: args.pause_after,
+        ..BuildOptions::default()
+    };
+    tracing::info!(
+        "indexing {} sentences of {} with {} into {}",
+        corpus.len(),
+        corpus_dir.display(),
+        args.index.encoder,
+        dir.display()
+    );
+    let outcome = with_backend!(
+        args.index.device,
+        build_index(&corpus, &encoders, &dir, &options)
+    )?;
+    match outcome {
+        BuildOutcome::Built(meta) => tracing::info!(
+            "indexed {} sentences ({}-d): encoding {:.0} s, graph {:.0} s",
+            meta.sentences,
+            meta.dim,
+            meta.encode_seconds,
+            meta.graph_seconds
+        ),
+        BuildOutcome::Paused { encoded, total } => tracing::info!(
+            "paused after {encoded} of {total} sentences; run the same command to continue"
+        ),
+    }
+    Ok(())
+}
+
+fn search(home: &Home, args: SearchArgs) -> Result<()> {
+    let mut queries = args.queries.clone();
+    if let Some(path) = &args.queries_file {
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        for line in std::io::BufReader::new(file).lines() {
+            let line = line?;
+            if !line.trim().is_empty() {
+                queries.push(line);
+            }
+        }
+    }
+    if queries.is_empty() {
+        bail!("no query: give query texts as arguments or --queries-file FILE");
+    }
+    if args.k == 0 {
+        bail!("-k must be at least 1");
+    }
+    let corpus_dir = args.index.corpus.dir(home);
+    let encoders = RetrieverEncoders::resolve(home, &args.index.encoder)?;
+    let index = SentenceIndex::open(
+        &corpus_dir,
+        &index_dir(&corpus_dir, &args.index.encoder),
+        &encoders,
+    )?;
+    let texts: Vec<&str> = queries.iter().map(String::as_str).collect();
+    let vectors = with_backend!(args.index.device, embed_queries(&encoders, &texts, 32))?;
+    let results = index.search(&vectors, args.k, args.ef);
+    for (query, hits) in queries.iter().zip(&results) {
+        if args.json {
+            let record = serde_json::json!({ "query": query, "results": hits });
+            println!("{record}");
+            continue;
+        }
+        println!("query: {query}");
+        for (rank, hit) in hits.iter().enumerate() {
+            println!(
+                "{:>3}  {:.3}  {}  [{} {}#{}{}]",
+                rank + 1,
+                hit.score,
+                hit.sentence.text,
+                hit.source,
+                hit.sentence.doc,
+                hit.sentence.pos,
+                hit.sentence
+                    .label
+                    .as_deref()
+                    .map_or(String::new(), |l| format!(", review {l}"))
+            );
+        }
+        println!();
+    }
+    Ok(())
+}

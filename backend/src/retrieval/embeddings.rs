@@ -1,0 +1,103 @@
+//! An append-only file of embedding rows (little-endian f32), written in chunks so that a
+//! killed encoding run resumes after the last complete row.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+/// Embedding rows on disk.
+pub struct EmbeddingFile {
+    path: PathBuf,
+    dim: usize,
+}
+
+impl EmbeddingFile {
+    /// The file at `path`, holding rows of width `dim` (created empty if missing). A partly
+    /// written last row is cut off.
+    pub fn open(path: &Path, dim: usize) -> Result<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        let row_bytes = (dim * 4) as u64;
+        let len = file.metadata()?.len();
+        if len % row_bytes != 0 {
+            file.set_len(len - len % row_bytes)?;
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            dim,
+        })
+    }
+
+    /// The number of complete rows.
+    pub fn rows(&self) -> Result<usize> {
+        Ok((std::fs::metadata(&self.path)?.len() / (self.dim as u64 * 4)) as usize)
+    }
+
+    /// Appends rows and makes them durable.
+    pub fn append(&self, rows: &[Vec<f32>]) -> Result<()> {
+        let mut bytes = Vec::with_capacity(rows.len() * self.dim * 4);
+        for row in rows {
+            assert_eq!(row.len(), self.dim, "embedding width");
+            for x in row {
+                bytes.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        let mut file = OpenOptions::new().append(true).open(&self.path)?;
+        file.write_all(&bytes)
+            .and_then(|()| file.sync_data())
+            .with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    /// Drops every row from `rows` on.
+    pub fn truncate(&self, rows: usize) -> Result<()> {
+        let file = OpenOptions::new().write(true).open(&self.path)?;
+        file.set_len((rows * self.dim * 4) as u64)?;
+        Ok(())
+    }
+
+    /// Reads every row into one row-major matrix.
+    pub fn read_all(&self) -> Result<Vec<f32>> {
+        let mut bytes = Vec::new();
+        File::open(&self.path)?.read_to_end(&mut bytes)?;
+        let usable = bytes.len() - bytes.len() % (self.dim * 4);
+        Ok(bytes[..usable]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn appends_resume_after_a_torn_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.f32");
+        let file = EmbeddingFile::open(&path, 3).unwrap();
+        file.append(&[vec![1.0, 2.0, 3.0], vec![4.0, 5.0, 6.0]])
+            .unwrap();
+        // A crash in the middle of a row leaves 5 stray bytes.
+        OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(&[0; 5])
+            .unwrap();
+        let file = EmbeddingFile::open(&path, 3).unwrap();
+        assert_eq!(file.rows().unwrap(), 2);
+        file.append(&[vec![7.0, 8.0, 9.0]]).unwrap();
+        assert_eq!(
+            file.read_all().unwrap(),
+            vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+        );
+        file.truncate(1).unwrap();
+        assert_eq!(file.read_all().unwrap(), vec![1.0, 2.0, 3.0]);
+    }
+}

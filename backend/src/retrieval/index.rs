@@ -1,0 +1,319 @@
+//! A sentence index: a corpus encoded by a retriever's document encoder, searchable through an
+//! HNSW graph. Encoding is resumable (rows are appended in durable chunks), and the index
+//! records which encoder and which corpus it was built from so that a mismatched search is an
+//! error instead of silent garbage.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::backend::Backend;
+use serde::{Deserialize, Serialize};
+
+use super::ann::{AnnIndex, Hit, HnswParams};
+use super::embeddings::EmbeddingFile;
+use super::encoders::RetrieverEncoders;
+use crate::compute::Compute;
+use crate::corpus::{Corpus, Sentence};
+use crate::models::{load_encoder, write_atomic};
+use crate::progress;
+
+const META: &str = "index.json";
+const EMBEDDINGS: &str = "embeddings.f32";
+const EMBEDDINGS_META: &str = "embeddings.json";
+const GRAPH: &str = "graph";
+
+/// `index.json`: what an index was built from and how.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct IndexMeta {
+    /// The retriever as the user named it.
+    pub encoder: String,
+    /// The weights fingerprint of its document encoder.
+    pub document_fingerprint: String,
+    pub dim: usize,
+    /// The corpus sources covered, and their fingerprint.
+    pub corpus_sources: usize,
+    pub corpus_fingerprint: String,
+    pub sentences: usize,
+    pub hnsw: HnswParams,
+    /// Wall time of the last encoding run and of the graph build.
+    pub encode_seconds: f64,
+    pub graph_seconds: f64,
+}
+
+/// `embeddings.json`: whose rows `embeddings.f32` holds, so that a resumed run never mixes
+/// the rows of two encoders or two corpora.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+struct EmbeddingsMeta {
+    document_fingerprint: String,
+    dim: usize,
+    corpus_sources: usize,
+    corpus_fingerprint: String,
+}
+
+/// How to build an index.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// Sentences per forward pass.
+    pub batch_size: usize,
+    /// Sentences encoded between two durable writes.
+    pub chunk: usize,
+    pub hnsw: HnswParams,
+    /// Stop after encoding this many new sentences (for testing resumption).
+    pub stop_after: Option<usize>,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        Self {
+            batch_size: 64,
+            chunk: 2048,
+            hnsw: HnswParams::default(),
+            stop_after: None,
+        }
+    }
+}
+
+/// The directory of the index of `corpus_dir` built with retriever `encoder`.
+pub fn index_dir(corpus_dir: &Path, encoder: &str) -> PathBuf {
+    let label: String = Path::new(encoder)
+        .file_name()
+        .map_or_else(|| encoder.into(), |n| n.to_string_lossy().into_owned())
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    corpus_dir.join("indexes").join(label)
+}
+
+/// The embedding rows of the index in `dir` (complete once the index is built).
+pub fn embeddings_path(dir: &Path) -> PathBuf {
+    dir.join(EMBEDDINGS)
+}
+
+/// What [`build_index`] did.
+#[derive(Debug)]
+pub enum BuildOutcome {
+    Built(IndexMeta),
+    /// `stop_after` was reached before every sentence was encoded.
+    Paused {
+        encoded: usize,
+        total: usize,
+    },
+}
+
+/// Encodes the sentences of `corpus` not yet encoded into `dir`, then builds and saves the
+/// graph over all of them.
+pub fn build_index<B: Backend>(
+    compute: Compute<B>,
+    corpus: &Corpus,
+    encoders: &RetrieverEncoders,
+    dir: &Path,
+    options: &BuildOptions,
+) -> Result<BuildOutcome> {
+    if corpus.is_empty() {
+        bail!(
+            "the corpus at {} is empty: add sources with `flipside corpus build`",
+            corpus.dir().display()
+        );
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let encoder = load_encoder::<B>(&encoders.document_dir, &compute.device)?;
+    let wanted = EmbeddingsMeta {
+        document_fingerprint: encoders.document_fingerprint()?,
+        dim: encoder.dim(),
+        corpus_sources: corpus.sources().len(),
+        corpus_fingerprint: corpus.fingerprint(corpus.sources().len()),
+    };
+    let rows = open_embeddings(corpus, dir, &wanted)?;
+    let sentences = corpus.sentences()?;
+    let done = rows.rows()?;
+    if done > 0 && done < sentences.len() {
+        tracing::info!(
+            "resuming: {done} of {} sentences already encoded",
+            sentences.len()
+        );
+    }
+
+    let started = Instant::now();
+    let todo = &sentences[done..];
+    let limit = options.stop_after.unwrap_or(usize::MAX).min(todo.len());
+    let bar = progress::items(todo.len() as u64, "encoding");
+    for chunk in todo[..limit].chunks(options.chunk.max(1)) {
+        let texts: Vec<&str> = chunk.iter().map(|s| s.text.as_str()).collect();
+        let vectors = encoder.embed_all(&texts, options.batch_size, &compute.batches, &|n| {
+            bar.inc(n as u64)
+        })?;
+        rows.append(&vectors)?;
+    }
+    bar.finish_and_clear();
+    let encode_seconds = started.elapsed().as_secs_f64();
+    if limit < todo.len() {
+        return Ok(BuildOutcome::Paused {
+            encoded: done + limit,
+            total: sentences.len(),
+        });
+    }
+
+    let started = Instant::now();
+    let matrix = rows.read_all()?;
+    let bar = progress::items(sentences.len() as u64, "graph");
+    let ann = AnnIndex::build(&matrix, wanted.dim, options.hnsw, &|n| bar.inc(n as u64));
+    bar.finish_and_clear();
+    ann.save(&dir.join(GRAPH))?;
+    let meta = IndexMeta {
+        encoder: encoders.name.clone(),
+        document_fingerprint: wanted.document_fingerprint,
+        dim: wanted.dim,
+        corpus_sources: wanted.corpus_sources,
+        corpus_fingerprint: wanted.corpus_fingerprint,
+        sentences: sentences.len(),
+        hnsw: options.hnsw,
+        encode_seconds,
+        graph_seconds: started.elapsed().as_secs_f64(),
+    };
+    write_atomic(&dir.join(META), &serde_json::to_vec_pretty(&meta)?)?;
+    Ok(BuildOutcome::Built(meta))
+}
+
+/// Opens `embeddings.f32`, starting over when its rows belong to another encoder or corpus.
+fn open_embeddings(corpus: &Corpus, dir: &Path, wanted: &EmbeddingsMeta) -> Result<EmbeddingFile> {
+    let meta_path = dir.join(EMBEDDINGS_META);
+    let existing: Option<EmbeddingsMeta> = std::fs::read(&meta_path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    let reusable = existing.as_ref().is_some_and(|old| {
+        old.document_fingerprint == wanted.document_fingerprint
+            && old.dim == wanted.dim
+            && old.corpus_sources <= corpus.sources().len()
+            && corpus.fingerprint(old.corpus_sources) == old.corpus_fingerprint
+    });
+    if !reusable {
+        if existing.is_some() {
+            tracing::info!(
+                "the stored embeddings are from another encoder or corpus: starting over"
+            );
+        }
+        let _ = std::fs::remove_file(dir.join(EMBEDDINGS));
+    }
+    write_atomic(&meta_path, &serde_json::to_vec_pretty(wanted)?)?;
+    let rows = EmbeddingFile::open(&dir.join(EMBEDDINGS), wanted.dim)?;
+    if rows.rows()? > corpus.len() {
+        rows.truncate(corpus.len())?;
+    }
+    Ok(rows)
+}
+
+/// A built index, its corpus sentences and its graph, ready to search.
+pub struct SentenceIndex {
+    pub meta: IndexMeta,
+    pub sentences: Vec<Sentence>,
+    corpus: Corpus,
+    ann: AnnIndex,
+}
+
+/// A search result: the sentence id, its score and the sentence.
+#[derive(Debug, Clone, Serialize)]
+pub struct Retrieved<'a> {
+    pub id: usize,
+    pub score: f32,
+    pub source: &'a str,
+    #[serde(flatten)]
+    pub sentence: &'a Sentence,
+}
+
+impl SentenceIndex {
+    /// Opens the index in `dir` over the corpus in `corpus_dir`, checking that `encoders` is the
+    /// retriever it was built with and that the corpus still starts with the indexed sources.
+    pub fn open(corpus_dir: &Path, dir: &Path, encoders: &RetrieverEncoders) -> Result<Self> {
+        let meta_path = dir.join(META);
+        let meta: IndexMeta =
+            serde_json::from_slice(&std::fs::read(&meta_path).with_context(|| {
+                format!(
+                    "no index at {} (build it with `flipside index build --encoder {}`)",
+                    dir.display(),
+                    encoders.name
+                )
+            })?)
+            .with_context(|| format!("{} is not an index description", meta_path.display()))?;
+        let fingerprint = encoders.document_fingerprint()?;
+        if fingerprint != meta.document_fingerprint {
+            bail!(
+                "the index in {} was built with encoder {:?} (weights {}), but {:?} has weights \
+                 {fingerprint}: its vectors are not comparable; build an index for it with \
+                 `flipside index build --encoder {}`",
+                dir.display(),
+                meta.encoder,
+                meta.document_fingerprint,
+                encoders.name,
+                encoders.name
+            );
+        }
+        let corpus = Corpus::open(corpus_dir)?;
+        if corpus.sources().len() < meta.corpus_sources
+            || corpus.fingerprint(meta.corpus_sources) != meta.corpus_fingerprint
+        {
+            bail!(
+                "the corpus at {} changed since the index was built: rebuild the index",
+                corpus_dir.display()
+            );
+        }
+        if corpus.len() > meta.sentences {
+            tracing::warn!(
+                "the corpus has {} sentences the index does not cover: run `flipside index build`",
+                corpus.len() - meta.sentences
+            );
+        }
+        let mut sentences = corpus.sentences()?;
+        sentences.truncate(meta.sentences);
+        let ann = AnnIndex::load(&dir.join(GRAPH), meta.dim)?;
+        if ann.len() != meta.sentences {
+            bail!(
+                "the graph in {} holds {} vectors, the index {}: rebuild the index",
+                dir.display(),
+                ann.len(),
+                meta.sentences
+            );
+        }
+        Ok(Self {
+            meta,
+            sentences,
+            corpus,
+            ann,
+        })
+    }
+
+    /// The `k` nearest sentences to each query vector, best first.
+    pub fn search(&self, queries: &[Vec<f32>], k: usize, ef: usize) -> Vec<Vec<Retrieved<'_>>> {
+        self.ann
+            .search_many(queries, k, ef)
+            .into_iter()
+            .map(|hits| hits.into_iter().map(|hit| self.retrieved(hit)).collect())
+            .collect()
+    }
+
+    fn retrieved(&self, hit: Hit) -> Retrieved<'_> {
+        Retrieved {
+            id: hit.id,
+            score: hit.score,
+            source: self.corpus.source_of(hit.id).unwrap_or("?"),
+            sentence: &self.sentences[hit.id],
+        }
+    }
+}
+
+/// Embeds query texts with the retriever's query encoder.
+pub fn embed_queries<B: Backend>(
+    compute: Compute<B>,
+    encoders: &RetrieverEncoders,
+    queries: &[&str],
+    batch_size: usize,
+) -> Result<Vec<Vec<f32>>> {
+    let encoder = load_encoder::<B>(&encoders.query_dir, &compute.device)?;
+    Ok(encoder.embed_all(queries, batch_size, &compute.batches, &|_| {})?)
+}

@@ -1,0 +1,135 @@
+//! End-to-end tests of corpus building, indexing and search with the real MiniLM encoder.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{asset, failure, flipside, success};
+
+const REVIEWS: &str = "\
+The acting was wooden and the plot made no sense. I walked out after an hour.
+What a delight this film is! The cast is superb and the music is lovely.
+The acting was superb from start to finish. I would watch it again tomorrow.
+A dull, lifeless script. Even the explosions were boring to watch.
+The photography is gorgeous. Every frame looks like a painting.
+The dialogue was painfully stiff and the actors seemed bored.
+Mr. Jones gives the performance of his career. It moved me to tears.
+";
+
+fn in_corpus(corpus: &Path, args: &[&str]) -> Command {
+    let mut command = flipside();
+    command.args(args).arg("--corpus").arg(corpus);
+    command
+}
+
+#[test]
+fn a_corpus_is_built_indexed_resumed_searched_and_grown() {
+    let dir = tempfile::tempdir().unwrap();
+    let reviews = dir.path().join("reviews.txt");
+    std::fs::write(&reviews, REVIEWS).unwrap();
+    let corpus = dir.path().join("corpus");
+
+    let info = success(in_corpus(&corpus, &["corpus", "build"]).arg(&reviews));
+    assert!(info.contains("total") && info.contains(" 13"), "{info}");
+    // Building again with the same source adds nothing.
+    let again = success(in_corpus(&corpus, &["corpus", "build"]).arg(&reviews));
+    assert_eq!(again, info);
+
+    // Encode 5 sentences, stop, then finish: the index covers all 13.
+    let paused = flipside()
+        .args(["index", "build", "--pause-after", "5", "--corpus"])
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    assert!(paused.status.success());
+    assert!(String::from_utf8_lossy(&paused.stderr).contains("paused after 5 of 13"));
+    success(&mut in_corpus(&corpus, &["index", "build"]));
+
+    let out = success(&mut in_corpus(
+        &corpus,
+        &[
+            "index",
+            "search",
+            "the acting was wooden",
+            "-k",
+            "3",
+            "--json",
+        ],
+    ));
+    let record: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let results = record["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    assert_eq!(
+        results[0]["text"],
+        "The acting was wooden and the plot made no sense."
+    );
+    assert_eq!(results[0]["doc"], "line-1");
+    assert!(results[0]["score"].as_f64().unwrap() > results[2]["score"].as_f64().unwrap());
+
+    // A second source appends new sentence ids; the old index warns until it is rebuilt.
+    let more = dir.path().join("more.csv");
+    std::fs::write(
+        &more,
+        "text\n\"The soundtrack is haunting and beautiful.\"\n",
+    )
+    .unwrap();
+    success(in_corpus(&corpus, &["corpus", "build"]).arg(&more));
+    let stale = flipside()
+        .args(["index", "search", "lovely music", "--corpus"])
+        .arg(&corpus)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&stale.stderr).contains("1 sentences the index does not cover")
+    );
+    success(&mut in_corpus(&corpus, &["index", "build"]));
+    let out = success(&mut in_corpus(
+        &corpus,
+        &["index", "search", "a haunting soundtrack", "-k", "1"],
+    ));
+    assert!(
+        out.contains("The soundtrack is haunting and beautiful."),
+        "{out}"
+    );
+}
+
+#[test]
+fn searching_with_another_encoder_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let reviews = dir.path().join("reviews.txt");
+    std::fs::write(&reviews, REVIEWS).unwrap();
+    let corpus = dir.path().join("corpus");
+    success(in_corpus(&corpus, &["corpus", "build"]).arg(&reviews));
+    success(&mut in_corpus(&corpus, &["index", "build"]));
+
+    // A copy of MiniLM named like it, with one weight changed.
+    let other = dir.path().join("other").join("minilm");
+    std::fs::create_dir_all(&other).unwrap();
+    for file in [
+        "config.json",
+        "tokenizer.json",
+        "sentence_bert_config.json",
+        "model.safetensors",
+    ] {
+        std::fs::copy(asset("minilm").join(file), other.join(file)).unwrap();
+    }
+    let weights = other.join("model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&weights, bytes).unwrap();
+
+    let error = failure(
+        in_corpus(&corpus, &["index", "search", "great film"])
+            .arg("--encoder")
+            .arg(&other),
+    );
+    assert!(
+        error.contains("was built with encoder \"minilm\"") && error.contains("not comparable"),
+        "{error}"
+    );
+    let error = failure(&mut in_corpus(&corpus, &["index", "search"]));
+    assert!(error.contains("no query"), "{error}");
+}
