@@ -18,10 +18,26 @@ The dialogue was painfully stiff and the actors seemed bored.
 Mr. Jones gives the performance of his career. It moved me to tears.
 ";
 
+/// `flipside COMMAND SUBCOMMAND --corpus CORPUS REST…` (so that a trailing option of `args`
+/// can take its value from a following `.arg()`).
 fn in_corpus(corpus: &Path, args: &[&str]) -> Command {
     let mut command = flipside();
-    command.args(args).arg("--corpus").arg(corpus);
     command
+        .args(&args[..2])
+        .arg("--corpus")
+        .arg(corpus)
+        .args(&args[2..]);
+    command
+}
+
+/// A corpus of [`REVIEWS`] in `dir`, indexed with MiniLM.
+fn indexed_corpus(dir: &Path) -> std::path::PathBuf {
+    let reviews = dir.join("reviews.txt");
+    std::fs::write(&reviews, REVIEWS).unwrap();
+    let corpus = dir.join("corpus");
+    success(in_corpus(&corpus, &["corpus", "build"]).arg(&reviews));
+    success(&mut in_corpus(&corpus, &["index", "build"]));
+    corpus
 }
 
 #[test]
@@ -98,11 +114,7 @@ fn a_corpus_is_built_indexed_resumed_searched_and_grown() {
 #[test]
 fn searching_with_another_encoder_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let reviews = dir.path().join("reviews.txt");
-    std::fs::write(&reviews, REVIEWS).unwrap();
-    let corpus = dir.path().join("corpus");
-    success(in_corpus(&corpus, &["corpus", "build"]).arg(&reviews));
-    success(&mut in_corpus(&corpus, &["index", "build"]));
+    let corpus = indexed_corpus(dir.path());
 
     // A copy of MiniLM named like it, with one weight changed.
     let other = dir.path().join("other").join("minilm");
@@ -132,4 +144,91 @@ fn searching_with_another_encoder_is_an_error() {
     );
     let error = failure(&mut in_corpus(&corpus, &["index", "search"]));
     assert!(error.contains("no query"), "{error}");
+}
+
+#[test]
+fn a_trained_retriever_indexes_searches_and_is_evaluated_against_minilm() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = indexed_corpus(dir.path());
+
+    let pairs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/seed_pairs.jsonl");
+    let out = dir.path().join("cf-dpr");
+    let train = |extra: &[&str]| {
+        let mut command = flipside();
+        command
+            .args(["retriever", "train", "--pairs"])
+            .arg(&pairs)
+            .arg("--out")
+            .arg(&out)
+            .args(["--epochs", "2", "--batch-size", "3", "--validation", "0.3"])
+            .args(extra);
+        command
+    };
+    success(&mut train(&[]));
+    for file in [
+        "retriever.json",
+        "training.json",
+        "query/model.safetensors",
+        "document/config.json",
+    ] {
+        assert!(out.join(file).is_file(), "{file} is missing");
+    }
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("training.json")).unwrap()).unwrap();
+    let losses = record["losses"].as_array().unwrap();
+    assert_eq!(
+        losses.len(),
+        record["total_steps"].as_u64().unwrap() as usize
+    );
+    assert!(losses.iter().all(|l| l.as_f64().unwrap().is_finite()));
+    // The same job again reuses the model; other hyper-parameters refuse to overwrite it.
+    let again = train(&[]).output().unwrap();
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds this model"));
+    let error = failure(&mut train(&["--lr", "1e-3"]));
+    assert!(error.contains("different training job"), "{error}");
+
+    // The trained document encoder gets its own index; the MiniLM index stays valid.
+    success(in_corpus(&corpus, &["index", "build", "--encoder"]).arg(&out));
+    let found = success(
+        in_corpus(
+            &corpus,
+            &[
+                "index",
+                "search",
+                "the music is awful",
+                "-k",
+                "2",
+                "--encoder",
+            ],
+        )
+        .arg(&out),
+    );
+    assert_eq!(
+        found.lines().filter(|l| l.contains("reviews.txt")).count(),
+        2,
+        "{found}"
+    );
+
+    let table = success(
+        in_corpus(
+            &corpus,
+            &[
+                "retriever",
+                "eval",
+                "--random",
+                "3",
+                "--hard",
+                "3",
+                "--validation",
+                "0.3",
+                "--retrievers",
+            ],
+        )
+        .arg(format!("minilm,{}", out.display()))
+        .arg("--pairs")
+        .arg(&pairs),
+    );
+    let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| ")).collect();
+    assert_eq!(rows.len(), 3, "{table}");
+    assert!(rows[1].starts_with("| minilm |"), "{table}");
 }

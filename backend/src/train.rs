@@ -20,6 +20,7 @@ use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use flipside_shared::classifier::{ClassifierConfig, SequenceClassifier, TextClassifier};
 use flipside_shared::data::{Dataset, Example, stable_hash};
 use flipside_shared::metrics::{accuracy, argmax_rows};
+use flipside_shared::tokenize::TextTokenizer;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
@@ -93,7 +94,7 @@ fn mix(seed: u64, value: u64) -> u64 {
 }
 
 /// A fingerprint of a dataset's ids and labels, to refuse resuming on different data.
-fn fingerprint(dataset: &Dataset) -> String {
+pub fn fingerprint(dataset: &Dataset) -> String {
     let mut h = 0u64;
     for example in &dataset.examples {
         h = stable_hash(h, &format!("{}\u{1f}{}", example.id, example.label));
@@ -121,6 +122,32 @@ pub struct TrainRecord {
 }
 
 impl TrainRecord {
+    /// The record of a job that has not started: `items` training items in batches of
+    /// `config.batch_size` for `config.epochs` epochs.
+    pub fn new(
+        config: &TrainConfig,
+        encoder: &Path,
+        train_dataset: &str,
+        train_fingerprint: String,
+        labels: Vec<String>,
+        items: usize,
+        backend: &str,
+    ) -> Self {
+        Self {
+            config: config.clone(),
+            encoder: encoder.to_path_buf(),
+            train_dataset: train_dataset.to_string(),
+            train_fingerprint,
+            labels,
+            total_steps: items.div_ceil(config.batch_size) * config.epochs,
+            step: 0,
+            losses: Vec::new(),
+            train_seconds: 0.0,
+            backend: backend.to_string(),
+            flipside_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+
     /// The mean training loss of each epoch so far (the last one possibly partial).
     pub fn epoch_losses(&self, steps_per_epoch: usize) -> Vec<f64> {
         self.losses
@@ -156,90 +183,60 @@ pub struct TrainJob<'a> {
 const STATE_DIR: &str = "train-state";
 const RECORD_FILE: &str = "training.json";
 
-/// Fine-tunes a classifier on `job.train`, starting from the encoder in `job.encoder_dir`,
-/// resuming from `job.out/train-state` if a checkpoint of the same job is there. On success the
-/// model is saved to `job.out` (see [`crate::models::save_classifier`]) and the state removed.
-pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Result<TrainOutcome> {
-    type Train<B> = Autodiff<B>;
-    let device = compute.device;
-    let config = &job.config;
-    if job.train.is_empty() {
-        bail!("the training set is empty");
-    }
-    if job.train.labels.len() < 2 {
-        bail!(
-            "a classifier needs at least two labels, found {:?}",
-            job.train.labels.names()
-        );
-    }
-    let files = BertFiles::read(job.encoder_dir)?;
-    let tokenizer = files.tokenizer(config.max_len)?;
-    let model_config = ClassifierConfig {
-        bert: files.config.clone(),
-        labels: job.train.labels.names().to_vec(),
-        max_len: config.max_len,
-        head_dropout: 0.1,
-    };
-    let steps_per_epoch = job.train.len().div_ceil(config.batch_size);
-    let total = steps_per_epoch * config.epochs;
-    let fresh_record = TrainRecord {
-        config: config.clone(),
-        encoder: job.encoder_dir.to_path_buf(),
-        train_dataset: job.train.name.clone(),
-        train_fingerprint: fingerprint(job.train),
-        labels: model_config.labels.clone(),
-        total_steps: total,
-        step: 0,
-        losses: Vec::new(),
-        train_seconds: 0.0,
-        backend: std::any::type_name::<B>().to_string(),
-        flipside_version: env!("CARGO_PKG_VERSION").to_string(),
-    };
+/// What a training loop optimises: a model and the loss of a batch of training items.
+pub trait Objective<B: AutodiffBackend> {
+    type Model: AutodiffModule<B>;
+    /// The number of training items; a batch is a list of item indices.
+    fn items(&self) -> usize;
+    /// The starting model (pretrained weights; new parameters drawn from the seeded backend).
+    fn init(&self, device: &B::Device) -> Result<Self::Model>;
+    /// A model of the right shape to load a checkpoint into.
+    fn skeleton(&self, device: &B::Device) -> Self::Model;
+    /// The mean loss over the items of `batch`.
+    fn loss(
+        &self,
+        model: &Self::Model,
+        batch: &[usize],
+        device: &B::Device,
+    ) -> Result<Tensor<B, 1>>;
+}
 
-    // A finished model of this very job is reused; one of another job is never overwritten.
-    if let Some(done) = read_record(job.out)? {
-        if !same_job(&done, &fresh_record) {
-            bail!(
-                "{} holds a model from a different training job (other data or \
-                 hyper-parameters); use another --out, or delete it to train again",
-                job.out.display()
-            );
-        }
-        if job.out.join("model.safetensors").is_file() {
-            tracing::info!(
-                "{} already holds this model; delete it to train again",
-                job.out.display()
-            );
-            return Ok(TrainOutcome {
-                record: done,
-                paused: false,
-            });
-        }
-    }
-
-    let state_dir = job.out.join(STATE_DIR);
+/// Runs the optimisation described by `fresh` (its config and total steps), resuming from the
+/// checkpoint in `state_dir` when it holds one of the same job, saving checkpoints there, and
+/// stopping early after `pause_after` steps. Returns the model and the record; the run is
+/// finished when `record.step == record.total_steps`.
+pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
+    objective: &O,
+    device: &B::Device,
+    fresh: TrainRecord,
+    state_dir: &Path,
+    pause_after: Option<usize>,
+) -> Result<(O::Model, TrainRecord)> {
+    let config = fresh.config.clone();
+    let total = fresh.total_steps;
+    let steps_per_epoch = fresh.steps_per_epoch();
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
     let mut optimizer = AdamWConfig::new()
         .with_weight_decay(config.weight_decay as f32)
         .with_epsilon(1e-8)
-        .init::<Train<B>, SequenceClassifier<Train<B>>>();
+        .init::<B, O::Model>();
 
-    let (mut model, mut record) = match read_record(&state_dir)? {
+    let (mut model, mut record) = match read_record(state_dir)? {
         Some(saved) => {
-            if !same_job(&saved, &fresh_record) {
+            if !same_job(&saved, &fresh) {
                 bail!(
                     "{} holds a checkpoint of a different training job (other data or \
                      hyper-parameters); use another --out, or delete that directory to start over",
                     state_dir.display()
                 );
             }
-            let model = model_config
-                .init::<Train<B>>(&device)
-                .load_file(state_dir.join("model"), &recorder, &device)
+            let model = objective
+                .skeleton(device)
+                .load_file(state_dir.join("model"), &recorder, device)
                 .context("cannot load the training checkpoint")?;
             optimizer = optimizer.load_record(
                 recorder
-                    .load(state_dir.join("optimizer"), &device)
+                    .load(state_dir.join("optimizer"), device)
                     .context("cannot load the optimizer checkpoint")?,
             );
             tracing::info!(
@@ -251,40 +248,32 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
             (model, saved)
         }
         None => {
-            Train::<B>::seed(&device, config.seed);
-            let mut model = model_config.init::<Train<B>>(&device);
-            model.bert = files.load_model(&device)?;
-            (model, fresh_record)
+            B::seed(device, config.seed);
+            (objective.init(device)?, fresh)
         }
     };
 
     let bar = progress::items(total as u64, "training");
     bar.set_position(record.step as u64);
-    let loss_fn = CrossEntropyLossConfig::new().init(&device);
     let started = Instant::now();
     let seconds_before = record.train_seconds;
-    let pause_at = job.pause_after.map(|n| record.step + n);
-    let mut order = epoch_order(job.train.len(), config.seed, record.step / steps_per_epoch);
+    let pause_at = pause_after.map(|n| record.step + n);
+    let mut order = epoch_order(
+        objective.items(),
+        config.seed,
+        record.step / steps_per_epoch,
+    );
 
     while record.step < total && pause_at != Some(record.step) {
         let (epoch, within) = (record.step / steps_per_epoch, record.step % steps_per_epoch);
         if within == 0 {
-            order = epoch_order(job.train.len(), config.seed, epoch);
+            order = epoch_order(objective.items(), config.seed, epoch);
         }
         let start = within * config.batch_size;
-        let batch: Vec<&Example> = order[start..(start + config.batch_size).min(order.len())]
-            .iter()
-            .map(|&i| &job.train.examples[i])
-            .collect();
+        let batch = &order[start..(start + config.batch_size).min(order.len())];
 
-        Train::<B>::seed(&device, mix(config.seed, record.step as u64 + 1));
-        let input = tokenizer
-            .encode_inputs(&batch.iter().map(|e| &e.input).collect::<Vec<_>>())?
-            .to_input::<Train<B>>(&device);
-        let targets: Vec<i64> = batch.iter().map(|e| e.label as i64).collect();
-        let targets =
-            Tensor::<Train<B>, 1, Int>::from_data(TensorData::new(targets, [batch.len()]), &device);
-        let loss = loss_fn.forward(model.forward(&input), targets);
+        B::seed(device, mix(config.seed, record.step as u64 + 1));
+        let loss = objective.loss(&model, batch, device)?;
         let loss_value = loss.clone().into_scalar().elem::<f32>() as f64;
         if !loss_value.is_finite() {
             bail!(
@@ -294,7 +283,7 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
         }
         let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         clip_global_norm(&model, &mut grads, config.max_grad_norm);
-        model = optimizer.step(learning_rate(config, record.step, total), model, grads);
+        model = optimizer.step(learning_rate(&config, record.step, total), model, grads);
 
         record.step += 1;
         record.losses.push(loss_value);
@@ -310,33 +299,177 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
             || record.step == total
         {
             record.train_seconds = seconds_before + started.elapsed().as_secs_f64();
-            save_state(&state_dir, &model, &optimizer, &record, &recorder)?;
+            save_state(state_dir, &model, &optimizer, &record, &recorder)?;
         }
     }
     bar.finish_and_clear();
     record.train_seconds = seconds_before + started.elapsed().as_secs_f64();
+    Ok((model, record))
+}
 
-    if record.step < total {
+/// The record of the finished model in `out` if it comes from the job `fresh` describes
+/// (`None` if `out` holds no finished model, i.e. no file `artifact`); an error if it comes
+/// from another job.
+pub fn finished_job(
+    out: &Path,
+    fresh: &TrainRecord,
+    artifact: &str,
+) -> Result<Option<TrainRecord>> {
+    let Some(done) = read_record(out)? else {
+        return Ok(None);
+    };
+    if !same_job(&done, fresh) {
+        bail!(
+            "{} holds a model from a different training job (other data or \
+             hyper-parameters); use another --out, or delete it to train again",
+            out.display()
+        );
+    }
+    if !out.join(artifact).is_file() {
+        return Ok(None);
+    }
+    tracing::info!(
+        "{} already holds this model; delete it to train again",
+        out.display()
+    );
+    Ok(Some(done))
+}
+
+/// Writes the record of a finished job into `out` and removes its checkpoints.
+pub fn finish_job(out: &Path, record: &TrainRecord) -> Result<()> {
+    write_atomic(&out.join(RECORD_FILE), &serde_json::to_vec_pretty(record)?)?;
+    fs::remove_dir_all(out.join(STATE_DIR)).ok();
+    Ok(())
+}
+
+/// The checkpoint directory of a job writing into `out`.
+pub fn state_dir(out: &Path) -> PathBuf {
+    out.join(STATE_DIR)
+}
+
+/// Fine-tunes a classifier on `job.train`, starting from the encoder in `job.encoder_dir`,
+/// resuming from `job.out/train-state` if a checkpoint of the same job is there. On success the
+/// model is saved to `job.out` (see [`crate::models::save_classifier`]) and the state removed.
+pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Result<TrainOutcome> {
+    let config = &job.config;
+    if job.train.is_empty() {
+        bail!("the training set is empty");
+    }
+    if job.train.labels.len() < 2 {
+        bail!(
+            "a classifier needs at least two labels, found {:?}",
+            job.train.labels.names()
+        );
+    }
+    let files = BertFiles::read(job.encoder_dir)?;
+    let objective = ClassifierObjective {
+        train: job.train,
+        tokenizer: files.tokenizer(config.max_len)?,
+        model_config: ClassifierConfig {
+            bert: files.config.clone(),
+            labels: job.train.labels.names().to_vec(),
+            max_len: config.max_len,
+            head_dropout: 0.1,
+        },
+        files: &files,
+    };
+    let fresh = TrainRecord::new(
+        config,
+        job.encoder_dir,
+        &job.train.name,
+        fingerprint(job.train),
+        objective.model_config.labels.clone(),
+        job.train.len(),
+        std::any::type_name::<B>(),
+    );
+    run_job::<Autodiff<B>, _>(
+        &objective,
+        &compute.device,
+        fresh,
+        job.out,
+        "model.safetensors",
+        job.pause_after,
+        |model| {
+            save_classifier(
+                job.out,
+                &model.valid(),
+                &objective.model_config,
+                &files.tokenizer_json,
+            )
+        },
+    )
+}
+
+/// A whole training job writing into `out`: reuses a finished model of the same job (one whose
+/// `artifact` file exists), otherwise runs or resumes [`optimise`]; when the run finishes,
+/// `save` writes the model and the record is written beside it.
+pub fn run_job<B: AutodiffBackend, O: Objective<B>>(
+    objective: &O,
+    device: &B::Device,
+    fresh: TrainRecord,
+    out: &Path,
+    artifact: &str,
+    pause_after: Option<usize>,
+    save: impl FnOnce(O::Model) -> Result<()>,
+) -> Result<TrainOutcome> {
+    if let Some(record) = finished_job(out, &fresh, artifact)? {
         return Ok(TrainOutcome {
             record,
-            paused: true,
+            paused: false,
         });
     }
-    save_classifier(
-        job.out,
-        &model.valid(),
-        &model_config,
-        &files.tokenizer_json,
-    )?;
-    write_atomic(
-        &job.out.join(RECORD_FILE),
-        &serde_json::to_vec_pretty(&record)?,
-    )?;
-    fs::remove_dir_all(&state_dir).ok();
-    Ok(TrainOutcome {
-        record,
-        paused: false,
-    })
+    let (model, record) = optimise(objective, device, fresh, &state_dir(out), pause_after)?;
+    let paused = record.step < record.total_steps;
+    if !paused {
+        save(model)?;
+        finish_job(out, &record)?;
+    }
+    Ok(TrainOutcome { record, paused })
+}
+
+/// Cross-entropy of a sequence classifier on labelled examples.
+struct ClassifierObjective<'a> {
+    train: &'a Dataset,
+    tokenizer: TextTokenizer,
+    model_config: ClassifierConfig,
+    files: &'a BertFiles,
+}
+
+impl<B: AutodiffBackend> Objective<B> for ClassifierObjective<'_> {
+    type Model = SequenceClassifier<B>;
+
+    fn items(&self) -> usize {
+        self.train.len()
+    }
+
+    fn init(&self, device: &B::Device) -> Result<Self::Model> {
+        let mut model = self.model_config.init::<B>(device);
+        model.bert = self.files.load_model(device)?;
+        Ok(model)
+    }
+
+    fn skeleton(&self, device: &B::Device) -> Self::Model {
+        self.model_config.init::<B>(device)
+    }
+
+    fn loss(
+        &self,
+        model: &Self::Model,
+        batch: &[usize],
+        device: &B::Device,
+    ) -> Result<Tensor<B, 1>> {
+        let examples: Vec<&Example> = batch.iter().map(|&i| &self.train.examples[i]).collect();
+        let input = self
+            .tokenizer
+            .encode_inputs(&examples.iter().map(|e| &e.input).collect::<Vec<_>>())?
+            .to_input::<B>(device);
+        let targets: Vec<i64> = examples.iter().map(|e| e.label as i64).collect();
+        let targets =
+            Tensor::<B, 1, Int>::from_data(TensorData::new(targets, [examples.len()]), device);
+        Ok(CrossEntropyLossConfig::new()
+            .init(device)
+            .forward(model.forward(&input), targets))
+    }
 }
 
 /// Whether two records describe the same training job (data, encoder and hyper-parameters).
@@ -362,9 +495,9 @@ fn read_record(dir: &Path) -> Result<Option<TrainRecord>> {
 
 /// Writes model, optimizer and record into a fresh directory, then swaps it in with renames,
 /// so a kill at any moment leaves either the previous checkpoint or the new one.
-fn save_state<B: AutodiffBackend, O: Optimizer<SequenceClassifier<B>, B>>(
+fn save_state<B: AutodiffBackend, M: AutodiffModule<B>, O: Optimizer<M, B>>(
     state_dir: &Path,
-    model: &SequenceClassifier<B>,
+    model: &M,
     optimizer: &O,
     record: &TrainRecord,
     recorder: &NamedMpkFileRecorder<FullPrecisionSettings>,

@@ -5,8 +5,9 @@ use burn::tensor::backend::Backend;
 
 use crate::batching::{BatchExecutor, map_batches};
 use crate::bert::BertModel;
+use crate::data::Input;
 use crate::pooling::{l2_normalize, mean_pool};
-use crate::tokenize::{TextTokenizer, TokenizeError};
+use crate::tokenize::{TextTokenizer, TokenBatch, TokenizeError};
 
 /// A BERT model and its tokenizer, producing unit-length sentence embeddings.
 pub struct SentenceEncoder<B: Backend> {
@@ -23,7 +24,15 @@ impl<B: Backend> SentenceEncoder<B> {
 
     /// Embeds one batch: `[texts.len(), dim]`, rows of unit L2 norm.
     pub fn embed_batch(&self, texts: &[&str]) -> Result<Tensor<B, 2>, TokenizeError> {
-        let tokens = self.tokenizer.encode_texts(texts)?;
+        self.embed_tokens(self.tokenizer.encode_texts(texts)?)
+    }
+
+    /// Embeds one batch of inputs (texts, or text pairs joined with `[SEP]` and segment ids).
+    pub fn embed_input_batch(&self, inputs: &[&Input]) -> Result<Tensor<B, 2>, TokenizeError> {
+        self.embed_tokens(self.tokenizer.encode_inputs(inputs)?)
+    }
+
+    fn embed_tokens(&self, tokens: TokenBatch) -> Result<Tensor<B, 2>, TokenizeError> {
         let input = tokens.to_input::<B>(&self.device);
         let hidden = self.model.forward(&input);
         Ok(l2_normalize(mean_pool(hidden, &input.attention_mask)))
@@ -39,9 +48,40 @@ impl<B: Backend> SentenceEncoder<B> {
         on_batch: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Vec<f32>>, TokenizeError> {
         let lengths: Vec<usize> = texts.iter().map(|t| t.len()).collect();
-        map_batches(&lengths, batch_size, executor, |batch| {
+        self.embed_batches(&lengths, batch_size, executor, on_batch, |batch| {
             let texts: Vec<&str> = batch.iter().map(|&i| texts[i]).collect();
-            let embedded = self.embed_batch(&texts)?;
+            self.embed_batch(&texts)
+        })
+    }
+
+    /// [`SentenceEncoder::embed_all`] for inputs that may be text pairs.
+    pub fn embed_inputs(
+        &self,
+        inputs: &[&Input],
+        batch_size: usize,
+        executor: &impl BatchExecutor,
+        on_batch: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<Vec<f32>>, TokenizeError> {
+        let lengths: Vec<usize> = inputs
+            .iter()
+            .map(|i| i.texts().iter().map(|t| t.len()).sum())
+            .collect();
+        self.embed_batches(&lengths, batch_size, executor, on_batch, |batch| {
+            let inputs: Vec<&Input> = batch.iter().map(|&i| inputs[i]).collect();
+            self.embed_input_batch(&inputs)
+        })
+    }
+
+    fn embed_batches(
+        &self,
+        lengths: &[usize],
+        batch_size: usize,
+        executor: &impl BatchExecutor,
+        on_batch: &(dyn Fn(usize) + Sync),
+        embed: impl Fn(&[usize]) -> Result<Tensor<B, 2>, TokenizeError> + Sync,
+    ) -> Result<Vec<Vec<f32>>, TokenizeError> {
+        map_batches(lengths, batch_size, executor, |batch| {
+            let embedded = embed(batch)?;
             let dim = embedded.dims()[1];
             let values = embedded
                 .into_data()

@@ -6,6 +6,7 @@
 
 pub mod batching;
 pub mod bert;
+pub mod biencoder;
 pub mod checkpoint;
 pub mod classifier;
 pub mod data;

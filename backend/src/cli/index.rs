@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use flipside_shared::data::Input;
 
 use super::corpus::CorpusArg;
 use crate::compute::DeviceChoice;
@@ -149,8 +150,14 @@ fn search(home: &Home, args: SearchArgs) -> Result<()> {
         &index_dir(&corpus_dir, &args.index.encoder),
         &encoders,
     )?;
-    let texts: Vec<&str> = queries.iter().map(String::as_str).collect();
-    let vectors = with_backend!(args.index.device, embed_queries(&encoders, &texts, 32))?;
+    let inputs: Vec<Input> = queries
+        .iter()
+        .map(|text| Input::Text { text: text.clone() })
+        .collect();
+    let vectors = with_backend!(
+        args.index.device,
+        embed_queries(&encoders, &inputs.iter().collect::<Vec<_>>(), 32)
+    )?;
     let results = index.search(&vectors, args.k, args.ef);
     for (query, hits) in queries.iter().zip(&results) {
         if args.json {

@@ -8,6 +8,7 @@ mod data;
 mod embed;
 mod index;
 mod quickstart;
+mod retriever;
 
 use std::path::PathBuf;
 
@@ -65,6 +66,9 @@ pub enum Command {
     /// Build sentence indexes over corpora and search them (dense retrieval, HNSW)
     #[command(subcommand)]
     Index(index::IndexCommand),
+    /// Train counterfactual retrievers (CF-DPR)
+    #[command(subcommand)]
+    Retriever(retriever::RetrieverCommand),
     /// Speed benchmarks against reference implementations
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -95,6 +99,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Classifier(command) => classifier::run(&home, command),
         Command::Corpus(command) => corpus::run(&home, command),
         Command::Index(command) => index::run(&home, command),
+        Command::Retriever(command) => retriever::run(&home, command),
         Command::Bench(command) => bench::run(&home, command),
         Command::Quickstart(args) => quickstart::run(&home, args),
     }

@@ -74,14 +74,10 @@ mod tests {
     #[test]
     fn finds_the_largest_products_across_blocks() {
         let dim = 2;
-        // Rows (cos t, sin t) for t = 0, 0.001, …: the query (1, 0) is nearest to the first.
+        // Row i is (i / n, 1): against the query (1, 0) the scores rise with i, so the best
+        // rows are the last ones, in the last block.
         let n = BLOCK_ROWS + 10;
-        let rows: Vec<f32> = (0..n)
-            .flat_map(|i| {
-                let t = (n - 1 - i) as f32 * 0.0001;
-                [t.cos(), t.sin()]
-            })
-            .collect();
+        let rows: Vec<f32> = (0..n).flat_map(|i| [i as f32 / n as f32, 1.0]).collect();
         let hits = exact_top_k(&rows, dim, &[vec![1.0, 0.0]], 3);
         let ids: Vec<usize> = hits[0].iter().map(|h| h.id).collect();
         assert_eq!(ids, vec![n - 1, n - 2, n - 3]);

@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
+use flipside_shared::data::Input;
 use serde::{Deserialize, Serialize};
 
 use super::ann::{AnnIndex, Hit, HnswParams};
@@ -307,13 +308,13 @@ impl SentenceIndex {
     }
 }
 
-/// Embeds query texts with the retriever's query encoder.
+/// Embeds queries (texts, or premise–hypothesis pairs) with the retriever's query encoder.
 pub fn embed_queries<B: Backend>(
     compute: Compute<B>,
     encoders: &RetrieverEncoders,
-    queries: &[&str],
+    queries: &[&Input],
     batch_size: usize,
 ) -> Result<Vec<Vec<f32>>> {
     let encoder = load_encoder::<B>(&encoders.query_dir, &compute.device)?;
-    Ok(encoder.embed_all(queries, batch_size, &compute.batches, &|_| {})?)
+    Ok(encoder.embed_inputs(queries, batch_size, &compute.batches, &|_| {})?)
 }

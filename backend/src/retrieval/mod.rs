@@ -2,7 +2,9 @@
 //! index and search.
 
 pub mod ann;
+pub mod cfdpr;
 pub mod embeddings;
 pub mod encoders;
+pub mod evaluate;
 pub mod exact;
 pub mod index;

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
 use clap::Args;
 
-use super::ensure_venv;
+use super::reference_python;
 use serde::Deserialize;
 
 use crate::cli::data::ReadArgs;
@@ -85,11 +85,12 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
     let reference = if args.no_reference {
         None
     } else {
-        let venv = args
-            .venv
-            .clone()
-            .unwrap_or_else(|| home.root().join("bench").join("venv"));
-        let python = ensure_venv(&venv, &["torch", "sentence-transformers"])?;
+        let python = reference_python(
+            home,
+            args.venv.as_deref(),
+            "venv",
+            &["torch", "sentence-transformers"],
+        )?;
         Some(run_reference(
             &python,
             &model_dir,

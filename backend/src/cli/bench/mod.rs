@@ -27,6 +27,18 @@ pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
     }
 }
 
+/// The Python of the reference environment: `venv` if given, else `HOME/bench/NAME`, created
+/// with `packages` when missing.
+fn reference_python(
+    home: &Home,
+    venv: Option<&Path>,
+    name: &str,
+    packages: &[&str],
+) -> Result<PathBuf> {
+    let venv = venv.map_or_else(|| home.root().join("bench").join(name), Path::to_path_buf);
+    ensure_venv(&venv, packages)
+}
+
 /// Creates a Python virtual environment with `packages` from PyPI unless it is already there;
 /// returns its Python.
 fn ensure_venv(venv: &Path, packages: &[&str]) -> Result<PathBuf> {

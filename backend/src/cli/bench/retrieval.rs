@@ -9,12 +9,13 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use flipside_shared::data::Input;
 use flipside_shared::sentences::split_sentences;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::ensure_venv;
+use super::reference_python;
 use crate::cli::corpus::corpus_dir;
 use crate::cli::data::ReadArgs;
 use crate::compute::DeviceChoice;
@@ -143,11 +144,8 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
     let reference = if args.no_reference {
         None
     } else {
-        let venv = args
-            .venv
-            .clone()
-            .unwrap_or_else(|| home.root().join("bench").join("faiss"));
-        let python = ensure_venv(&venv, &["faiss-cpu", "numpy"])?;
+        let python =
+            reference_python(home, args.venv.as_deref(), "faiss", &["faiss-cpu", "numpy"])?;
         Some(run_reference(
             &python, home, &args, &vectors, &queries, dim, threads,
         )?)
@@ -293,8 +291,14 @@ fn query_vectors(home: &Home, encoders: &RetrieverEncoders, count: usize) -> Res
         .filter(|s| s.split_whitespace().count() >= 4)
         .take(count)
         .collect();
-    let texts: Vec<&str> = sentences.iter().map(String::as_str).collect();
-    with_backend!(DeviceChoice::Cpu, embed_queries(encoders, &texts, 64))
+    let inputs: Vec<Input> = sentences
+        .into_iter()
+        .map(|text| Input::Text { text })
+        .collect();
+    with_backend!(
+        DeviceChoice::Cpu,
+        embed_queries(encoders, &inputs.iter().collect::<Vec<_>>(), 64)
+    )
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,223 @@
+//! `flipside retriever …`
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use clap::{Args, Subcommand};
+use flipside_shared::data::Input;
+
+use super::corpus::CorpusArg;
+
+use crate::compute::DeviceChoice;
+use crate::home::Home;
+use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::retrieval::cfdpr::{
+    RetrieverJob, SeedPair, read_pairs, sentence_pairs, train_retriever,
+};
+use crate::retrieval::encoders::RetrieverEncoders;
+use crate::retrieval::evaluate::{evaluate_retriever, ranking_cases, split_pairs};
+use crate::retrieval::index::{SentenceIndex, embed_queries, index_dir};
+use crate::train::TrainConfig;
+use crate::with_backend;
+
+#[derive(Debug, Subcommand)]
+pub enum RetrieverCommand {
+    /// Train a CF-DPR retriever (query and document encoders from MiniLM) on seed
+    /// counterfactual pairs, with CORE's contrastive loss (Eq. 1). Defaults follow CORE's
+    /// Table 9 (96 tokens, batch 16, lr 2e-5, weight decay 0.01, gradient norm 2), with fewer
+    /// epochs (CPU).
+    #[command(
+        mut_arg("epochs", |a| a.default_value("20")),
+        mut_arg("lr", |a| a.default_value("2e-5")),
+        mut_arg("max_grad_norm", |a| a.default_value("2")),
+        mut_arg("max_len", |a| a.default_value("96")),
+        mut_arg("warmup", |a| a.default_value("0.05")),
+    )]
+    Train(TrainArgs),
+    /// Rank each validation pair's counterfactual among random and hard negative corpus
+    /// sentences (CORE Appendix A) with each retriever; report top-1 accuracy and MRR
+    Eval(EvalArgs),
+}
+
+/// Which seed pairs, and which of them are held out for validation.
+#[derive(Debug, Clone, Args)]
+pub struct PairsArgs {
+    /// Seed pairs: `printed` (the pairs printed in the CORE and LASS papers) or a JSON-lines
+    /// file of {"text", "label", "counterfactual"[, "paraphrase"][, "premise"]}
+    #[arg(long, default_value = "printed")]
+    pub pairs: String,
+    /// Keep review pairs whole instead of cutting them into the sentences the edit changed
+    #[arg(long)]
+    pub whole: bool,
+    /// Fraction of reviews (with all their sentence pairs) held out for `retriever eval`
+    #[arg(long, default_value_t = 0.25)]
+    pub validation: f64,
+    /// Seed of the train/validation split
+    #[arg(long, default_value_t = 0)]
+    pub split_seed: u64,
+}
+
+impl PairsArgs {
+    /// The training and validation pairs.
+    pub fn load(&self) -> Result<(Vec<SeedPair>, Vec<SeedPair>)> {
+        let pairs = read_pairs(&self.pairs)?;
+        let pairs = if self.whole {
+            pairs
+        } else {
+            sentence_pairs(&pairs)
+        };
+        Ok(split_pairs(&pairs, self.validation, self.split_seed))
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    #[command(flatten)]
+    pub pairs: PairsArgs,
+    /// Retrievers to compare: model asset names, BERT directories or CF-DPR directories
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_ENCODER)]
+    pub retrievers: Vec<String>,
+    /// The corpus whose `minilm` index supplies random and hard negatives
+    #[command(flatten)]
+    pub corpus: CorpusArg,
+    /// Random negatives per query
+    #[arg(long, default_value_t = 30)]
+    pub random: usize,
+    /// Hard negatives per query (the nearest corpus sentences under untrained MiniLM)
+    #[arg(long, default_value_t = 30)]
+    pub hard: usize,
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    #[command(flatten)]
+    pub pairs: PairsArgs,
+    /// One encoder for queries and documents instead of two
+    #[arg(long)]
+    pub shared: bool,
+    /// Inverse temperature of the loss (similarities are cosines)
+    #[arg(long, default_value_t = 20.0)]
+    pub scale: f32,
+    /// The encoder both sides start from
+    #[arg(long, default_value = DEFAULT_ENCODER)]
+    pub encoder: String,
+    /// Output directory [default: HOME/models/cf-dpr-PAIRS]
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Stop after this many steps (run the same command again to resume)
+    #[arg(long, value_name = "STEPS")]
+    pub pause_after: Option<usize>,
+    #[command(flatten)]
+    pub config: TrainConfig,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+}
+
+pub fn run(home: &Home, command: RetrieverCommand) -> Result<()> {
+    match command {
+        RetrieverCommand::Train(args) => train(home, args),
+        RetrieverCommand::Eval(args) => eval(home, args),
+    }
+}
+
+fn eval(home: &Home, args: EvalArgs) -> Result<()> {
+    let (_, validation) = args.pairs.load()?;
+    if validation.is_empty() {
+        bail!("no validation pairs: raise --validation");
+    }
+    let corpus_dir = args.corpus.dir(home);
+    let minilm = RetrieverEncoders::resolve(home, DEFAULT_ENCODER)?;
+    let index = SentenceIndex::open(
+        &corpus_dir,
+        &index_dir(&corpus_dir, DEFAULT_ENCODER),
+        &minilm,
+    )?;
+    let queries: Vec<Input> = validation.iter().map(SeedPair::query).collect();
+    let vectors = with_backend!(
+        args.device,
+        embed_queries(&minilm, &queries.iter().collect::<Vec<_>>(), 32)
+    )?;
+    let cases = ranking_cases(
+        &validation,
+        &index,
+        &vectors,
+        args.random,
+        args.hard,
+        args.seed,
+    );
+    println!(
+        "{} validation pairs of {}, each counterfactual ranked among up to {} random and {} hard \
+         negatives from {}",
+        cases.len(),
+        args.pairs.pairs,
+        args.random,
+        args.hard,
+        corpus_dir.display()
+    );
+    println!("\n| retriever | top-1 | MRR | queries | candidates |\n|---|---:|---:|---:|---:|");
+    for name in &args.retrievers {
+        let encoders = RetrieverEncoders::resolve(home, name)?;
+        let score = with_backend!(args.device, evaluate_retriever(&encoders, &cases))?;
+        println!(
+            "| {name} | {:.3} | {:.3} | {} | {:.1} |",
+            score.top1, score.mrr, score.queries, score.candidates_per_query
+        );
+    }
+    Ok(())
+}
+
+fn train(home: &Home, args: TrainArgs) -> Result<()> {
+    let (pairs, validation) = args.pairs.load()?;
+    let source = &args.pairs.pairs;
+    let name: String = std::path::Path::new(source)
+        .file_stem()
+        .map_or_else(|| source.clone(), |s| s.to_string_lossy().into_owned());
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| home.models().join(format!("cf-dpr-{name}")));
+    let encoder_dir = resolve_model_dir(home, &args.encoder)?;
+    tracing::info!(
+        "training CF-DPR on {} seed pairs from {source} ({} held out for validation) into {}",
+        pairs.len(),
+        validation.len(),
+        out.display()
+    );
+    let job = RetrieverJob {
+        pairs: &pairs,
+        pairs_name: source,
+        encoder_dir: &encoder_dir,
+        out: &out,
+        config: args.config.clone(),
+        shared: args.shared,
+        scale: args.scale,
+        pause_after: args.pause_after,
+    };
+    let outcome = with_backend!(args.device, train_retriever(&job))?;
+    let record = &outcome.record;
+    if outcome.paused {
+        tracing::info!(
+            "paused at step {} of {}; run the same command to continue",
+            record.step,
+            record.total_steps
+        );
+        return Ok(());
+    }
+    let epochs = record.epoch_losses(record.steps_per_epoch());
+    tracing::info!(
+        "trained in {:.0} s; loss per epoch: first {:.3}, last {:.3}",
+        record.train_seconds,
+        epochs.first().copied().unwrap_or_default(),
+        epochs.last().copied().unwrap_or_default()
+    );
+    println!(
+        "{}  (index a corpus with it: flipside index build --encoder {})",
+        out.display(),
+        out.display()
+    );
+    Ok(())
+}
