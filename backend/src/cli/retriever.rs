@@ -12,7 +12,7 @@ use crate::compute::DeviceChoice;
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::retrieval::cfdpr::{
-    RetrieverJob, SeedPair, read_pairs, sentence_pairs, train_retriever,
+    RetrieverJob, SeedPair, read_pairs, sentence_pairs, train_retriever, with_reverses,
 };
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::evaluate::{evaluate_retriever, ranking_cases, split_pairs};
@@ -49,6 +49,10 @@ pub struct PairsArgs {
     /// Keep review pairs whole instead of cutting them into the sentences the edit changed
     #[arg(long)]
     pub whole: bool,
+    /// Use the pairs only in their given direction (by default each pair is also used
+    /// reversed: the original is a counterfactual of its counterfactual)
+    #[arg(long)]
+    pub one_way: bool,
     /// Fraction of reviews (with all their sentence pairs) held out for `retriever eval`
     #[arg(long, default_value_t = 0.25)]
     pub validation: f64,
@@ -65,6 +69,11 @@ impl PairsArgs {
             pairs
         } else {
             sentence_pairs(&pairs)
+        };
+        let pairs = if self.one_way {
+            pairs
+        } else {
+            with_reverses(pairs)
         };
         Ok(split_pairs(&pairs, self.validation, self.split_seed))
     }

@@ -78,6 +78,26 @@ pub fn read_pairs(spec: &str) -> Result<Vec<SeedPair>> {
     Ok(pairs)
 }
 
+/// Adds the reverse of every pair: if `b` is a label-flipping minimal edit of `a`, `a` is one of
+/// `b` too. The printed pairs are mostly positive → negative; without the reverses a retriever
+/// would learn to flip in one direction only. Reverses keep the pair's id with a `~` suffix
+/// (so a review stays on one side of a train/validation split) and carry no paraphrase.
+pub fn with_reverses(pairs: Vec<SeedPair>) -> Vec<SeedPair> {
+    let reverses: Vec<SeedPair> = pairs
+        .iter()
+        .filter(|p| p.premise.is_none())
+        .map(|p| SeedPair {
+            id: p.id.as_ref().map(|id| format!("{id}~")),
+            text: p.counterfactual.clone(),
+            premise: None,
+            label: format!("not {}", p.label),
+            counterfactual: p.text.clone(),
+            paraphrase: None,
+        })
+        .collect();
+    pairs.into_iter().chain(reverses).collect()
+}
+
 /// Cuts review pairs into sentence pairs, as CORE indexes and queries sentences: when a text
 /// and its counterfactual have the same number of sentences, each sentence that the edit
 /// changed becomes a pair of its own; otherwise the pair stays whole. NLI pairs stay whole.
@@ -331,6 +351,17 @@ mod tests {
                 .iter()
                 .all(|p| p.text != "Technical skill isn't enough.")
         );
+    }
+
+    #[test]
+    fn reverses_swap_text_and_counterfactual_and_keep_the_review_id() {
+        let pairs = with_reverses(read_pairs("printed").unwrap());
+        assert_eq!(pairs.len(), 44);
+        let reverse = &pairs[22];
+        assert_eq!(reverse.id.as_deref(), Some("printed-0~"));
+        assert_eq!(reverse.text, pairs[0].counterfactual);
+        assert_eq!(reverse.counterfactual, pairs[0].text);
+        assert_eq!(reverse.label, "not negative");
     }
 
     #[test]

@@ -25,13 +25,14 @@ pub struct RankingCase {
     pub candidates: Vec<String>,
 }
 
-/// Splits seed pairs into training and validation pairs by their review (the id before `#`),
+/// Splits seed pairs into training and validation pairs by their review (the id before `#` or
+/// `~`),
 /// so that sentences of one review never end up on both sides. `fraction` of the reviews,
 /// chosen by a hash of their id and `seed`, are for validation.
 pub fn split_pairs(pairs: &[SeedPair], fraction: f64, seed: u64) -> (Vec<SeedPair>, Vec<SeedPair>) {
     pairs.iter().cloned().partition(|pair| {
         let id = pair.id.as_deref().unwrap_or(&pair.text);
-        let review = id.split('#').next().unwrap_or(id);
+        let review = id.split(['#', '~']).next().unwrap_or(id);
         unit_hash(seed, review) >= fraction
     })
 }
