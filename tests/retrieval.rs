@@ -62,6 +62,8 @@ fn a_corpus_is_built_indexed_resumed_searched_and_grown() {
     assert!(paused.status.success());
     assert!(String::from_utf8_lossy(&paused.stderr).contains("paused after 5 of 13"));
     success(&mut in_corpus(&corpus, &["index", "build"]));
+    let again = in_corpus(&corpus, &["index", "build"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is up to date"));
 
     let out = success(&mut in_corpus(
         &corpus,

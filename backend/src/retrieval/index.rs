@@ -131,6 +131,10 @@ pub fn build_index<B: Backend>(
         corpus_sources: corpus.sources().len(),
         corpus_fingerprint: corpus.fingerprint(corpus.sources().len()),
     };
+    if let Some(built) = up_to_date(dir, &wanted, corpus.len(), options.hnsw) {
+        tracing::info!("{} is up to date", dir.display());
+        return Ok(BuildOutcome::Built(built));
+    }
     let rows = open_embeddings(corpus, dir, &wanted)?;
     let sentences = corpus.sentences()?;
     let done = rows.rows()?;
@@ -180,6 +184,24 @@ pub fn build_index<B: Backend>(
     };
     write_atomic(&dir.join(META), &serde_json::to_vec_pretty(&meta)?)?;
     Ok(BuildOutcome::Built(meta))
+}
+
+/// The index in `dir` if it was built by the same encoder over the same corpus sources, covers
+/// `sentences` sentences and used `hnsw`.
+fn up_to_date(
+    dir: &Path,
+    wanted: &EmbeddingsMeta,
+    sentences: usize,
+    hnsw: HnswParams,
+) -> Option<IndexMeta> {
+    let meta: IndexMeta = serde_json::from_slice(&std::fs::read(dir.join(META)).ok()?).ok()?;
+    let same = meta.document_fingerprint == wanted.document_fingerprint
+        && meta.corpus_sources == wanted.corpus_sources
+        && meta.corpus_fingerprint == wanted.corpus_fingerprint
+        && meta.sentences == sentences
+        && meta.hnsw == hnsw
+        && dir.join(GRAPH).is_dir();
+    same.then_some(meta)
 }
 
 /// Opens `embeddings.f32`, starting over when its rows belong to another encoder or corpus.
