@@ -113,6 +113,11 @@ impl AnnIndex {
         self.dim
     }
 
+    /// The hnsw_rs graph.
+    pub(super) fn hnsw(&self) -> &Hnsw<'static, f32, DotDistance> {
+        &self.hnsw
+    }
+
     /// Writes the graph and its vectors into `dir` (replacing what is there).
     pub fn save(&self, dir: &Path) -> Result<()> {
         let partial = dir.with_extension("partial");

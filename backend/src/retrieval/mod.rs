@@ -7,4 +7,5 @@ pub mod embeddings;
 pub mod encoders;
 pub mod evaluate;
 pub mod exact;
+pub mod flat;
 pub mod index;

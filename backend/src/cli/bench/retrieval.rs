@@ -25,6 +25,7 @@ use crate::retrieval::ann::{AnnIndex, Hit, HnswParams};
 use crate::retrieval::embeddings::EmbeddingFile;
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::exact::{exact_top_k, recall_at_k};
+use crate::retrieval::flat::FlatGraph;
 use crate::retrieval::index::{embed_queries, embeddings_path, index_dir};
 use crate::with_backend;
 
@@ -178,6 +179,26 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
         });
     }
 
+    let started = Instant::now();
+    let flat = FlatGraph::from_hnsw(&ann, vectors.clone());
+    let flatten_seconds = started.elapsed().as_secs_f64();
+    drop(ann);
+    for &ef in &args.ef {
+        flat.search_many(&queries[..queries.len().min(64)], args.k, ef);
+        let started = Instant::now();
+        let found = flat.search_many(&queries, args.k, ef);
+        let seconds = started.elapsed().as_secs_f64();
+        runs.push(Run {
+            index: format!("flipside HNSW, flat search (M={})", args.m),
+            parameter: "ef".into(),
+            value: ef,
+            build_seconds: build_seconds + flatten_seconds,
+            memory_bytes: flat.memory_bytes() as i64,
+            recall: recall_at_k(&truth, &ids(&found), args.k),
+            queries_per_second: queries.len() as f64 / seconds,
+        });
+    }
+
     if let Some(reference) = &reference {
         for run in &reference.runs {
             let found: Vec<Vec<usize>> = run
@@ -208,7 +229,9 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
         );
         print_ratios(&runs, args.nlist);
     }
-    print_extrapolation(memory_bytes, args.n, dim);
+    println!();
+    print_extrapolation("hnsw_rs graph", memory_bytes, args.n, dim);
+    print_extrapolation("flat graph", flat.memory_bytes() as i64, args.n, dim);
 
     let output = args.output.clone().unwrap_or_else(|| {
         home.root()
@@ -396,7 +419,7 @@ fn fastest_at_target<'a>(runs: &'a [Run], index: &str) -> Option<&'a Run> {
 }
 
 fn print_ratios(runs: &[Run], nlist: usize) {
-    let ours = fastest_at_target(runs, "flipside");
+    let ours = fastest_at_target(runs, "flipside HNSW, flat");
     let core = runs
         .iter()
         .find(|r| r.index == "faiss IndexIVFFlat" && r.value == 30);
@@ -409,7 +432,11 @@ fn print_ratios(runs: &[Run], nlist: usize) {
         })
     };
     println!("\nat recall@k ≥ {TARGET_RECALL}:");
-    println!("  flipside HNSW        {}", describe(ours));
+    println!("  flipside HNSW, flat  {}", describe(ours));
+    println!(
+        "  flipside HNSW (hnsw_rs search) {}",
+        describe(fastest_at_target(runs, "flipside HNSW (hnsw_rs"))
+    );
     println!(
         "  faiss IndexHNSWFlat  {}",
         describe(fastest_at_target(runs, "faiss IndexHNSWFlat"))
@@ -441,11 +468,11 @@ fn print_ratios(runs: &[Run], nlist: usize) {
     );
 }
 
-fn print_extrapolation(memory_bytes: i64, n: usize, dim: usize) {
+fn print_extrapolation(what: &str, memory_bytes: i64, n: usize, dim: usize) {
     let per_vector = memory_bytes as f64 / n as f64;
     let vectors = dim as f64 * 4.0;
     println!(
-        "\nmemory: {per_vector:.0} bytes per vector ({vectors:.0} of them the f32 vector, {:.0} the \
+        "memory, {what}: {per_vector:.0} bytes per vector ({vectors:.0} of them the f32 vector, {:.0} the \
          graph and bookkeeping); 8M sentences → {:.1} GB",
         per_vector - vectors,
         per_vector * 8e6 / 1e9

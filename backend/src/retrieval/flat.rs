@@ -1,0 +1,245 @@
+//! A flat copy of an HNSW graph for fast search: row vectors in one contiguous matrix,
+//! layer-0 neighbour lists as fixed-width `u32` rows, and a visited set that is a reusable
+//! array of generation stamps. hnsw_rs keeps each neighbour as a reference-counted pointer
+//! behind a lock, which costs memory (~2 KB per vector) and time on every hop; the graph it
+//! builds is good, so it is copied into this layout once built.
+
+use std::cell::RefCell;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap};
+
+use rayon::prelude::*;
+
+use super::ann::{AnnIndex, Hit, dot};
+
+const NONE: u32 = u32::MAX;
+
+/// An HNSW graph in flat arrays.
+pub struct FlatGraph {
+    dim: usize,
+    vectors: Vec<f32>,
+    /// `width` neighbour ids per row on layer 0, padded with [`NONE`].
+    layer0: Vec<u32>,
+    width: usize,
+    /// The neighbours of the rows that reach above layer 0: `upper[id][l - 1]` on layer `l`.
+    upper: HashMap<u32, Vec<Vec<u32>>>,
+    entry: u32,
+    top_level: usize,
+}
+
+/// A distance with a total order, for the heaps.
+#[derive(Clone, Copy, PartialEq)]
+struct Near(f32, u32);
+
+impl Eq for Near {}
+
+impl PartialOrd for Near {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Near {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+    }
+}
+
+thread_local! {
+    /// Per-thread visited stamps (row → generation in which it was visited).
+    static VISITED: RefCell<(Vec<u32>, u32)> = const { RefCell::new((Vec::new(), 0)) };
+}
+
+impl FlatGraph {
+    /// Copies the graph of `index`, whose rows are `vectors` (row-major, `index.dim()` wide).
+    pub fn from_hnsw(index: &AnnIndex, vectors: Vec<f32>) -> Self {
+        let dim = index.dim();
+        let count = vectors.len() / dim;
+        let hnsw = index.hnsw();
+        let width = 2 * hnsw.get_max_nb_connection() as usize;
+        let mut layer0 = vec![NONE; count * width];
+        let mut upper = HashMap::new();
+        // Any row on the top layer is an entry point.
+        let mut entry: Option<(usize, u32)> = None;
+        for point in hnsw.get_point_indexation() {
+            let id = point.get_origin_id();
+            let level = point.get_point_id().0 as usize;
+            let neighbourhood = point.get_neighborhood_id();
+            let ids = |layer: usize| -> Vec<u32> {
+                neighbourhood
+                    .get(layer)
+                    .map(|ns| ns.iter().map(|n| n.d_id as u32).collect())
+                    .unwrap_or_default()
+            };
+            for (slot, neighbour) in layer0[id * width..(id + 1) * width].iter_mut().zip(ids(0)) {
+                *slot = neighbour;
+            }
+            if level > 0 {
+                upper.insert(id as u32, (1..=level).map(ids).collect());
+            }
+            if entry.is_none_or(|(top, _)| level > top) {
+                entry = Some((level, id as u32));
+            }
+        }
+        let (top_level, entry) = entry.unwrap_or((0, 0));
+        Self {
+            dim,
+            vectors,
+            layer0,
+            width,
+            upper,
+            entry,
+            top_level,
+        }
+    }
+
+    /// Bytes held by the graph and the vectors.
+    pub fn memory_bytes(&self) -> usize {
+        let upper: usize = self
+            .upper
+            .values()
+            .map(|layers| 48 + layers.iter().map(|l| 24 + 4 * l.len()).sum::<usize>())
+            .sum();
+        4 * (self.vectors.len() + self.layer0.len()) + upper
+    }
+
+    fn distance(&self, query: &[f32], id: u32) -> f32 {
+        let start = id as usize * self.dim;
+        1.0 - dot(query, &self.vectors[start..start + self.dim])
+    }
+
+    /// The `k` nearest rows to `query`, best first; `ef` (≥ k) trades speed for recall.
+    pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<Hit> {
+        let count = self.vectors.len() / self.dim;
+        if count == 0 {
+            return Vec::new();
+        }
+        let ef = ef.max(k);
+        // Greedy descent through the upper layers.
+        let mut current = Near(self.distance(query, self.entry), self.entry);
+        for level in (1..=self.top_level).rev() {
+            loop {
+                let mut improved = false;
+                let neighbours = self
+                    .upper
+                    .get(&current.1)
+                    .and_then(|layers| layers.get(level - 1));
+                for &n in neighbours.into_iter().flatten() {
+                    let candidate = Near(self.distance(query, n), n);
+                    if candidate < current {
+                        current = candidate;
+                        improved = true;
+                    }
+                }
+                if !improved {
+                    break;
+                }
+            }
+        }
+        // Beam search on layer 0.
+        VISITED.with(|visited| {
+            let (stamps, generation) = &mut *visited.borrow_mut();
+            if stamps.len() < count {
+                stamps.resize(count, 0);
+            }
+            *generation = generation.wrapping_add(1);
+            if *generation == 0 {
+                stamps.fill(0);
+                *generation = 1;
+            }
+            let generation = *generation;
+            let mut candidates = BinaryHeap::new();
+            let mut results = BinaryHeap::new();
+            stamps[current.1 as usize] = generation;
+            candidates.push(Reverse(current));
+            results.push(current);
+            while let Some(Reverse(nearest)) = candidates.pop() {
+                let worst = results.peek().map_or(f32::INFINITY, |w: &Near| w.0);
+                if results.len() >= ef && nearest.0 > worst {
+                    break;
+                }
+                let row = nearest.1 as usize * self.width;
+                for &n in &self.layer0[row..row + self.width] {
+                    if n == NONE {
+                        break;
+                    }
+                    if stamps[n as usize] == generation {
+                        continue;
+                    }
+                    stamps[n as usize] = generation;
+                    let candidate = Near(self.distance(query, n), n);
+                    let worst = results.peek().map_or(f32::INFINITY, |w: &Near| w.0);
+                    if results.len() < ef || candidate.0 < worst {
+                        candidates.push(Reverse(candidate));
+                        results.push(candidate);
+                        if results.len() > ef {
+                            results.pop();
+                        }
+                    }
+                }
+            }
+            let mut found = results.into_sorted_vec();
+            found.truncate(k);
+            found
+                .into_iter()
+                .map(|Near(d, id)| Hit {
+                    id: id as usize,
+                    score: 1.0 - d,
+                })
+                .collect()
+        })
+    }
+
+    /// [`FlatGraph::search`] for many queries, in parallel.
+    pub fn search_many(&self, queries: &[Vec<f32>], k: usize, ef: usize) -> Vec<Vec<Hit>> {
+        queries
+            .par_iter()
+            .map(|query| self.search(query, k, ef))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::retrieval::ann::HnswParams;
+    use crate::retrieval::exact::{exact_top_k, recall_at_k};
+    use rand::{Rng, SeedableRng};
+
+    #[test]
+    fn flat_search_finds_what_hnsw_rs_finds() {
+        let (dim, count) = (32, 3000);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let mut rows: Vec<f32> = (0..count * dim)
+            .map(|_| rng.random::<f32>() - 0.5)
+            .collect();
+        for row in rows.chunks_exact_mut(dim) {
+            let norm = dot(row, row).sqrt();
+            row.iter_mut().for_each(|x| *x /= norm);
+        }
+        let index = AnnIndex::build(&rows, dim, HnswParams::default(), &|_| {});
+        let queries: Vec<Vec<f32>> = (0..200)
+            .map(|_| (0..dim).map(|_| rng.random::<f32>() - 0.5).collect())
+            .collect();
+        let truth = exact_top_k(&rows, dim, &queries, 10);
+        let ids = |hits: Vec<Vec<Hit>>| -> Vec<Vec<usize>> {
+            hits.into_iter()
+                .map(|h| h.into_iter().map(|h| h.id).collect())
+                .collect()
+        };
+        let theirs = recall_at_k(&truth, &ids(index.search_many(&queries, 10, 64)), 10);
+        let flat = FlatGraph::from_hnsw(&index, rows.clone());
+        let found = flat.search_many(&queries, 10, 64);
+        let ours = recall_at_k(&truth, &ids(found.clone()), 10);
+        assert!(ours >= theirs - 0.01, "flat {ours} vs hnsw_rs {theirs}");
+        assert!(ours > 0.9, "{ours}");
+        // Scores are inner products, best first.
+        let first = &found[0];
+        assert!(first.windows(2).all(|w| w[0].score >= w[1].score));
+        let exact = dot(
+            &queries[0],
+            &rows[first[0].id * dim..(first[0].id + 1) * dim],
+        );
+        assert!((first[0].score - exact).abs() < 1e-5);
+    }
+}
