@@ -1,15 +1,10 @@
-//! Approximate nearest-neighbour search over unit vectors: an HNSW graph (hnsw_rs) under the
-//! inner-product distance `1 − a·b`.
+//! Approximate nearest-neighbour search over unit vectors: an HNSW graph built by hnsw_rs under
+//! the inner-product distance `1 − a·b` (searched here, or copied into a
+//! [`super::flat::FlatGraph`] to be saved and searched faster).
 
-use std::path::Path;
-
-use anyhow::{Context, Result, bail};
-use hnsw_rs::prelude::{AnnT, Distance, Hnsw, HnswIo};
+use hnsw_rs::prelude::{Distance, Hnsw};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-
-/// The file name stem of the dumped graph (`hnsw.hnsw.graph`, `hnsw.hnsw.data`).
-const BASENAME: &str = "hnsw";
 
 /// `max(0, 1 − a·b)`: for unit vectors, the cosine distance. Written with independent accumulators
 /// so that it vectorises (a single running sum cannot be reordered by the compiler).
@@ -118,52 +113,6 @@ impl AnnIndex {
         &self.hnsw
     }
 
-    /// Writes the graph and its vectors into `dir` (replacing what is there).
-    pub fn save(&self, dir: &Path) -> Result<()> {
-        let partial = dir.with_extension("partial");
-        if partial.exists() {
-            std::fs::remove_dir_all(&partial)?;
-        }
-        std::fs::create_dir_all(&partial)?;
-        let written = self
-            .hnsw
-            .file_dump(&partial, BASENAME)
-            .with_context(|| format!("cannot write the HNSW graph into {}", partial.display()))?;
-        if written != BASENAME {
-            bail!("hnsw_rs wrote {written:?} instead of {BASENAME:?}");
-        }
-        if dir.exists() {
-            std::fs::remove_dir_all(dir)?;
-        }
-        std::fs::rename(&partial, dir)?;
-        Ok(())
-    }
-
-    /// Reads a graph written by [`AnnIndex::save`].
-    pub fn load(dir: &Path, dim: usize) -> Result<Self> {
-        for suffix in ["graph", "data"] {
-            let path = dir.join(format!("{BASENAME}.hnsw.{suffix}"));
-            if !path.is_file() {
-                bail!("{} is missing: rebuild the index", path.display());
-            }
-        }
-        // The loader lends its buffers to the graph for the graph's lifetime; an index is loaded
-        // once per process, so the loader is leaked to give the graph a 'static lifetime.
-        let io: &'static mut HnswIo = Box::leak(Box::new(HnswIo::new(dir, BASENAME)));
-        let hnsw = io
-            .load_hnsw::<f32, DotDistance>()
-            .with_context(|| format!("cannot read the HNSW graph in {}", dir.display()))?;
-        let stored_dim = hnsw.get_point_indexation().get_data_dimension();
-        if hnsw.get_nb_point() > 0 && stored_dim != dim {
-            bail!(
-                "the graph in {} holds {}-d vectors, expected {dim}",
-                dir.display(),
-                stored_dim
-            );
-        }
-        Ok(Self { hnsw, dim })
-    }
-
     /// The `k` nearest rows to `query`, best first; `ef` (≥ k) trades speed for recall.
     pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<Hit> {
         assert_eq!(query.len(), self.dim, "query width");
@@ -212,7 +161,7 @@ mod tests {
     }
 
     #[test]
-    fn finds_exact_neighbours_and_survives_a_reload() {
+    fn finds_exact_neighbours() {
         let dim = 24;
         let rows = unit_rows(2000, dim, 7);
         let index = AnnIndex::build(&rows, dim, HnswParams::default(), &|_| {});
@@ -232,16 +181,5 @@ mod tests {
         assert!(found >= 198, "{found}/200 rows found themselves");
         assert!((hits[0][0].score - 1.0).abs() < 1e-5);
         assert!(hits[0].windows(2).all(|w| w[0].score >= w[1].score));
-
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("graph");
-        index.save(&path).unwrap();
-        let reloaded = AnnIndex::load(&path, dim).unwrap();
-        assert_eq!(reloaded.len(), 2000);
-        assert_eq!(
-            reloaded.search(&queries[3], 5, 64),
-            index.search(&queries[3], 5, 64)
-        );
-        assert!(AnnIndex::load(&path, dim + 1).is_err());
     }
 }

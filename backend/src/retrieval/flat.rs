@@ -7,12 +7,29 @@
 use std::cell::RefCell;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
+use std::path::Path;
 
+use anyhow::{Context, Result, bail};
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::models::write_atomic;
 
 use super::ann::{AnnIndex, Hit, dot};
 
 const NONE: u32 = u32::MAX;
+const LAYER0_FILE: &str = "layer0.u32";
+const UPPER_FILE: &str = "upper.json";
+
+/// `upper.json`: everything but layer 0 and the vectors.
+#[derive(Serialize, Deserialize)]
+struct UpperLayers {
+    dim: usize,
+    width: usize,
+    entry: u32,
+    top_level: usize,
+    upper: HashMap<u32, Vec<Vec<u32>>>,
+}
 
 /// An HNSW graph in flat arrays.
 pub struct FlatGraph {
@@ -91,6 +108,84 @@ impl FlatGraph {
             entry,
             top_level,
         }
+    }
+
+    /// The number of rows.
+    pub fn len(&self) -> usize {
+        self.vectors.len() / self.dim
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.vectors.is_empty()
+    }
+
+    /// Writes the graph (not the vectors, which the caller keeps) into the directory `dir`,
+    /// replacing it.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let partial = dir.with_extension("partial");
+        if partial.exists() {
+            std::fs::remove_dir_all(&partial)?;
+        }
+        std::fs::create_dir_all(&partial)
+            .with_context(|| format!("cannot create {}", partial.display()))?;
+        let bytes: Vec<u8> = self.layer0.iter().flat_map(|n| n.to_le_bytes()).collect();
+        write_atomic(&partial.join(LAYER0_FILE), &bytes)?;
+        let upper = UpperLayers {
+            dim: self.dim,
+            width: self.width,
+            entry: self.entry,
+            top_level: self.top_level,
+            upper: self.upper.clone(),
+        };
+        write_atomic(&partial.join(UPPER_FILE), &serde_json::to_vec(&upper)?)?;
+        if dir.exists() {
+            std::fs::remove_dir_all(dir)?;
+        }
+        std::fs::rename(&partial, dir)?;
+        Ok(())
+    }
+
+    /// Whether `dir` holds a saved graph.
+    pub fn is_saved_in(dir: &Path) -> bool {
+        dir.join(LAYER0_FILE).is_file() && dir.join(UPPER_FILE).is_file()
+    }
+
+    /// Reads a graph written by [`FlatGraph::save`] over `vectors` (its rows, row-major).
+    pub fn load(dir: &Path, vectors: Vec<f32>) -> Result<Self> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read(&path)
+                .with_context(|| format!("cannot read {}: rebuild the index", path.display()))
+        };
+        let upper: UpperLayers = serde_json::from_slice(&read(UPPER_FILE)?)
+            .with_context(|| format!("{} is damaged: rebuild the index", dir.display()))?;
+        let layer0: Vec<u32> = read(LAYER0_FILE)?
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect();
+        let rows = vectors.len() / upper.dim.max(1);
+        if layer0.len() != rows * upper.width {
+            bail!(
+                "the graph in {} has {} rows, the vectors {rows}: rebuild the index",
+                dir.display(),
+                layer0.len() / upper.width.max(1)
+            );
+        }
+        if layer0.iter().any(|&n| n != NONE && n as usize >= rows) {
+            bail!(
+                "the graph in {} names rows that do not exist",
+                dir.display()
+            );
+        }
+        Ok(Self {
+            dim: upper.dim,
+            vectors,
+            layer0,
+            width: upper.width,
+            upper: upper.upper,
+            entry: upper.entry,
+            top_level: upper.top_level,
+        })
     }
 
     /// Bytes held by the graph and the vectors.

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use super::ann::{AnnIndex, Hit, HnswParams};
 use super::embeddings::EmbeddingFile;
 use super::encoders::RetrieverEncoders;
+use super::flat::FlatGraph;
 use crate::compute::Compute;
 use crate::corpus::{Corpus, Sentence};
 use crate::models::{load_encoder, write_atomic};
@@ -170,7 +171,7 @@ pub fn build_index<B: Backend>(
     let bar = progress::items(sentences.len() as u64, "graph");
     let ann = AnnIndex::build(&matrix, wanted.dim, options.hnsw, &|n| bar.inc(n as u64));
     bar.finish_and_clear();
-    ann.save(&dir.join(GRAPH))?;
+    FlatGraph::from_hnsw(&ann, matrix).save(&dir.join(GRAPH))?;
     let meta = IndexMeta {
         encoder: encoders.name.clone(),
         document_fingerprint: wanted.document_fingerprint,
@@ -200,7 +201,7 @@ fn up_to_date(
         && meta.corpus_fingerprint == wanted.corpus_fingerprint
         && meta.sentences == sentences
         && meta.hnsw == hnsw
-        && dir.join(GRAPH).is_dir();
+        && FlatGraph::is_saved_in(&dir.join(GRAPH));
     same.then_some(meta)
 }
 
@@ -237,7 +238,7 @@ pub struct SentenceIndex {
     pub meta: IndexMeta,
     pub sentences: Vec<Sentence>,
     corpus: Corpus,
-    ann: AnnIndex,
+    graph: FlatGraph,
 }
 
 /// A search result: the sentence id, its score and the sentence.
@@ -294,26 +295,27 @@ impl SentenceIndex {
         }
         let mut sentences = corpus.sentences()?;
         sentences.truncate(meta.sentences);
-        let ann = AnnIndex::load(&dir.join(GRAPH), meta.dim)?;
-        if ann.len() != meta.sentences {
+        let mut vectors = EmbeddingFile::open(&dir.join(EMBEDDINGS), meta.dim)?.read_all()?;
+        if vectors.len() < meta.sentences * meta.dim {
             bail!(
-                "the graph in {} holds {} vectors, the index {}: rebuild the index",
-                dir.display(),
-                ann.len(),
+                "{} holds fewer vectors than the index's {} sentences: rebuild the index",
+                dir.join(EMBEDDINGS).display(),
                 meta.sentences
             );
         }
+        vectors.truncate(meta.sentences * meta.dim);
+        let graph = FlatGraph::load(&dir.join(GRAPH), vectors)?;
         Ok(Self {
             meta,
             sentences,
             corpus,
-            ann,
+            graph,
         })
     }
 
     /// The `k` nearest sentences to each query vector, best first.
     pub fn search(&self, queries: &[Vec<f32>], k: usize, ef: usize) -> Vec<Vec<Retrieved<'_>>> {
-        self.ann
+        self.graph
             .search_many(queries, k, ef)
             .into_iter()
             .map(|hits| hits.into_iter().map(|hit| self.retrieved(hit)).collect())
