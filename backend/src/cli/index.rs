@@ -118,6 +118,7 @@ fn build(home: &Home, args: BuildArgs) -> Result<()> {
             meta.encode_seconds,
             meta.graph_seconds
         ),
+        BuildOutcome::UpToDate(_) => tracing::info!("{} is up to date", dir.display()),
         BuildOutcome::Paused { encoded, total } => tracing::info!(
             "paused after {encoded} of {total} sentences; run the same command to continue"
         ),

@@ -102,6 +102,8 @@ pub fn embeddings_path(dir: &Path) -> PathBuf {
 #[derive(Debug)]
 pub enum BuildOutcome {
     Built(IndexMeta),
+    /// The index was already built from the same encoder, corpus and parameters.
+    UpToDate(IndexMeta),
     /// `stop_after` was reached before every sentence was encoded.
     Paused {
         encoded: usize,
@@ -133,8 +135,7 @@ pub fn build_index<B: Backend>(
         corpus_fingerprint: corpus.fingerprint(corpus.sources().len()),
     };
     if let Some(built) = up_to_date(dir, &wanted, corpus.len(), options.hnsw) {
-        tracing::info!("{} is up to date", dir.display());
-        return Ok(BuildOutcome::Built(built));
+        return Ok(BuildOutcome::UpToDate(built));
     }
     let rows = open_embeddings(corpus, dir, &wanted)?;
     let sentences = corpus.sentences()?;
