@@ -136,11 +136,12 @@ impl AnnIndex {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use rand::{Rng, SeedableRng};
 
-    fn unit_rows(count: usize, dim: usize, seed: u64) -> Vec<f32> {
+    /// `count` random unit rows of width `dim`.
+    pub(crate) fn unit_rows(count: usize, dim: usize, seed: u64) -> Vec<f32> {
+        use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut rows: Vec<f32> = (0..count * dim)
             .map(|_| rng.random::<f32>() - 0.5)

@@ -298,20 +298,15 @@ impl FlatGraph {
 mod tests {
     use super::*;
     use crate::retrieval::ann::HnswParams;
+    use crate::retrieval::ann::tests::unit_rows;
     use crate::retrieval::exact::{exact_top_k, recall_at_k};
     use rand::{Rng, SeedableRng};
 
     #[test]
     fn flat_search_finds_what_hnsw_rs_finds() {
         let (dim, count) = (32, 3000);
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
-        let mut rows: Vec<f32> = (0..count * dim)
-            .map(|_| rng.random::<f32>() - 0.5)
-            .collect();
-        for row in rows.chunks_exact_mut(dim) {
-            let norm = dot(row, row).sqrt();
-            row.iter_mut().for_each(|x| *x /= norm);
-        }
+        let rows = unit_rows(count, dim, 3);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
         let index = AnnIndex::build(&rows, dim, HnswParams::default(), &|_| {});
         let queries: Vec<Vec<f32>> = (0..200)
             .map(|_| (0..dim).map(|_| rng.random::<f32>() - 0.5).collect())
