@@ -83,6 +83,9 @@ pub struct RetrievalBenchArgs {
     pub output: Option<PathBuf>,
 }
 
+/// A search over a batch of queries at a given `ef`.
+type SearchFn<'a> = dyn Fn(&[Vec<f32>], usize) -> Vec<Vec<Hit>> + 'a;
+
 /// One measured configuration.
 #[derive(Debug, Clone, Serialize)]
 struct Run {
@@ -163,41 +166,43 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
     bar.finish_and_clear();
     let build_seconds = started.elapsed().as_secs_f64();
     let memory_bytes = resident_bytes() - before;
-    for &ef in &args.ef {
-        ann.search_many(&queries[..queries.len().min(64)], args.k, ef);
-        let started = Instant::now();
-        let found = ann.search_many(&queries, args.k, ef);
-        let seconds = started.elapsed().as_secs_f64();
-        runs.push(Run {
-            index: format!("flipside HNSW (hnsw_rs, M={})", args.m),
-            parameter: "ef".into(),
-            value: ef,
-            build_seconds,
-            memory_bytes,
-            recall: recall_at_k(&truth, &ids(&found), args.k),
-            queries_per_second: queries.len() as f64 / seconds,
-        });
-    }
-
+    // One run per ef: warm up on a few queries, then time all of them.
+    let sweep = |index: String, build_seconds: f64, memory_bytes: i64, search: &SearchFn| {
+        args.ef
+            .iter()
+            .map(|&ef| {
+                search(&queries[..queries.len().min(64)], ef);
+                let started = Instant::now();
+                let found = search(&queries, ef);
+                let seconds = started.elapsed().as_secs_f64();
+                Run {
+                    index: index.clone(),
+                    parameter: "ef".into(),
+                    value: ef,
+                    build_seconds,
+                    memory_bytes,
+                    recall: recall_at_k(&truth, &ids(&found), args.k),
+                    queries_per_second: queries.len() as f64 / seconds,
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    runs.extend(sweep(
+        format!("flipside HNSW (hnsw_rs, M={})", args.m),
+        build_seconds,
+        memory_bytes,
+        &|q, ef| ann.search_many(q, args.k, ef),
+    ));
     let started = Instant::now();
     let flat = FlatGraph::from_hnsw(&ann, vectors.clone());
     let flatten_seconds = started.elapsed().as_secs_f64();
     drop(ann);
-    for &ef in &args.ef {
-        flat.search_many(&queries[..queries.len().min(64)], args.k, ef);
-        let started = Instant::now();
-        let found = flat.search_many(&queries, args.k, ef);
-        let seconds = started.elapsed().as_secs_f64();
-        runs.push(Run {
-            index: format!("flipside HNSW, flat search (M={})", args.m),
-            parameter: "ef".into(),
-            value: ef,
-            build_seconds: build_seconds + flatten_seconds,
-            memory_bytes: flat.memory_bytes() as i64,
-            recall: recall_at_k(&truth, &ids(&found), args.k),
-            queries_per_second: queries.len() as f64 / seconds,
-        });
-    }
+    runs.extend(sweep(
+        format!("flipside HNSW, flat search (M={})", args.m),
+        build_seconds + flatten_seconds,
+        flat.memory_bytes() as i64,
+        &|q, ef| flat.search_many(q, args.k, ef),
+    ));
 
     if let Some(reference) = &reference {
         for run in &reference.runs {
