@@ -23,14 +23,10 @@ impl<B: Backend> BiEncoder<B> {
         embed(&self.query, input)
     }
 
-    /// Unit-length document embeddings, `[batch, hidden]`.
+    /// Unit-length document embeddings, `[batch, hidden]` (with the query encoder when the
+    /// weights are shared).
     pub fn embed_documents(&self, input: &BertInput<B>) -> Tensor<B, 2> {
         embed(self.document.as_ref().unwrap_or(&self.query), input)
-    }
-
-    /// The document encoder (the query encoder when weights are shared).
-    pub fn document_encoder(&self) -> &BertModel<B> {
-        self.document.as_ref().unwrap_or(&self.query)
     }
 }
 

@@ -110,15 +110,6 @@ impl FlatGraph {
         }
     }
 
-    /// The number of rows.
-    pub fn len(&self) -> usize {
-        self.vectors.len() / self.dim
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.vectors.is_empty()
-    }
-
     /// Writes the graph (not the vectors, which the caller keeps) into the directory `dir`,
     /// replacing it.
     pub fn save(&self, dir: &Path) -> Result<()> {
