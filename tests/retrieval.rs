@@ -234,3 +234,135 @@ fn a_trained_retriever_indexes_searches_and_is_evaluated_against_minilm() {
     assert_eq!(rows.len(), 3, "{table}");
     assert!(rows[1].starts_with("| minilm |"), "{table}");
 }
+
+/// Sentences that are neither a fixture hypothesis nor a counterfactual.
+const NLI_DISTRACTORS: &str = "\
+A cat is sleeping on a warm windowsill.
+The train arrives at the station late at night.
+Two women are drinking coffee in a cafe.
+A man is fixing the roof of his house.
+The students are listening to a long lecture.
+";
+
+/// The top-1 hypothesis for `premise` and `hypothesis` under `encoder`.
+fn top_hypothesis(corpus: &Path, encoder: &Path, premise: &str, hypothesis: &str) -> String {
+    let found = success(
+        in_corpus(
+            corpus,
+            &["index", "search", hypothesis, "-k", "1", "--json"],
+        )
+        .arg("--premise")
+        .arg(premise)
+        .arg("--encoder")
+        .arg(encoder),
+    );
+    let record: serde_json::Value = serde_json::from_str(found.trim()).unwrap();
+    assert_eq!(record["premise"], premise);
+    record["results"][0]["text"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn nli_queries_read_the_premise_and_a_reranker_reorders_candidates() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/nli_pairs.jsonl");
+    let pairs: Vec<serde_json::Value> = std::fs::read_to_string(&fixture)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The corpus holds every hypothesis and counterfactual (candidates are hypotheses, CORE
+    // §4.2) and a few distractors.
+    let mut hypotheses = String::from(NLI_DISTRACTORS);
+    for pair in &pairs {
+        for field in ["text", "counterfactual"] {
+            hypotheses += pair[field].as_str().unwrap();
+            hypotheses += "\n";
+        }
+    }
+    let source = dir.path().join("hypotheses.txt");
+    std::fs::write(&source, hypotheses).unwrap();
+    let corpus = dir.path().join("corpus");
+    success(in_corpus(&corpus, &["corpus", "build"]).arg(&source));
+    success(&mut in_corpus(&corpus, &["index", "build"]));
+
+    // Train CF-DPR and the re-ranker on all pairs (the evaluation below is on the same pairs:
+    // this checks the plumbing of premise–hypothesis queries, not generalisation).
+    let cf_dpr = dir.path().join("cf-dpr");
+    let reranker = dir.path().join("reranker");
+    for (command, out, epochs) in [("retriever", &cf_dpr, "15"), ("reranker", &reranker, "20")] {
+        success(
+            flipside()
+                .args([command, "train", "--pairs"])
+                .arg(&fixture)
+                .args(["--validation", "0", "--paraphrases", "none"])
+                .args(["--epochs", epochs, "--batch-size", "4", "--lr", "1e-4"])
+                .arg("--out")
+                .arg(out),
+        );
+    }
+    success(in_corpus(&corpus, &["index", "build", "--encoder"]).arg(&cf_dpr));
+
+    // Untrained MiniLM finds the hypothesis itself; CF-DPR finds its counterfactual.
+    let (premise, text, counterfactual) = (
+        pairs[0]["premise"].as_str().unwrap(),
+        pairs[0]["text"].as_str().unwrap(),
+        pairs[0]["counterfactual"].as_str().unwrap(),
+    );
+    let minilm = Path::new("minilm");
+    assert_eq!(top_hypothesis(&corpus, minilm, premise, text), text);
+    assert_eq!(
+        top_hypothesis(&corpus, &cf_dpr, premise, text),
+        counterfactual
+    );
+
+    // Re-ranking all of MiniLM's results (whose top 5 miss the counterfactual) with the
+    // cross-encoder puts the counterfactual first.
+    let reranked = success(
+        in_corpus(
+            &corpus,
+            &["index", "search", text, "-k", "1", "--rerank", "40"],
+        )
+        .arg("--premise")
+        .arg(premise)
+        .arg("--reranker")
+        .arg(&reranker),
+    );
+    assert!(reranked.contains(counterfactual), "{reranked}");
+    assert!(reranked.contains("re-ranked"), "{reranked}");
+
+    let table = success(
+        in_corpus(
+            &corpus,
+            &[
+                "retriever",
+                "eval",
+                "--validation",
+                "1",
+                "--random",
+                "5",
+                "--hard",
+                "5",
+                "--rerank",
+                "5",
+                "--retrievers",
+            ],
+        )
+        .arg(format!("minilm,{}", cf_dpr.display()))
+        .arg("--pairs")
+        .arg(&fixture)
+        .arg("--reranker")
+        .arg(&reranker),
+    );
+    let top1: Vec<f64> = table
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| retriever"))
+        .map(|l| l.split('|').nth(2).unwrap().trim().parse().unwrap())
+        .collect();
+    assert_eq!(top1.len(), 4, "{table}");
+    assert!(top1[1] > top1[0], "the re-ranker improves MiniLM: {table}");
+    assert!(top1[2] >= 0.75, "CF-DPR on its training pairs: {table}");
+    assert!(
+        top1[3] >= 0.75,
+        "CF-DPR + re-ranker on its training pairs: {table}"
+    );
+}

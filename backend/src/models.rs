@@ -20,17 +20,24 @@ use crate::home::Home;
 /// The default encoder: the `minilm` asset.
 pub const DEFAULT_ENCODER: &str = "minilm";
 
-/// A model given as a directory path or as the name of a fetched asset.
+/// A model given as a directory path, the name of a model trained into the Flipside home's
+/// `models/`, or the name of a fetched asset.
 pub fn resolve_model_dir(home: &Home, model: &str) -> Result<PathBuf> {
     let path = Path::new(model);
     if path.is_dir() {
         return Ok(path.to_path_buf());
     }
+    let trained = home.models().join(model);
+    if !model.contains('/') && trained.is_dir() {
+        return Ok(trained);
+    }
     if home.manifest().get(model).is_ok() {
         return home.asset(model);
     }
     anyhow::bail!(
-        "{model:?} is neither a model directory nor a model asset (e.g. {DEFAULT_ENCODER})"
+        "{model:?} is neither a model directory, nor a model in {}, nor a model asset (e.g. \
+         {DEFAULT_ENCODER})",
+        home.models().display()
     )
 }
 

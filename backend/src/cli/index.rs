@@ -11,12 +11,13 @@ use super::corpus::CorpusArg;
 use crate::compute::DeviceChoice;
 use crate::corpus::Corpus;
 use crate::home::Home;
-use crate::models::DEFAULT_ENCODER;
+use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::retrieval::ann::HnswParams;
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::{
     BuildOptions, BuildOutcome, SentenceIndex, build_index, embed_queries, index_dir,
 };
+use crate::retrieval::reranker::{DEFAULT_RERANKER, rerank_results};
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -76,6 +77,17 @@ pub struct SearchArgs {
     /// Print JSON lines instead of a table
     #[arg(long)]
     pub json: bool,
+    /// NLI: the premise of every query, which then are hypotheses (the query encoder reads
+    /// premise [SEP] hypothesis; CORE §4.2)
+    #[arg(long)]
+    pub premise: Option<String>,
+    /// Re-order the top K results with a cross-encoder re-ranker (K may exceed -k: the
+    /// re-ranker then picks the best k of K)
+    #[arg(long, value_name = "K")]
+    pub rerank: Option<usize>,
+    /// The re-ranker: a directory or a model name in the home's models/
+    #[arg(long, value_name = "MODEL", default_value = DEFAULT_RERANKER, requires = "rerank")]
+    pub reranker: String,
 }
 
 pub fn run(home: &Home, command: IndexCommand) -> Result<()> {
@@ -153,25 +165,49 @@ fn search(home: &Home, args: SearchArgs) -> Result<()> {
     )?;
     let inputs: Vec<Input> = queries
         .iter()
-        .map(|text| Input::Text { text: text.clone() })
+        .map(|text| match &args.premise {
+            Some(premise) => Input::Pair {
+                premise: premise.clone(),
+                hypothesis: text.clone(),
+            },
+            None => Input::Text { text: text.clone() },
+        })
         .collect();
     let vectors = with_backend!(
         args.index.device,
         embed_queries(&encoders, &inputs.iter().collect::<Vec<_>>(), 32)
     )?;
-    let results = index.search(&vectors, args.k, args.ef);
+    let depth = args.k.max(args.rerank.unwrap_or(0));
+    let mut results = index.search(&vectors, depth, args.ef.max(depth));
+    if let Some(k) = args.rerank {
+        let reranker = resolve_model_dir(home, &args.reranker)?;
+        results = with_backend!(
+            args.index.device,
+            rerank_results(&reranker, &inputs, results, k)
+        )?;
+    }
+    for hits in &mut results {
+        hits.truncate(args.k);
+    }
     for (query, hits) in queries.iter().zip(&results) {
         if args.json {
-            let record = serde_json::json!({ "query": query, "results": hits });
+            let record = serde_json::json!({
+                "query": query, "premise": args.premise, "results": hits
+            });
             println!("{record}");
             continue;
         }
-        println!("query: {query}");
+        match &args.premise {
+            Some(premise) => println!("premise: {premise}\nhypothesis: {query}"),
+            None => println!("query: {query}"),
+        }
         for (rank, hit) in hits.iter().enumerate() {
             println!(
-                "{:>3}  {:.3}  {}  [{} {}#{}{}]",
+                "{:>3}  {:.3}{}  {}  [{} {}#{}{}]",
                 rank + 1,
                 hit.score,
+                hit.rerank_score
+                    .map_or(String::new(), |p| format!("  re-ranked {p:.3}")),
                 hit.sentence.text,
                 hit.source,
                 hit.sentence.doc,

@@ -8,6 +8,7 @@ mod data;
 mod embed;
 mod index;
 mod quickstart;
+mod reranker;
 mod retriever;
 
 use std::path::PathBuf;
@@ -69,6 +70,9 @@ pub enum Command {
     /// Train counterfactual retrievers (CF-DPR)
     #[command(subcommand)]
     Retriever(retriever::RetrieverCommand),
+    /// Train cross-encoder re-rankers for retrieved counterfactual candidates
+    #[command(subcommand)]
+    Reranker(reranker::RerankerCommand),
     /// Speed benchmarks against reference implementations
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -100,6 +104,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Corpus(command) => corpus::run(&home, command),
         Command::Index(command) => index::run(&home, command),
         Command::Retriever(command) => retriever::run(&home, command),
+        Command::Reranker(command) => reranker::run(&home, command),
         Command::Bench(command) => bench::run(&home, command),
         Command::Quickstart(args) => quickstart::run(&home, args),
     }

@@ -15,9 +15,13 @@ use crate::retrieval::cfdpr::{
     RetrieverJob, SeedPair, read_pairs, sentence_pairs, train_retriever, with_reverses,
 };
 use crate::retrieval::encoders::RetrieverEncoders;
-use crate::retrieval::evaluate::{evaluate_retriever, ranking_cases, split_pairs};
+use crate::retrieval::evaluate::{
+    candidate_counts, ranking_cases, ranking_score, ranks, reranked_ranks, retriever_scores,
+    split_pairs,
+};
 use crate::retrieval::index::{SentenceIndex, embed_queries, index_dir};
-use crate::train::TrainConfig;
+use crate::retrieval::negatives::mine_paraphrases;
+use crate::train::{TrainConfig, TrainOutcome};
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -62,6 +66,13 @@ pub struct PairsArgs {
 }
 
 impl PairsArgs {
+    /// A short name of the pairs (`printed`, or the file's stem), for default model names.
+    pub fn name(&self) -> String {
+        std::path::Path::new(&self.pairs)
+            .file_stem()
+            .map_or_else(|| self.pairs.clone(), |s| s.to_string_lossy().into_owned())
+    }
+
     /// The training and validation pairs.
     pub fn load(&self) -> Result<(Vec<SeedPair>, Vec<SeedPair>)> {
         let pairs = read_pairs(&self.pairs)?;
@@ -77,6 +88,68 @@ impl PairsArgs {
         };
         Ok(split_pairs(&pairs, self.validation, self.split_seed))
     }
+}
+
+/// Where training pairs without a paraphrase get their paraphrase hard negative.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ParaphraseSource {
+    /// The nearest sentence, under untrained MiniLM, from a corpus review with the pair's label
+    Corpus,
+    /// None: the query text itself is the only hard negative
+    None,
+}
+
+/// How training pairs get their hard negatives.
+#[derive(Debug, Clone, Args)]
+pub struct HardNegativeArgs {
+    /// Paraphrase hard negatives for pairs that bring none (CORE used a paraphrase of each
+    /// query and the query itself)
+    #[arg(long, value_enum, default_value_t = ParaphraseSource::Corpus)]
+    pub paraphrases: ParaphraseSource,
+    /// The corpus (with a `minilm` index) that paraphrases are mined from
+    #[command(flatten)]
+    pub corpus: CorpusArg,
+}
+
+/// The training and validation pairs, the training pairs with mined paraphrases.
+pub fn training_pairs(
+    home: &Home,
+    pairs: &PairsArgs,
+    negatives: &HardNegativeArgs,
+    device: DeviceChoice,
+) -> Result<(Vec<SeedPair>, Vec<SeedPair>)> {
+    let (mut train, validation) = pairs.load()?;
+    if negatives.paraphrases == ParaphraseSource::None {
+        return Ok((train, validation));
+    }
+    let corpus_dir = negatives.corpus.dir(home);
+    let (index, vectors) = minilm_index_and_queries(home, &corpus_dir, &train, device)
+        .map_err(|e| e.context("mining paraphrase hard negatives (or pass --paraphrases none)"))?;
+    let hits = index.search(&vectors, 32, 64);
+    let mined = mine_paraphrases(&mut train, &hits);
+    tracing::info!(
+        "mined {mined} paraphrase hard negatives for {} training pairs from {}",
+        train.len(),
+        corpus_dir.display()
+    );
+    Ok((train, validation))
+}
+
+/// The `minilm` index of a corpus, and the MiniLM embeddings of the pairs' queries.
+fn minilm_index_and_queries(
+    home: &Home,
+    corpus_dir: &std::path::Path,
+    pairs: &[SeedPair],
+    device: DeviceChoice,
+) -> Result<(SentenceIndex, Vec<Vec<f32>>)> {
+    let minilm = RetrieverEncoders::resolve(home, DEFAULT_ENCODER)?;
+    let index = SentenceIndex::open(corpus_dir, &index_dir(corpus_dir, DEFAULT_ENCODER), &minilm)?;
+    let queries: Vec<Input> = pairs.iter().map(SeedPair::query).collect();
+    let vectors = with_backend!(
+        device,
+        embed_queries(&minilm, &queries.iter().collect::<Vec<_>>(), 32)
+    )?;
+    Ok((index, vectors))
 }
 
 #[derive(Debug, Args)]
@@ -95,6 +168,13 @@ pub struct EvalArgs {
     /// Hard negatives per query (the nearest corpus sentences under untrained MiniLM)
     #[arg(long, default_value_t = 30)]
     pub hard: usize,
+    /// Also rank with this re-ranker re-ordering each retriever's top `--rerank` candidates
+    /// (a directory or a model name in the home's models/; `flipside reranker train`)
+    #[arg(long, value_name = "MODEL")]
+    pub reranker: Option<String>,
+    /// Candidates the re-ranker re-orders
+    #[arg(long, default_value_t = 10, value_name = "K")]
+    pub rerank: usize,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
     #[arg(long, value_enum, default_value_t)]
@@ -105,6 +185,8 @@ pub struct EvalArgs {
 pub struct TrainArgs {
     #[command(flatten)]
     pub pairs: PairsArgs,
+    #[command(flatten)]
+    pub negatives: HardNegativeArgs,
     /// One encoder for queries and documents instead of two
     #[arg(long)]
     pub shared: bool,
@@ -139,17 +221,7 @@ fn eval(home: &Home, args: EvalArgs) -> Result<()> {
         bail!("no validation pairs: raise --validation");
     }
     let corpus_dir = args.corpus.dir(home);
-    let minilm = RetrieverEncoders::resolve(home, DEFAULT_ENCODER)?;
-    let index = SentenceIndex::open(
-        &corpus_dir,
-        &index_dir(&corpus_dir, DEFAULT_ENCODER),
-        &minilm,
-    )?;
-    let queries: Vec<Input> = validation.iter().map(SeedPair::query).collect();
-    let vectors = with_backend!(
-        args.device,
-        embed_queries(&minilm, &queries.iter().collect::<Vec<_>>(), 32)
-    )?;
+    let (index, vectors) = minilm_index_and_queries(home, &corpus_dir, &validation, args.device)?;
     let cases = ranking_cases(
         &validation,
         &index,
@@ -167,28 +239,44 @@ fn eval(home: &Home, args: EvalArgs) -> Result<()> {
         args.hard,
         corpus_dir.display()
     );
+    let reranker = args
+        .reranker
+        .as_deref()
+        .map(|name| resolve_model_dir(home, name))
+        .transpose()?;
     println!("\n| retriever | top-1 | MRR | queries | candidates |\n|---|---:|---:|---:|---:|");
-    for name in &args.retrievers {
-        let encoders = RetrieverEncoders::resolve(home, name)?;
-        let score = with_backend!(args.device, evaluate_retriever(&encoders, &cases))?;
+    let row = |name: &str, ranks: &[usize]| {
+        let score = ranking_score(ranks, &candidate_counts(&cases));
         println!(
             "| {name} | {:.3} | {:.3} | {} | {:.1} |",
             score.top1, score.mrr, score.queries, score.candidates_per_query
         );
+    };
+    for name in &args.retrievers {
+        let encoders = RetrieverEncoders::resolve(home, name)?;
+        let scores = with_backend!(args.device, retriever_scores(&encoders, &cases))?;
+        row(name, &ranks(&scores));
+        if let Some(dir) = &reranker {
+            let reranked = with_backend!(
+                args.device,
+                reranked_ranks(dir, &cases, &scores, args.rerank)
+            )?;
+            row(
+                &format!("{name} + re-ranker (top {})", args.rerank),
+                &reranked,
+            );
+        }
     }
     Ok(())
 }
 
 fn train(home: &Home, args: TrainArgs) -> Result<()> {
-    let (pairs, validation) = args.pairs.load()?;
+    let (pairs, validation) = training_pairs(home, &args.pairs, &args.negatives, args.device)?;
     let source = &args.pairs.pairs;
-    let name: String = std::path::Path::new(source)
-        .file_stem()
-        .map_or_else(|| source.clone(), |s| s.to_string_lossy().into_owned());
     let out = args
         .out
         .clone()
-        .unwrap_or_else(|| home.models().join(format!("cf-dpr-{name}")));
+        .unwrap_or_else(|| home.models().join(format!("cf-dpr-{}", args.pairs.name())));
     let encoder_dir = resolve_model_dir(home, &args.encoder)?;
     tracing::info!(
         "training CF-DPR on {} seed pairs from {source} ({} held out for validation) into {}",
@@ -207,6 +295,18 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         pause_after: args.pause_after,
     };
     let outcome = with_backend!(args.device, train_retriever(&job))?;
+    if report_training(&outcome) {
+        println!(
+            "{}  (index a corpus with it: flipside index build --encoder {})",
+            out.display(),
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// Logs how a training run ended; returns whether it finished (rather than paused).
+pub(super) fn report_training(outcome: &TrainOutcome) -> bool {
     let record = &outcome.record;
     if outcome.paused {
         tracing::info!(
@@ -214,7 +314,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
             record.step,
             record.total_steps
         );
-        return Ok(());
+        return false;
     }
     let epochs = record.epoch_losses(record.steps_per_epoch());
     tracing::info!(
@@ -223,10 +323,5 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         epochs.first().copied().unwrap_or_default(),
         epochs.last().copied().unwrap_or_default()
     );
-    println!(
-        "{}  (index a corpus with it: flipside index build --encoder {})",
-        out.display(),
-        out.display()
-    );
-    Ok(())
+    true
 }

@@ -78,11 +78,21 @@ pub fn read_pairs(spec: &str) -> Result<Vec<SeedPair>> {
     Ok(pairs)
 }
 
-/// Adds the reverse of every pair: if `b` is a label-flipping minimal edit of `a`, `a` is one of
-/// `b` too. The printed pairs are mostly positive → negative; without the reverses a retriever
-/// would learn to flip in one direction only. Reverses keep the pair's id with a `~` suffix
-/// (so a review stays on one side of a train/validation split) and carry no paraphrase.
+/// Adds the reverse of every text pair: if `b` is a label-flipping minimal edit of `a`, `a` is
+/// one of `b` too. The printed pairs are mostly positive → negative; without the reverses a
+/// retriever would learn to flip in one direction only. A reverse's label is the other label
+/// when the pairs have exactly two, otherwise `not LABEL`. Reverses keep the pair's id with a
+/// `~` suffix (so a review stays on one side of a train/validation split) and carry no
+/// paraphrase.
 pub fn with_reverses(pairs: Vec<SeedPair>) -> Vec<SeedPair> {
+    let mut labels: Vec<&str> = pairs.iter().map(|p| p.label.as_str()).collect();
+    labels.sort_unstable();
+    labels.dedup();
+    let flipped = |label: &str| match labels[..] {
+        [a, b] if label == a => b.to_string(),
+        [a, b] if label == b => a.to_string(),
+        _ => format!("not {label}"),
+    };
     let reverses: Vec<SeedPair> = pairs
         .iter()
         .filter(|p| p.premise.is_none())
@@ -90,7 +100,7 @@ pub fn with_reverses(pairs: Vec<SeedPair>) -> Vec<SeedPair> {
             id: p.id.as_ref().map(|id| format!("{id}~")),
             text: p.counterfactual.clone(),
             premise: None,
-            label: format!("not {}", p.label),
+            label: flipped(&p.label),
             counterfactual: p.text.clone(),
             paraphrase: None,
         })
@@ -361,7 +371,11 @@ mod tests {
         assert_eq!(reverse.id.as_deref(), Some("printed-0~"));
         assert_eq!(reverse.text, pairs[0].counterfactual);
         assert_eq!(reverse.counterfactual, pairs[0].text);
-        assert_eq!(reverse.label, "not negative");
+        assert_eq!(pairs[0].label, "negative");
+        assert_eq!(reverse.label, "positive");
+        let mut three = read_pairs("printed").unwrap();
+        three[1].label = "neutral".into();
+        assert_eq!(with_reverses(three)[22].label, "not negative");
     }
 
     #[test]

@@ -3,6 +3,8 @@
 //! rank). Hard negatives are the corpus sentences nearest to the query under the untrained
 //! encoder (CORE used a SimCSE retriever for them, since paraphrasers cannot produce 30).
 
+use std::path::Path;
+
 use anyhow::Result;
 use burn::tensor::backend::Backend;
 use flipside_shared::data::{Input, unit_hash};
@@ -14,6 +16,8 @@ use super::ann::dot;
 use super::cfdpr::SeedPair;
 use super::encoders::RetrieverEncoders;
 use super::index::SentenceIndex;
+use super::negatives::corpus_neighbours;
+use super::reranker::{Reranker, reranked_order};
 use crate::compute::Compute;
 use crate::models::load_encoder;
 
@@ -54,17 +58,9 @@ pub fn ranking_cases(
         .iter()
         .zip(neighbours)
         .map(|(pair, hits)| {
-            let excluded = |text: &str| {
-                let text = text.to_lowercase();
-                text == pair.text.to_lowercase() || text == pair.counterfactual.to_lowercase()
-            };
             let mut candidates = vec![pair.counterfactual.clone()];
-            candidates.extend(
-                hits.iter()
-                    .map(|hit| hit.sentence.text.clone())
-                    .filter(|t| !excluded(t))
-                    .take(hard),
-            );
+            candidates.extend(corpus_neighbours(pair, &hits, None, hard));
+            let own = [pair.text.to_lowercase(), pair.counterfactual.to_lowercase()];
             let picks = sample(
                 &mut rng,
                 index.sentences.len(),
@@ -74,7 +70,7 @@ pub fn ranking_cases(
                 picks
                     .into_iter()
                     .map(|i| index.sentences[i].text.clone())
-                    .filter(|t| !excluded(t)),
+                    .filter(|t| !own.contains(&t.to_lowercase())),
             );
             RankingCase {
                 query: pair.query(),
@@ -110,12 +106,12 @@ pub fn ranking_score(ranks: &[usize], candidates: &[usize]) -> RankingScore {
     }
 }
 
-/// Ranks every case's candidates with a retriever (cosine of query and document embeddings).
-pub fn evaluate_retriever<B: Backend>(
+/// Each case's candidate scores under a retriever: cosines of query and document embeddings.
+pub fn retriever_scores<B: Backend>(
     compute: Compute<B>,
     encoders: &RetrieverEncoders,
     cases: &[RankingCase],
-) -> Result<RankingScore> {
+) -> Result<Vec<Vec<f32>>> {
     let query_encoder = load_encoder::<B>(&encoders.query_dir, &compute.device)?;
     let document_encoder = if encoders.document_dir == encoders.query_dir {
         None
@@ -125,15 +121,46 @@ pub fn evaluate_retriever<B: Backend>(
     let documents = document_encoder.as_ref().unwrap_or(&query_encoder);
     let queries: Vec<&Input> = cases.iter().map(|c| &c.query).collect();
     let query_vectors = query_encoder.embed_inputs(&queries, 32, &compute.batches, &|_| {})?;
-    let mut ranks = Vec::new();
+    let mut scores = Vec::new();
     for (case, query) in cases.iter().zip(&query_vectors) {
         let texts: Vec<&str> = case.candidates.iter().map(String::as_str).collect();
         let vectors = documents.embed_all(&texts, 32, &compute.batches, &|_| {})?;
-        let scores: Vec<f32> = vectors.iter().map(|v| dot(query, v)).collect();
-        ranks.push(rank_of_first(&scores));
+        scores.push(vectors.iter().map(|v| dot(query, v)).collect());
     }
-    let sizes: Vec<usize> = cases.iter().map(|c| c.candidates.len()).collect();
-    Ok(ranking_score(&ranks, &sizes))
+    Ok(scores)
+}
+
+/// The rank of each case's counterfactual under `scores` (see [`rank_of_first`]).
+pub fn ranks(scores: &[Vec<f32>]) -> Vec<usize> {
+    scores.iter().map(|s| rank_of_first(s)).collect()
+}
+
+/// The rank of each case's counterfactual when the re-ranker in `reranker_dir` re-orders the
+/// top `k` candidates under the first-stage `scores`.
+pub fn reranked_ranks<B: Backend>(
+    compute: Compute<B>,
+    reranker_dir: &Path,
+    cases: &[RankingCase],
+    scores: &[Vec<f32>],
+    k: usize,
+) -> Result<Vec<usize>> {
+    let reranker = Reranker::load(&compute, reranker_dir)?;
+    cases
+        .iter()
+        .zip(scores)
+        .map(|(case, scores)| {
+            let order = reranked_order(scores, k, |top| {
+                let texts: Vec<&str> = top.iter().map(|&i| case.candidates[i].as_str()).collect();
+                reranker.scores(&case.query, &texts)
+            })?;
+            Ok(order.iter().position(|&i| i == 0).expect("a permutation"))
+        })
+        .collect()
+}
+
+/// The candidate count of each case.
+pub fn candidate_counts(cases: &[RankingCase]) -> Vec<usize> {
+    cases.iter().map(|c| c.candidates.len()).collect()
 }
 
 #[cfg(test)]

@@ -250,6 +250,10 @@ pub struct Retrieved<'a> {
     pub source: &'a str,
     #[serde(flatten)]
     pub sentence: &'a Sentence,
+    /// The re-ranker's probability that the sentence is a counterfactual of the query, when
+    /// the results were re-ranked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank_score: Option<f32>,
 }
 
 impl SentenceIndex {
@@ -329,6 +333,7 @@ impl SentenceIndex {
             score: hit.score,
             source: self.corpus.source_of(hit.id).unwrap_or("?"),
             sentence: &self.sentences[hit.id],
+            rerank_score: None,
         }
     }
 }

@@ -9,3 +9,5 @@ pub mod evaluate;
 pub mod exact;
 pub mod flat;
 pub mod index;
+pub mod negatives;
+pub mod reranker;
