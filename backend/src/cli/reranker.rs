@@ -9,6 +9,7 @@ use super::retriever::{HardNegativeArgs, PairsArgs, report_training, training_pa
 use crate::compute::DeviceChoice;
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::retrieval::cfdpr::write_training_pairs;
 use crate::retrieval::reranker::reranker_dataset;
 use crate::train::{TrainConfig, TrainJob, train_classifier};
 use crate::with_backend;
@@ -88,6 +89,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     };
     let outcome = with_backend!(args.device, train_classifier(&job))?;
     if report_training(&outcome) {
+        write_training_pairs(&out, &pairs)?;
         println!(
             "{}  (use it: flipside index search --rerank 10 --reranker {}; flipside retriever \
              eval --reranker {})",

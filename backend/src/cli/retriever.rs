@@ -13,6 +13,7 @@ use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::retrieval::cfdpr::{
     RetrieverJob, SeedPair, read_pairs, sentence_pairs, train_retriever, with_reverses,
+    write_training_pairs,
 };
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::evaluate::{
@@ -296,6 +297,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     };
     let outcome = with_backend!(args.device, train_retriever(&job))?;
     if report_training(&outcome) {
+        write_training_pairs(&out, &pairs)?;
         println!(
             "{}  (index a corpus with it: flipside index build --encoder {})",
             out.display(),

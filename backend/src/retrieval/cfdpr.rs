@@ -78,6 +78,20 @@ pub fn read_pairs(spec: &str) -> Result<Vec<SeedPair>> {
     Ok(pairs)
 }
 
+/// The file in a trained model's directory listing the pairs it was trained on, mined
+/// paraphrases included.
+pub const TRAINING_PAIRS_FILE: &str = "training-pairs.jsonl";
+
+/// Writes `pairs` as JSON lines to `dir/`[`TRAINING_PAIRS_FILE`] (readable by [`read_pairs`]).
+pub fn write_training_pairs(dir: &Path, pairs: &[SeedPair]) -> Result<()> {
+    let mut lines = String::new();
+    for pair in pairs {
+        lines += &serde_json::to_string(pair)?;
+        lines.push('\n');
+    }
+    write_atomic(&dir.join(TRAINING_PAIRS_FILE), lines.as_bytes())
+}
+
 /// Adds the reverse of every text pair: if `b` is a label-flipping minimal edit of `a`, `a` is
 /// one of `b` too. The printed pairs are mostly positive → negative; without the reverses a
 /// retriever would learn to flip in one direction only. A reverse's label is the other label
@@ -390,6 +404,16 @@ mod tests {
         };
         assert_eq!(pair.hard_negatives(false), vec!["fine", "good"]);
         assert_eq!(pair.hard_negatives(true), vec!["fine"]);
+    }
+
+    #[test]
+    fn training_pairs_are_written_readably() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pairs = with_reverses(read_pairs("printed").unwrap());
+        pairs[0].paraphrase = Some("A mined paraphrase.".into());
+        write_training_pairs(dir.path(), &pairs).unwrap();
+        let path = dir.path().join(TRAINING_PAIRS_FILE);
+        assert_eq!(read_pairs(path.to_str().unwrap()).unwrap(), pairs);
     }
 
     #[test]
