@@ -1,17 +1,14 @@
 //! `flipside reranker …`
 
-use std::path::PathBuf;
-
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
-use super::retriever::{HardNegativeArgs, PairsArgs, report_training, training_pairs};
-use crate::compute::DeviceChoice;
+use super::retriever::{PairTrainingArgs, report_training};
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::models::resolve_model_dir;
 use crate::retrieval::cfdpr::write_training_pairs;
 use crate::retrieval::reranker::reranker_dataset;
-use crate::train::{TrainConfig, TrainJob, train_classifier};
+use crate::train::{TrainJob, train_classifier};
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -32,25 +29,10 @@ pub enum RerankerCommand {
 #[derive(Debug, Args)]
 pub struct TrainArgs {
     #[command(flatten)]
-    pub pairs: PairsArgs,
-    #[command(flatten)]
-    pub negatives: HardNegativeArgs,
+    pub training: PairTrainingArgs,
     /// Negatives per pair drawn from the other pairs' counterfactuals
     #[arg(long, default_value_t = 2)]
     pub random: usize,
-    /// The encoder the cross-encoder starts from
-    #[arg(long, default_value = DEFAULT_ENCODER)]
-    pub encoder: String,
-    /// Output directory [default: HOME/models/reranker-PAIRS]
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Stop after this many steps (run the same command again to resume)
-    #[arg(long, value_name = "STEPS")]
-    pub pause_after: Option<usize>,
-    #[command(flatten)]
-    pub config: TrainConfig,
-    #[arg(long, value_enum, default_value_t)]
-    pub device: DeviceChoice,
 }
 
 pub fn run(home: &Home, command: RerankerCommand) -> Result<()> {
@@ -60,16 +42,14 @@ pub fn run(home: &Home, command: RerankerCommand) -> Result<()> {
 }
 
 fn train(home: &Home, args: TrainArgs) -> Result<()> {
-    let (pairs, validation) = training_pairs(home, &args.pairs, &args.negatives, args.device)?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        home.models()
-            .join(format!("reranker-{}", args.pairs.name()))
-    });
+    let training = &args.training;
+    let (pairs, validation) = training.load_pairs(home)?;
+    let out = training.out(home, "reranker");
     let data = reranker_dataset(
         &pairs,
-        &format!("reranker:{}", args.pairs.pairs),
+        &format!("reranker:{}", training.pairs.pairs),
         args.random,
-        args.config.seed,
+        training.config.seed,
     );
     let counts = data.label_counts();
     tracing::info!(
@@ -83,12 +63,12 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     );
     let job = TrainJob {
         train: &data,
-        encoder_dir: &resolve_model_dir(home, &args.encoder)?,
+        encoder_dir: &resolve_model_dir(home, &training.encoder)?,
         out: &out,
-        config: args.config.clone(),
-        pause_after: args.pause_after,
+        config: training.config.clone(),
+        pause_after: training.pause_after,
     };
-    let outcome = with_backend!(args.device, train_classifier(&job))?;
+    let outcome = with_backend!(training.device, train_classifier(&job))?;
     if report_training(&outcome) {
         write_training_pairs(&out, &pairs)?;
         println!(

@@ -96,15 +96,15 @@ impl PairsArgs {
 pub enum ParaphraseSource {
     /// The nearest sentence, under untrained MiniLM, from a corpus review with the pair's label
     Corpus,
-    /// None: the query text itself is the only hard negative
+    /// No paraphrase: the query text itself is the only hard negative
     None,
 }
 
 /// How training pairs get their hard negatives.
 #[derive(Debug, Clone, Args)]
 pub struct HardNegativeArgs {
-    /// Paraphrase hard negatives for pairs that bring none (CORE used a paraphrase of each
-    /// query and the query itself)
+    /// Paraphrase hard negatives for pairs that bring none, mined from `--corpus` (which needs
+    /// a `minilm` index); CORE used a paraphrase of each query and the query itself
     #[arg(long, value_enum, default_value_t = ParaphraseSource::Corpus)]
     pub paraphrases: ParaphraseSource,
     /// The corpus (with a `minilm` index) that paraphrases are mined from
@@ -113,7 +113,7 @@ pub struct HardNegativeArgs {
 }
 
 /// The training and validation pairs, the training pairs with mined paraphrases.
-pub fn training_pairs(
+fn training_pairs(
     home: &Home,
     pairs: &PairsArgs,
     negatives: &HardNegativeArgs,
@@ -128,6 +128,20 @@ pub fn training_pairs(
         .map_err(|e| e.context("mining paraphrase hard negatives (or pass --paraphrases none)"))?;
     let hits = index.search(&vectors, 32, 64);
     let mined = mine_paraphrases(&mut train, &hits);
+    if mined == 0
+        && train
+            .iter()
+            .any(|p| p.paraphrase.is_none() && p.premise.is_none())
+    {
+        let mut labels: Vec<&str> = train.iter().map(|p| p.label.as_str()).collect();
+        labels.sort_unstable();
+        labels.dedup();
+        tracing::warn!(
+            "no paraphrase mined: no sentence near the queries in {} comes from a review labelled \
+             {labels:?} (only the built-in sources carry review labels)",
+            corpus_dir.display()
+        );
+    }
     tracing::info!(
         "mined {mined} paraphrase hard negatives for {} training pairs from {}",
         train.len(),
@@ -185,19 +199,26 @@ pub struct EvalArgs {
 #[derive(Debug, Args)]
 pub struct TrainArgs {
     #[command(flatten)]
-    pub pairs: PairsArgs,
-    #[command(flatten)]
-    pub negatives: HardNegativeArgs,
+    pub training: PairTrainingArgs,
     /// One encoder for queries and documents instead of two
     #[arg(long)]
     pub shared: bool,
     /// Inverse temperature of the loss (similarities are cosines)
     #[arg(long, default_value_t = 20.0)]
     pub scale: f32,
-    /// The encoder both sides start from
+}
+
+/// What every command that trains on seed pairs takes.
+#[derive(Debug, Args)]
+pub struct PairTrainingArgs {
+    #[command(flatten)]
+    pub pairs: PairsArgs,
+    #[command(flatten)]
+    pub negatives: HardNegativeArgs,
+    /// The encoder training starts from
     #[arg(long, default_value = DEFAULT_ENCODER)]
     pub encoder: String,
-    /// Output directory [default: HOME/models/cf-dpr-PAIRS]
+    /// Output directory [default: HOME/models/KIND-PAIRS, e.g. cf-dpr-printed]
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Stop after this many steps (run the same command again to resume)
@@ -207,6 +228,20 @@ pub struct TrainArgs {
     pub config: TrainConfig,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
+}
+
+impl PairTrainingArgs {
+    /// The output directory: `--out`, or `HOME/models/KIND-PAIRS`.
+    pub fn out(&self, home: &Home, kind: &str) -> PathBuf {
+        self.out
+            .clone()
+            .unwrap_or_else(|| home.models().join(format!("{kind}-{}", self.pairs.name())))
+    }
+
+    /// The training pairs (with mined paraphrases) and the held-out validation pairs.
+    pub fn load_pairs(&self, home: &Home) -> Result<(Vec<SeedPair>, Vec<SeedPair>)> {
+        training_pairs(home, &self.pairs, &self.negatives, self.device)
+    }
 }
 
 pub fn run(home: &Home, command: RetrieverCommand) -> Result<()> {
@@ -272,13 +307,11 @@ fn eval(home: &Home, args: EvalArgs) -> Result<()> {
 }
 
 fn train(home: &Home, args: TrainArgs) -> Result<()> {
-    let (pairs, validation) = training_pairs(home, &args.pairs, &args.negatives, args.device)?;
-    let source = &args.pairs.pairs;
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| home.models().join(format!("cf-dpr-{}", args.pairs.name())));
-    let encoder_dir = resolve_model_dir(home, &args.encoder)?;
+    let training = &args.training;
+    let (pairs, validation) = training.load_pairs(home)?;
+    let source = &training.pairs.pairs;
+    let out = training.out(home, "cf-dpr");
+    let encoder_dir = resolve_model_dir(home, &training.encoder)?;
     tracing::info!(
         "training CF-DPR on {} seed pairs from {source} ({} held out for validation) into {}",
         pairs.len(),
@@ -290,12 +323,12 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         pairs_name: source,
         encoder_dir: &encoder_dir,
         out: &out,
-        config: args.config.clone(),
+        config: training.config.clone(),
         shared: args.shared,
         scale: args.scale,
-        pause_after: args.pause_after,
+        pause_after: training.pause_after,
     };
-    let outcome = with_backend!(args.device, train_retriever(&job))?;
+    let outcome = with_backend!(training.device, train_retriever(&job))?;
     if report_training(&outcome) {
         write_training_pairs(&out, &pairs)?;
         println!(
