@@ -9,7 +9,7 @@ use rayon::prelude::*;
 pub type Cpu = burn::backend::Flex;
 
 /// NVIDIA GPUs through CubeCL (needs the `cuda` feature, libcuda and NVRTC at run time).
-#[cfg(feature = "cuda")]
+#[cfg(feature = "burn-cuda")]
 pub type Cuda = burn::backend::Cuda;
 
 /// The device chosen on the command line.
@@ -24,7 +24,7 @@ pub enum DeviceChoice {
 impl DeviceChoice {
     /// Errors when the choice needs a feature this binary was built without.
     pub fn check_available(self) -> Result<()> {
-        if self == DeviceChoice::Cuda && !cfg!(feature = "cuda") {
+        if self == DeviceChoice::Cuda && !cfg!(feature = "burn-cuda") {
             bail!(
                 "this flipside binary was built without CUDA support; rebuild with \
                  `cargo build --release --features cuda`"
@@ -64,7 +64,7 @@ macro_rules! with_backend {
     ($choice:expr, $($f:ident)::+ ( $($arg:expr),* $(,)? )) => {{
         let choice: $crate::compute::DeviceChoice = $choice;
         choice.check_available().and_then(|()| match choice {
-            #[cfg(feature = "cuda")]
+            #[cfg(feature = "burn-cuda")]
             $crate::compute::DeviceChoice::Cuda => {
                 $($f)::+::<$crate::compute::Cuda>(
                     $crate::compute::Compute {

@@ -13,6 +13,8 @@ pub mod data;
 pub mod encoder;
 pub mod metrics;
 pub mod pooling;
+pub mod pos;
 pub mod saliency;
 pub mod sentences;
 pub mod tokenize;
+pub mod words;

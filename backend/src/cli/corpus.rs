@@ -35,7 +35,7 @@ pub enum CorpusCommand {
 }
 
 /// Which corpus.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Args, serde::Serialize)]
 pub struct CorpusArg {
     /// A corpus name (a directory under the Flipside home's `corpora/`) or a path
     #[arg(long, default_value = "movies")]

@@ -6,10 +6,14 @@ mod classifier;
 mod corpus;
 mod data;
 mod embed;
+mod eval;
+mod generate;
 mod index;
+mod llm;
 mod quickstart;
 mod reranker;
 mod retriever;
+mod serve;
 
 use std::path::PathBuf;
 
@@ -73,6 +77,18 @@ pub enum Command {
     /// Train cross-encoder re-rankers for retrieved counterfactual candidates
     #[command(subcommand)]
     Reranker(reranker::RerankerCommand),
+    /// Make counterfactuals of a dataset: CORE (retrieve + LLM edit), or its LLM-only or
+    /// retrieve-only ablations; each is checked by a classifier (resumable JSON lines)
+    Generate(Box<generate::GenerateArgs>),
+    /// Evaluate generated counterfactuals
+    #[command(subcommand)]
+    Eval(eval::EvalCommand),
+    /// List, show and export the LLM prompt templates
+    #[command(subcommand)]
+    Prompts(llm::PromptsCommand),
+    /// Serve the embedded LLM over an OpenAI-compatible HTTP API (/v1/chat/completions,
+    /// /v1/completions)
+    Serve(serve::ServeArgs),
     /// Speed benchmarks against reference implementations
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -105,6 +121,10 @@ fn run(cli: Cli) -> Result<()> {
         Command::Index(command) => index::run(&home, command),
         Command::Retriever(command) => retriever::run(&home, command),
         Command::Reranker(command) => reranker::run(&home, command),
+        Command::Generate(args) => generate::run(&home, *args),
+        Command::Eval(command) => eval::run(&home, command),
+        Command::Prompts(command) => llm::prompts(command),
+        Command::Serve(args) => serve::run(&home, args),
         Command::Bench(command) => bench::run(&home, command),
         Command::Quickstart(args) => quickstart::run(&home, args),
     }

@@ -1,0 +1,349 @@
+//! `flipside generate`
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use clap::Args;
+use flipside_shared::data::{Dataset, Input};
+use serde::Serialize;
+
+use super::corpus::CorpusArg;
+use super::data::ReadArgs;
+use super::llm::LlmArgs;
+use crate::compute::DeviceChoice;
+use crate::editing::generate::{GenerateJob, Method, generate};
+use crate::editing::keywords::Lexicons;
+use crate::editing::prompts::{PromptTemplate, Task};
+use crate::editing::retrieve::{Item, RetrievalSetup};
+use crate::home::Home;
+use crate::llm::Sampling;
+use crate::models::{DEFAULT_ENCODER, resolve_model_dir, write_atomic};
+use crate::retrieval::encoders::RetrieverEncoders;
+use crate::retrieval::index::index_dir;
+use crate::retrieval::reranker::DEFAULT_RERANKER;
+use crate::with_backend;
+
+/// The classifier `scripts/quickstart` trains, used to check flips by default.
+pub const DEFAULT_CLASSIFIER: &str = "imdb-400";
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// Dataset: imdb[:split], rotten-tomatoes, or a CSV/TSV/JSONL file[:split]
+    #[arg(long, default_value = "imdb:test")]
+    pub data: String,
+    #[arg(long, value_enum, default_value = "core")]
+    pub method: Method,
+    /// Target label, or "flip": the other label of a binary task, each other label otherwise
+    #[arg(long, default_value = "flip", value_name = "LABEL|flip")]
+    pub target: String,
+    /// Edit only the first N items (after a seeded shuffle)
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Skip items with more words than this (e.g. 60 for short reviews)
+    #[arg(long, value_name = "N")]
+    pub max_words: Option<usize>,
+    /// Output: one JSON line per counterfactual (appended; a rerun resumes). Failed attempts go
+    /// to OUT.failures.jsonl, the run's settings to OUT.config.json
+    /// [default: HOME/runs/DATA-METHOD.jsonl]
+    #[arg(short, long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Seed of the item shuffle and of each attempt's sampling
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Items edited at once [default: 1 with the embedded model, 4 with a server]
+    #[arg(long, value_name = "N")]
+    pub concurrency: Option<usize>,
+    /// Tries per item before it is given up (bad or empty replies are retried)
+    #[arg(long, default_value_t = 3)]
+    pub max_attempts: usize,
+    /// Classifier that checks each edit (a model directory or a name under HOME/models)
+    #[arg(long, default_value = DEFAULT_CLASSIFIER, value_name = "MODEL")]
+    pub classifier: String,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+
+    #[command(flatten)]
+    pub prompt: PromptArgs,
+    #[command(flatten)]
+    pub retrieval: RetrievalArgs,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+    #[command(flatten)]
+    pub read: ReadArgs,
+}
+
+/// The prompt and sampling.
+#[derive(Debug, Clone, Args, Serialize)]
+#[command(next_help_heading = "Prompt and sampling")]
+pub struct PromptArgs {
+    /// Prompt template: a built-in id (`flipside prompts list`) or a TOML file
+    /// [default: core-sentiment / llm-only-sentiment, or the -nli ones for pairs]
+    #[arg(long, value_name = "ID|FILE")]
+    pub prompt: Option<String>,
+    #[arg(long, default_value_t = Sampling::default().temperature)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = Sampling::default().top_p)]
+    pub top_p: f32,
+    /// Most tokens per reply (each item also gets at most 2 × its words + 48)
+    #[arg(long, default_value_t = 512)]
+    pub max_tokens: usize,
+    /// Most keywords in a prompt
+    #[arg(long, default_value_t = 12)]
+    pub max_keywords: usize,
+}
+
+/// Where helpers are retrieved from.
+#[derive(Debug, Clone, Args, Serialize)]
+#[command(next_help_heading = "Retrieval")]
+pub struct RetrievalArgs {
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub corpus: CorpusArg,
+    /// Retriever whose index is searched (a trained CF-DPR name, a directory or minilm)
+    #[arg(long, default_value = DEFAULT_ENCODER)]
+    pub encoder: String,
+    /// Helpers kept per query sentence
+    #[arg(short, long, default_value_t = 3)]
+    pub k: usize,
+    /// Query sentences per item: the ones with the most opinion words
+    #[arg(long, default_value_t = 3)]
+    pub max_queries: usize,
+    /// Re-order the top K candidates with a cross-encoder re-ranker
+    #[arg(long, value_name = "K")]
+    pub rerank: Option<usize>,
+    #[arg(long, default_value = DEFAULT_RERANKER)]
+    pub reranker: String,
+    /// Keep helpers of any label (by default only sentences from reviews with the target
+    /// label, when the corpus knows labels)
+    #[arg(long)]
+    pub any_label: bool,
+}
+
+/// What a run's output depends on: saved beside it and checked when it resumes.
+#[derive(Debug, Serialize)]
+struct RunConfig {
+    data: String,
+    method: Method,
+    target: String,
+    limit: Option<usize>,
+    max_words: Option<usize>,
+    seed: u64,
+    max_attempts: usize,
+    classifier: String,
+    prompt: Option<(String, String)>,
+    model: Option<String>,
+    sampling: PromptArgs,
+    retrieval: Option<RetrievalArgs>,
+}
+
+pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
+    let dataset = args.read.load(home, &args.data)?;
+    let items = items(&dataset, &args)?;
+    if items.is_empty() {
+        bail!("no item to edit in {} (check --target and --max-words)", args.data);
+    }
+    let task = if items.iter().any(|i| i.premise.is_some()) {
+        Task::Nli
+    } else {
+        Task::Sentiment
+    };
+    let template = match args.method {
+        Method::RetrieveOnly => None,
+        method => Some(PromptTemplate::load(&args.prompt.prompt.clone().unwrap_or_else(
+            || {
+                let kind = if method == Method::Core { "core" } else { "llm-only" };
+                let task = if task == Task::Nli { "nli" } else { "sentiment" };
+                format!("{kind}-{task}")
+            },
+        ))?),
+    };
+    if let Some(template) = &template {
+        if template.task != task {
+            bail!(
+                "template {} is for {:?} data, but {} is {:?} data",
+                template.id,
+                template.task,
+                args.data,
+                task
+            );
+        }
+        if args.method == Method::Core && !template.uses_keywords() {
+            bail!("template {} has no {{keywords}}: CORE needs them", template.id);
+        }
+    }
+    let retrieval = if args.method.retrieves() {
+        let r = &args.retrieval;
+        let corpus_dir = r.corpus.dir(home);
+        Some(RetrievalSetup {
+            index_dir: index_dir(&corpus_dir, &r.encoder),
+            corpus_dir,
+            encoders: RetrieverEncoders::resolve(home, &r.encoder)?,
+            reranker: match r.rerank {
+                Some(k) => Some((resolve_model_dir(home, &r.reranker)?, k)),
+                None => None,
+            },
+            per_query: r.k,
+            max_queries: r.max_queries,
+            target_label_only: !r.any_label,
+        })
+    } else {
+        None
+    };
+    let classifier = resolve_model_dir(home, &args.classifier).map_err(|e| {
+        e.context(format!(
+            "no classifier to check the edits: run scripts/quickstart (it trains {DEFAULT_CLASSIFIER}), \
+             train one with `flipside classifier train`, or pass --classifier"
+        ))
+    })?;
+    let output = args.out.clone().unwrap_or_else(|| {
+        home.root().join("runs").join(format!(
+            "{}-{}.jsonl",
+            args.data.replace([':', '/'], "-"),
+            args.method.name()
+        ))
+    });
+    let editor = match template {
+        Some(_) => Some(args.llm.editor(home)?),
+        None => None,
+    };
+    let config = RunConfig {
+        data: args.data.clone(),
+        method: args.method,
+        target: args.target.clone(),
+        limit: args.limit,
+        max_words: args.max_words,
+        seed: args.seed,
+        max_attempts: args.max_attempts,
+        classifier: classifier.display().to_string(),
+        prompt: template.as_ref().map(|t| (t.id.clone(), t.hash.clone())),
+        model: editor.as_ref().map(|e| e.model().to_string()),
+        sampling: args.prompt.clone(),
+        retrieval: args.method.retrieves().then(|| args.retrieval.clone()),
+    };
+    check_config(&output, &config)?;
+
+    let job = GenerateJob {
+        method: args.method,
+        items,
+        editor: editor.as_deref().zip(template),
+        retrieval,
+        lexicons: Lexicons::load(home)?,
+        classifier,
+        sampling: Sampling {
+            temperature: args.prompt.temperature,
+            top_p: args.prompt.top_p,
+            max_tokens: args.prompt.max_tokens,
+            seed: args.seed,
+        },
+        max_keywords: args.prompt.max_keywords,
+        max_attempts: args.max_attempts,
+        concurrency: args
+            .concurrency
+            .unwrap_or(if args.llm.remote() { 4 } else { 1 }),
+        seed: args.seed,
+        output: output.clone(),
+    };
+    let bar = crate::progress::items(job.items.len() as u64, "editing");
+    let summary = with_backend!(args.device, generate(&job, &|| bar.inc(1)))?;
+    bar.finish_and_clear();
+    let rate = |n: usize, of: usize| 100.0 * n as f64 / of.max(1) as f64;
+    eprintln!(
+        "{} of {} jobs done before this run; {} counterfactuals written, {} flipped ({:.1}%); \
+         {} failed attempts; {} jobs given up",
+        summary.already_done,
+        summary.jobs,
+        summary.written,
+        summary.flipped,
+        rate(summary.flipped, summary.written),
+        summary.failed_attempts,
+        summary.given_up
+    );
+    println!("{}", output.display());
+    Ok(())
+}
+
+/// One item per example and target label.
+fn items(dataset: &Dataset, args: &GenerateArgs) -> Result<Vec<Item>> {
+    let names = dataset.labels.names();
+    if args.target != "flip" && !names.contains(&args.target) {
+        bail!(
+            "--target {:?} is not a label of {} ({})",
+            args.target,
+            args.data,
+            names.join(", ")
+        );
+    }
+    let sample = dataset.sample(dataset.len(), args.seed);
+    let mut items = Vec::new();
+    let mut examples = 0;
+    for example in &sample.examples {
+        if args.limit.is_some_and(|limit| examples >= limit) {
+            break;
+        }
+        let (text, premise) = match &example.input {
+            Input::Text { text } => (text.clone(), None),
+            Input::Pair {
+                premise,
+                hypothesis,
+            } => (hypothesis.clone(), Some(premise.clone())),
+        };
+        if args
+            .max_words
+            .is_some_and(|max| text.split_whitespace().count() > max)
+        {
+            continue;
+        }
+        let label = names[example.label].clone();
+        let targets: Vec<&String> = if args.target == "flip" {
+            names.iter().filter(|n| **n != label).collect()
+        } else if args.target != label {
+            vec![&args.target]
+        } else {
+            Vec::new()
+        };
+        if targets.is_empty() {
+            continue;
+        }
+        examples += 1;
+        for target in targets {
+            items.push(Item {
+                id: example.id.clone(),
+                text: text.clone(),
+                premise: premise.clone(),
+                label: label.clone(),
+                target: target.clone(),
+            });
+        }
+    }
+    Ok(items)
+}
+
+/// Saves the run's settings beside its output, or checks that a resumed run uses the same.
+fn check_config(output: &std::path::Path, config: &RunConfig) -> Result<()> {
+    let mut name = output.file_name().unwrap_or_default().to_os_string();
+    name.push(".config.json");
+    let path = output.with_file_name(name);
+    let value = serde_json::to_value(config)?;
+    if let Ok(saved) = std::fs::read(&path) {
+        let saved: serde_json::Value = serde_json::from_slice(&saved)?;
+        if saved != value && output.exists() {
+            let differs: Vec<String> = value
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(key, v)| saved.get(key.as_str()) != Some(v))
+                .map(|(key, v)| format!("{key}: {} → {v}", saved.get(key.as_str()).unwrap_or(&serde_json::Value::Null)))
+                .collect();
+            bail!(
+                "{} was made with other settings ({}); continue it with the same options, or \
+                 write to another file with --out",
+                output.display(),
+                differs.join("; ")
+            );
+        }
+    }
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
+    write_atomic(&path, &serde_json::to_vec_pretty(&value)?)
+}

@@ -1,0 +1,307 @@
+//! Prompt templates: TOML files a user can copy and edit (`flipside prompts export`). The
+//! built-in ones are CORE's (Tables 10–11), its LLM-only ablation and LASS's (App. D).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail, ensure};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::llm::{Message, Prompt};
+
+/// The built-in templates: (file name, contents).
+pub const BUILTIN_TEMPLATES: [(&str, &str); 5] = [
+    (
+        "core-sentiment.toml",
+        include_str!("../../prompts/core-sentiment.toml"),
+    ),
+    (
+        "llm-only-sentiment.toml",
+        include_str!("../../prompts/llm-only-sentiment.toml"),
+    ),
+    ("core-nli.toml", include_str!("../../prompts/core-nli.toml")),
+    (
+        "llm-only-nli.toml",
+        include_str!("../../prompts/llm-only-nli.toml"),
+    ),
+    (
+        "lass-sentiment.toml",
+        include_str!("../../prompts/lass-sentiment.toml"),
+    ),
+];
+
+/// The placeholders a template may use.
+const PLACEHOLDERS: [&str; 6] = [
+    "text",
+    "label",
+    "target",
+    "keywords",
+    "premise",
+    "hypothesis",
+];
+
+/// What a template is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Task {
+    /// One text and its label.
+    Sentiment,
+    /// A premise–hypothesis pair; the hypothesis is edited.
+    Nli,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TemplateFile {
+    id: String,
+    description: String,
+    task: Task,
+    system: String,
+    answer_prefix: String,
+    #[serde(default)]
+    stop: Vec<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    template: TemplateBody,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TemplateBody {
+    text: String,
+}
+
+/// A loaded prompt template.
+#[derive(Debug, Clone)]
+pub struct PromptTemplate {
+    pub id: String,
+    pub description: String,
+    pub task: Task,
+    /// The chat system message.
+    pub system: String,
+    /// The words that introduce the answer (the template's last line); removed from replies
+    /// that repeat them.
+    pub answer_prefix: String,
+    pub stop: Vec<String>,
+    /// Dataset label names → the words the prompt uses for them.
+    pub labels: BTreeMap<String, String>,
+    pub text: String,
+    /// The first 16 hex digits of the file's sha256.
+    pub hash: String,
+}
+
+/// The values filled into a template.
+#[derive(Debug, Clone, Default)]
+pub struct Slots<'a> {
+    pub text: &'a str,
+    pub premise: &'a str,
+    pub label: &'a str,
+    pub target: &'a str,
+    pub keywords: Option<&'a [String]>,
+}
+
+impl PromptTemplate {
+    /// Parses a template file's contents.
+    pub fn parse(source: &str) -> Result<Self> {
+        let file: TemplateFile = toml::from_str(source)?;
+        let text = file.template.text.trim().to_string();
+        for (start, _) in text.match_indices('{') {
+            let name: String = text[start + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let closed = text[start + 1 + name.len()..].starts_with('}');
+            if closed && !PLACEHOLDERS.contains(&name.as_str()) {
+                bail!(
+                    "unknown placeholder {{{name}}}; templates may use {}",
+                    PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(" ")
+                );
+            }
+        }
+        let needed: &[&str] = match file.task {
+            Task::Sentiment => &["{text}"],
+            Task::Nli => &["{premise}", "{hypothesis}"],
+        };
+        for placeholder in needed {
+            ensure!(
+                text.contains(placeholder),
+                "a {:?} template must contain {placeholder}",
+                file.task
+            );
+        }
+        Ok(PromptTemplate {
+            id: file.id,
+            description: file.description,
+            task: file.task,
+            system: file.system,
+            answer_prefix: file.answer_prefix,
+            stop: file.stop,
+            labels: file.labels,
+            text,
+            hash: hex::encode(&Sha256::digest(source.as_bytes())[..8]),
+        })
+    }
+
+    /// A built-in template by id, or a template file.
+    pub fn load(spec: &str) -> Result<Self> {
+        if let Some((_, source)) = BUILTIN_TEMPLATES
+            .iter()
+            .find(|(name, _)| name.strip_suffix(".toml") == Some(spec))
+        {
+            return Self::parse(source);
+        }
+        let path = Path::new(spec);
+        if !path.is_file() {
+            let ids: Vec<_> = BUILTIN_TEMPLATES
+                .iter()
+                .map(|(name, _)| name.trim_end_matches(".toml"))
+                .collect();
+            bail!(
+                "{spec:?} is neither a template file nor a built-in template ({})",
+                ids.join(", ")
+            );
+        }
+        let source = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        Self::parse(&source).with_context(|| format!("invalid template {}", path.display()))
+    }
+
+    /// The answers of the template's demonstrations: the text after each answer prefix but the
+    /// last (the instance's).
+    pub fn demonstration_answers(&self) -> Vec<&str> {
+        let mut answers: Vec<&str> = self
+            .text
+            .match_indices(self.answer_prefix.as_str())
+            .map(|(at, _)| {
+                let rest = &self.text[at + self.answer_prefix.len()..];
+                rest.split("\n\n").next().unwrap_or_default().trim()
+            })
+            .collect();
+        answers.pop();
+        answers
+    }
+
+    /// Whether the template asks for keywords.
+    pub fn uses_keywords(&self) -> bool {
+        self.text.contains("{keywords}")
+    }
+
+    /// The prompt's word for a dataset label (the label itself when unmapped).
+    pub fn label_word<'a>(&'a self, label: &'a str) -> &'a str {
+        self.labels.get(label).map_or(label, String::as_str)
+    }
+
+    /// The filled-in template text.
+    pub fn render(&self, slots: &Slots<'_>) -> String {
+        let keywords = slots.keywords.map(python_list).unwrap_or_default();
+        // One pass, so that a value containing "{target}" is not filled in again.
+        let mut out = String::with_capacity(self.text.len() + 256);
+        let mut rest = self.text.as_str();
+        while let Some(start) = rest.find('{') {
+            out.push_str(&rest[..start]);
+            let after = &rest[start + 1..];
+            let value = PLACEHOLDERS.iter().find_map(|&name| {
+                let tail = after.strip_prefix(name)?.strip_prefix('}')?;
+                let value = match name {
+                    "text" | "hypothesis" => slots.text,
+                    "premise" => slots.premise,
+                    "label" => self.label_word(slots.label),
+                    "target" => self.label_word(slots.target),
+                    _ => keywords.as_str(),
+                };
+                Some((value, tail))
+            });
+            match value {
+                Some((value, tail)) => {
+                    out.push_str(value);
+                    rest = tail;
+                }
+                None => {
+                    out.push('{');
+                    rest = after;
+                }
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// The chat prompt: the system message and the filled-in template as the user's message.
+    pub fn chat(&self, slots: &Slots<'_>) -> Prompt {
+        Prompt::Chat(vec![
+            Message::new("system", self.system.clone()),
+            Message::new("user", self.render(slots)),
+        ])
+    }
+}
+
+/// `['a', 'b']`, as the papers' prompts print keyword lists.
+fn python_list(words: &[String]) -> String {
+    let quoted: Vec<String> = words
+        .iter()
+        .map(|w| format!("'{}'", w.replace('\'', "\\'")))
+        .collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_templates_parse_and_fill_every_slot() {
+        for (name, source) in BUILTIN_TEMPLATES {
+            let template = PromptTemplate::parse(source).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(format!("{}.toml", template.id), name);
+            let keywords = vec!["dull".to_string(), "it's".to_string()];
+            let rendered = template.render(&Slots {
+                text: "A fine film.",
+                premise: "P.",
+                label: "positive",
+                target: "negative",
+                keywords: Some(&keywords),
+            });
+            for p in PLACEHOLDERS {
+                assert!(!rendered.contains(&format!("{{{p}}}")), "{name}: {{{p}}} left");
+            }
+            assert!(rendered.ends_with(&template.answer_prefix), "{name}");
+            let demos = template.demonstration_answers();
+            assert!(demos.len() >= 2 && demos.iter().all(|d| !d.is_empty()), "{name}");
+            if template.uses_keywords() {
+                assert!(rendered.contains("['dull', 'it\\'s']"), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn sentiment_labels_are_mapped_and_values_are_not_refilled() {
+        let template = PromptTemplate::load("core-sentiment").unwrap();
+        let rendered = template.render(&Slots {
+            text: "I said {target}.",
+            label: "positive",
+            target: "negative",
+            ..Default::default()
+        });
+        assert!(rendered.contains("Review: I said {target}.\nLabel: Positive\n"));
+        assert!(rendered.contains("Target Label: Negative\nEdited Review:"));
+        assert_eq!(
+            template.demonstration_answers(),
+            vec![
+                "Perfect, clean, interesting. Never have I been so sad to see ending credits roll.",
+                "I don't know why I hate this movie so much, now I am tired of watching it."
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_templates_are_refused_with_reasons() {
+        let base = "id = \"x\"\ndescription = \"d\"\ntask = \"sentiment\"\nsystem = \"s\"\n\
+                    answer_prefix = \"A:\"\n[template]\ntext = ";
+        let unknown = PromptTemplate::parse(&format!("{base}\"{{text}} {{colour}}\"")).unwrap_err();
+        assert!(unknown.to_string().contains("{colour}"), "{unknown}");
+        let missing = PromptTemplate::parse(&format!("{base}\"no slot\"")).unwrap_err();
+        assert!(missing.to_string().contains("{text}"), "{missing}");
+        assert!(PromptTemplate::load("no-such-template").is_err());
+    }
+}

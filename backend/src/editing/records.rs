@@ -1,0 +1,261 @@
+//! The output of `flipside generate`: an append-only JSON-lines file of counterfactuals and a
+//! sidecar of failed attempts (`OUT.failures.jsonl`), written one flushed line at a time.
+//!
+//! A run killed at any moment leaves at most one partial last line; opening the file again
+//! cuts it off, so that job is redone. Jobs with a record are never redone, so nothing is
+//! lost or duplicated.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::llm::Sampling;
+
+/// A retrieved corpus sentence used for an edit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Excerpt {
+    /// Which query (sentence of the original) retrieved it.
+    pub query: usize,
+    /// Its id in the corpus.
+    pub id: usize,
+    pub text: String,
+    pub score: f32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank_score: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// The prompt template an edit was made with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptRef {
+    pub id: String,
+    /// First 16 hex digits of the template file's sha256.
+    pub hash: String,
+}
+
+/// Where the time of one edit went, in milliseconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timing {
+    pub retrieve_ms: f64,
+    pub llm_ms: f64,
+    pub classify_ms: f64,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// One counterfactual and its full provenance.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Counterfactual {
+    /// `ITEM→TARGET`: unique in a file.
+    pub key: String,
+    pub item: String,
+    /// `core`, `llm-only` or `retrieve-only`.
+    pub method: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub premise: Option<String>,
+    pub original: String,
+    pub edited: String,
+    pub label: String,
+    pub target: String,
+    /// The sentences of the original used as retrieval queries.
+    #[serde(default)]
+    pub queries: Vec<String>,
+    #[serde(default)]
+    pub retrieved: Vec<Excerpt>,
+    #[serde(default)]
+    pub keywords: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PromptRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<Sampling>,
+    /// 1 for the first try.
+    pub attempt: usize,
+    pub timing: Timing,
+    /// The classifier's label for the edited text.
+    pub prediction: String,
+    /// The classifier's probability of the target label.
+    pub target_probability: f32,
+    /// Whether the prediction is the target label.
+    pub flipped: bool,
+}
+
+/// An attempt that produced no counterfactual.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FailedAttempt {
+    pub key: String,
+    pub attempt: usize,
+    pub reason: String,
+    /// The model's raw reply, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reply: Option<String>,
+}
+
+/// The output file and its failure sidecar.
+pub struct RecordStore {
+    records: File,
+    failures: File,
+    /// Keys with a counterfactual.
+    pub done: HashSet<String>,
+    /// Failed attempts per key.
+    pub failed: HashMap<String, usize>,
+}
+
+/// The failure sidecar of an output file.
+pub fn failures_path(output: &Path) -> PathBuf {
+    let mut name = output.file_name().unwrap_or_default().to_os_string();
+    name.push(".failures.jsonl");
+    output.with_file_name(name)
+}
+
+impl RecordStore {
+    /// Opens (or creates) `output` and its sidecar, cutting off a partial last line.
+    pub fn open(output: &Path) -> Result<Self> {
+        if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        let records: Vec<Counterfactual> = read_repairing(output)?;
+        let failures: Vec<FailedAttempt> = read_repairing(&failures_path(output))?;
+        let mut failed = HashMap::new();
+        for failure in failures {
+            *failed.entry(failure.key).or_default() += 1;
+        }
+        let append = |path: &Path| {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .with_context(|| format!("cannot open {} for appending", path.display()))
+        };
+        Ok(RecordStore {
+            records: append(output)?,
+            failures: append(&failures_path(output))?,
+            done: records.into_iter().map(|r| r.key).collect(),
+            failed,
+        })
+    }
+
+    /// Appends a counterfactual (one flushed line).
+    pub fn add(&mut self, record: &Counterfactual) -> Result<()> {
+        write_line(&mut self.records, record)?;
+        self.done.insert(record.key.clone());
+        Ok(())
+    }
+
+    /// Appends a failed attempt.
+    pub fn add_failure(&mut self, failure: &FailedAttempt) -> Result<()> {
+        write_line(&mut self.failures, failure)?;
+        *self.failed.entry(failure.key.clone()).or_default() += 1;
+        Ok(())
+    }
+}
+
+fn write_line(file: &mut File, value: &impl Serialize) -> Result<()> {
+    let mut line = serde_json::to_vec(value)?;
+    line.push(b'\n');
+    file.write_all(&line)?;
+    file.flush()?;
+    file.sync_data()?;
+    Ok(())
+}
+
+/// Reads a JSON-lines file of `T` (none if it does not exist). A last line that is cut short
+/// (no newline, or not valid JSON) is removed from the file; a bad line elsewhere is an error.
+pub fn read_repairing<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+    };
+    let mut reader = BufReader::new(file);
+    let mut values = Vec::new();
+    let (mut good_bytes, mut number) = (0u64, 0usize);
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let read = reader.read_line(&mut line)?;
+        if read == 0 {
+            break;
+        }
+        number += 1;
+        let complete = line.ends_with('\n');
+        match serde_json::from_str::<T>(line.trim_end()) {
+            Ok(value) if complete => {
+                values.push(value);
+                good_bytes += read as u64;
+            }
+            result => {
+                let mut rest = String::new();
+                let at_end = reader.read_line(&mut rest)? == 0;
+                if !at_end {
+                    let reason = result.err().map_or("no newline".to_string(), |e| e.to_string());
+                    anyhow::bail!("{}:{number}: not a valid record: {reason}", path.display());
+                }
+                tracing::warn!(
+                    "{}:{number}: cutting off a partial last line (an interrupted write)",
+                    path.display()
+                );
+                OpenOptions::new()
+                    .write(true)
+                    .open(path)?
+                    .set_len(good_bytes)?;
+                break;
+            }
+        }
+    }
+    Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failure(key: &str) -> FailedAttempt {
+        FailedAttempt {
+            key: key.into(),
+            attempt: 1,
+            reason: "empty reply".into(),
+            reply: None,
+        }
+    }
+
+    #[test]
+    fn a_partial_last_line_is_cut_off_and_later_lines_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out.jsonl");
+        {
+            let mut store = RecordStore::open(&out).unwrap();
+            store.add_failure(&failure("a")).unwrap();
+            store.add_failure(&failure("a")).unwrap();
+        }
+        let sidecar = failures_path(&out);
+        assert_eq!(sidecar, dir.path().join("out.jsonl.failures.jsonl"));
+        let mut file = OpenOptions::new().append(true).open(&sidecar).unwrap();
+        file.write_all(b"{\"key\": \"b\", \"att").unwrap();
+        drop(file);
+        let mut store = RecordStore::open(&out).unwrap();
+        assert_eq!(store.failed.get("a"), Some(&2));
+        assert!(!store.failed.contains_key("b"));
+        store.add_failure(&failure("c")).unwrap();
+        let lines = std::fs::read_to_string(&sidecar).unwrap();
+        assert_eq!(lines.lines().count(), 3, "{lines}");
+        assert!(lines.lines().all(|l| l.starts_with('{') && l.ends_with('}')));
+    }
+
+    #[test]
+    fn a_bad_line_in_the_middle_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.jsonl");
+        std::fs::write(&path, "not json\n{\"key\":\"a\",\"attempt\":1,\"reason\":\"r\"}\n").unwrap();
+        let error = read_repairing::<FailedAttempt>(&path).unwrap_err();
+        assert!(error.to_string().contains("x.jsonl:1"), "{error}");
+    }
+}

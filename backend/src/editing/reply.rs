@@ -1,0 +1,199 @@
+//! Reading the edited text out of an LLM's reply, which may be chatty ("Sure! Here is the
+//! edited review: …"), quoted, in markdown, or followed by more template lines.
+
+use flipside_shared::metrics::bleu::self_bleu;
+
+/// Field names of the built-in templates: a reply line starting with one of these ends the
+/// answer (the model went on to invent another example).
+const FIELD_LINES: [&str; 9] = [
+    "review:",
+    "label:",
+    "target label:",
+    "list of",
+    "edited review:",
+    "original sentence",
+    "modified sentence",
+    "example:",
+    "counterfactual:",
+];
+
+/// Openers of chatter lines that precede the answer.
+const OPENERS: [&str; 6] = ["sure", "certainly", "okay", "ok,", "of course", "absolutely"];
+
+/// Words of chatter lines that announce the answer.
+const ANNOUNCEMENTS: [&str; 5] = ["here is", "here's", "edited", "revised", "counterfactual"];
+
+/// The edited text in `reply`, or why there is none. `answer_prefix` is the template's answer
+/// label ("Edited Review:"); `original` is the text that was to be edited.
+pub fn parse_edit(reply: &str, answer_prefix: &str, original: &str) -> Result<String, String> {
+    let reply = reply.replace("\r\n", "\n");
+    let lower = reply.to_lowercase();
+    let prefix = answer_prefix.trim().to_lowercase();
+    // After the answer label, when the model repeated it.
+    let body = match (!prefix.is_empty()).then(|| lower.find(&prefix)).flatten() {
+        Some(at) => &reply[at + prefix.len()..],
+        None => reply.as_str(),
+    };
+    let mut lines: Vec<&str> = body.lines().map(str::trim).collect();
+    while lines.first().is_some_and(|l| l.is_empty()) {
+        lines.remove(0);
+    }
+    // Chatter before the answer: "Sure! Here's the edited review:".
+    while lines.first().is_some_and(|l| is_chatter(l)) {
+        lines.remove(0);
+        while lines.first().is_some_and(|l| l.is_empty()) {
+            lines.remove(0);
+        }
+    }
+    let mut answer = Vec::new();
+    for line in lines {
+        let lower = line.to_lowercase();
+        if line.is_empty() || FIELD_LINES.iter().any(|f| lower.starts_with(f)) {
+            break;
+        }
+        answer.push(line);
+    }
+    let text = strip_decoration(&answer.join(" "));
+    if text.is_empty() {
+        return Err("empty reply".to_string());
+    }
+    if normalise(&text) == normalise(original) {
+        return Err("unchanged: the reply repeats the original".to_string());
+    }
+    let (words, original_words) = (
+        text.split_whitespace().count(),
+        original.split_whitespace().count(),
+    );
+    if words > 2 * original_words + 20 {
+        return Err(format!(
+            "too long: {words} words for an original of {original_words}"
+        ));
+    }
+    Ok(text)
+}
+
+/// A line before the answer that is talk, not text: it ends with a colon, is an opener
+/// ("Sure!"), or announces the answer ("Here is the edited review.").
+/// BLEU above which an edit counts as a copy of a demonstration's answer.
+const COPY_BLEU: f64 = 0.5;
+
+/// The demonstration answer that `edit` copies, if any: small models often repeat an answer of
+/// the few-shot examples instead of editing the text they were given.
+pub fn copied_demonstration<'a>(edit: &str, demonstrations: &[&'a str]) -> Option<&'a str> {
+    demonstrations
+        .iter()
+        .copied()
+        .find(|demo| self_bleu(edit, demo) > COPY_BLEU)
+}
+
+fn is_chatter(line: &str) -> bool {
+    let lower = line.to_lowercase();
+    let opener = OPENERS.iter().any(|o| lower.starts_with(o)) && line.ends_with('!');
+    let announcement = ANNOUNCEMENTS.iter().any(|a| lower.contains(a)) && line.len() < 120;
+    line.ends_with(':') || opener || announcement
+}
+
+/// Removes markdown emphasis, a quote marker and surrounding quotation marks.
+fn strip_decoration(text: &str) -> String {
+    let mut text = text.trim().trim_start_matches("> ").replace("**", "");
+    for (open, close) in [('"', '"'), ('“', '”'), ('\'', '\''), ('`', '`')] {
+        if text.len() >= 2 && text.starts_with(open) && text.ends_with(close) {
+            let inner = &text[open.len_utf8()..text.len() - close.len_utf8()];
+            if !inner.contains(open) && !inner.contains(close) {
+                text = inner.trim().to_string();
+            }
+        }
+    }
+    text
+}
+
+fn normalise(text: &str) -> String {
+    text.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PREFIX: &str = "Edited Review:";
+    const ORIGINAL: &str = "The acting was superb.";
+
+    #[test]
+    fn plain_and_chatty_replies_give_the_edit() {
+        let cases = [
+            " The acting was wooden.",
+            "The acting was wooden.\n\nReview: another invented example",
+            "Sure! Here is the edited review:\n\nThe acting was wooden.",
+            "Edited Review: The acting was wooden.\nLabel: Negative",
+            "\"The acting was wooden.\"",
+            "**The acting was wooden.**",
+            "Here's the edit:\n> The acting was wooden.",
+            "Certainly!\nThe acting was wooden.",
+            "Here is the edited review.\nThe acting was wooden.",
+        ];
+        for reply in cases {
+            assert_eq!(
+                parse_edit(reply, PREFIX, ORIGINAL).as_deref(),
+                Ok("The acting was wooden."),
+                "{reply:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn answers_that_open_like_chatter_are_kept() {
+        let reply = "Okay acting, nothing more.\nThe end.";
+        assert_eq!(
+            parse_edit(reply, PREFIX, ORIGINAL).unwrap(),
+            "Okay acting, nothing more. The end."
+        );
+    }
+
+    #[test]
+    fn copies_of_demonstration_answers_are_detected() {
+        let demos = [
+            "I don't know why I hate this movie so much, now I am tired of watching it.",
+            "Perfect, clean, interesting.",
+        ];
+        let copy = "I don't know why I hate this movie so much, now I hate it.";
+        assert_eq!(copied_demonstration(copy, &demos), Some(demos[0]));
+        assert_eq!(copied_demonstration("The acting was wooden.", &demos), None);
+    }
+
+    #[test]
+    fn multi_line_answers_are_joined() {
+        let reply = "The acting was wooden,\nthe plot dull.\n\nThat's it!";
+        assert_eq!(
+            parse_edit(reply, PREFIX, ORIGINAL).unwrap(),
+            "The acting was wooden, the plot dull."
+        );
+    }
+
+    #[test]
+    fn bad_replies_are_failures_with_reasons() {
+        assert_eq!(parse_edit("  \n", PREFIX, ORIGINAL), Err("empty reply".into()));
+        assert_eq!(
+            parse_edit("Label: Negative", PREFIX, ORIGINAL),
+            Err("empty reply".into())
+        );
+        // Only an announcement, cut off before the answer.
+        assert_eq!(
+            parse_edit("To edit the review, I'll make 5 changes:", PREFIX, ORIGINAL),
+            Err("empty reply".into())
+        );
+        assert!(
+            parse_edit("the acting  was SUPERB.", PREFIX, ORIGINAL)
+                .unwrap_err()
+                .starts_with("unchanged")
+        );
+        let rambling = "word ".repeat(40);
+        assert!(
+            parse_edit(&rambling, PREFIX, ORIGINAL)
+                .unwrap_err()
+                .starts_with("too long")
+        );
+    }
+}

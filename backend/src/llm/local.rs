@@ -1,0 +1,332 @@
+//! The embedded engine: GGUF models run in-process by llama.cpp (through `llama-cpp-2`), on CPU,
+//! or on the GPU when built with the `cuda` feature.
+//!
+//! One context serves requests one at a time and keeps the tokens of the last prompt in its KV
+//! cache: a request that shares a prefix with the previous one (every few-shot prompt does)
+//! only evaluates the tokens after it.
+
+use std::collections::HashMap;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow, ensure};
+use llama_cpp_2::context::LlamaContext;
+use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::llama_backend::LlamaBackend;
+use llama_cpp_2::llama_batch::LlamaBatch;
+use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::model::{LlamaChatMessage, LlamaModel};
+use llama_cpp_2::sampling::LlamaSampler;
+use llama_cpp_2::token::LlamaToken;
+use serde::Serialize;
+
+use super::{Completion, Editor, FinishReason, Prompt, Rejected, Request, cut_at_stop};
+
+/// Engine settings.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineOptions {
+    /// Context length in tokens (prompt + completion).
+    pub context: u32,
+    /// Tokens per forward pass while reading the prompt.
+    pub batch: u32,
+    /// CPU threads (default: all cores).
+    pub threads: Option<usize>,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            context: 4096,
+            batch: 512,
+            threads: None,
+        }
+    }
+}
+
+/// Token counts and times of the last request, as llama.cpp measured them.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Timings {
+    pub prompt_tokens: usize,
+    pub prompt_ms: f64,
+    pub decode_tokens: usize,
+    pub decode_ms: f64,
+}
+
+/// A loaded GGUF model with one inference context.
+pub struct LocalEngine {
+    name: String,
+    model: &'static LlamaModel,
+    session: Mutex<Session>,
+    batch: usize,
+}
+
+struct Session {
+    context: LlamaContext<'static>,
+    /// The tokens whose keys and values are in the context's cache, in order.
+    cached: Vec<LlamaToken>,
+    timings: Timings,
+}
+
+fn backend() -> Result<&'static LlamaBackend> {
+    static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
+    if let Some(backend) = BACKEND.get() {
+        return Ok(backend);
+    }
+    llama_cpp_2::send_logs_to_tracing(llama_cpp_2::LogOptions::default().with_logs_enabled(false));
+    let backend = LlamaBackend::init().context("cannot initialise llama.cpp")?;
+    Ok(BACKEND.get_or_init(|| backend))
+}
+
+/// Models stay loaded for the life of the process (contexts borrow them); loading the same file
+/// twice returns the same model.
+fn load_model(path: &Path) -> Result<&'static LlamaModel> {
+    static MODELS: OnceLock<Mutex<HashMap<PathBuf, &'static LlamaModel>>> = OnceLock::new();
+    let backend = backend()?;
+    let mut models = MODELS.get_or_init(Default::default).lock().unwrap();
+    let key = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    if let Some(model) = models.get(&key) {
+        return Ok(model);
+    }
+    ensure!(path.is_file(), "no GGUF model at {}", path.display());
+    let gpu_layers = if cfg!(feature = "cuda") { 1000 } else { 0 };
+    let params = LlamaModelParams::default().with_n_gpu_layers(gpu_layers);
+    let model = LlamaModel::load_from_file(backend, path, &params)
+        .map_err(|e| anyhow!("cannot load {} as a GGUF model: {e}", path.display()))?;
+    let model: &'static LlamaModel = Box::leak(Box::new(model));
+    models.insert(key, model);
+    Ok(model)
+}
+
+impl LocalEngine {
+    /// Loads the GGUF file at `path`; `name` is recorded as the model of its outputs.
+    pub fn load(name: &str, path: &Path, options: EngineOptions) -> Result<Self> {
+        let model = load_model(path)?;
+        let threads = options.threads.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        }) as i32;
+        let context_len = options.context.min(model.n_ctx_train().max(512));
+        let params = LlamaContextParams::default()
+            .with_n_ctx(NonZeroU32::new(context_len))
+            .with_n_batch(options.batch)
+            .with_n_ubatch(options.batch)
+            .with_n_threads(threads)
+            .with_n_threads_batch(threads)
+            .with_no_perf(false);
+        let context = model
+            .new_context(backend()?, params)
+            .map_err(|e| anyhow!("cannot create a llama.cpp context: {e}"))?;
+        Ok(LocalEngine {
+            name: name.to_string(),
+            model,
+            session: Mutex::new(Session {
+                context,
+                cached: Vec::new(),
+                timings: Timings::default(),
+            }),
+            batch: options.batch as usize,
+        })
+    }
+
+    /// The prompt's text: chats are formatted with the model's own chat template.
+    pub fn render(&self, prompt: &Prompt) -> Result<String> {
+        match prompt {
+            Prompt::Text(text) => Ok(text.clone()),
+            Prompt::Chat(messages) => {
+                let template = self
+                    .model
+                    .chat_template(None)
+                    .map_err(|e| anyhow!("{}: no chat template: {e}", self.name))?;
+                let messages = messages
+                    .iter()
+                    .map(|m| LlamaChatMessage::new(m.role.clone(), m.content.clone()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                self.model
+                    .apply_chat_template(&template, &messages, true)
+                    .map_err(|e| anyhow!("{}: cannot apply the chat template: {e}", self.name))
+            }
+        }
+    }
+
+    /// Token ids of `text` (with the model's start token when it wants one).
+    pub fn tokenize(&self, text: &str, parse_special: bool) -> Vec<LlamaToken> {
+        let vocab = self.model.vocab();
+        vocab.tokenize(text.as_bytes(), vocab.should_add_bos(), parse_special)
+    }
+
+    /// Counts and times of the last request.
+    pub fn last_timings(&self) -> Timings {
+        self.session.lock().unwrap().timings
+    }
+
+    /// Empties the KV cache, so the next request evaluates its whole prompt.
+    pub fn forget_cache(&self) {
+        let mut session = self.session.lock().unwrap();
+        session.context.clear_kv_cache();
+        session.cached.clear();
+    }
+
+    /// The natural-log probability of each token of `text` given the ones before it (the first
+    /// token, or the start token, is the context only). Used for perplexity.
+    pub fn token_log_probs(&self, text: &str) -> Result<Vec<f32>> {
+        let tokens = self.tokenize(text, false);
+        ensure!(tokens.len() >= 2, "too short to score: {text:?}");
+        let mut session = self.session.lock().unwrap();
+        let limit = session.context.n_ctx() as usize;
+        ensure!(
+            tokens.len() <= limit,
+            "{} tokens exceed the context of {limit}",
+            tokens.len()
+        );
+        session.context.clear_kv_cache();
+        session.cached.clear();
+        let mut log_probs = Vec::with_capacity(tokens.len() - 1);
+        let mut batch = LlamaBatch::new(self.batch, 1);
+        for (chunk_index, chunk) in tokens.chunks(self.batch).enumerate() {
+            batch.clear();
+            let start = chunk_index * self.batch;
+            for (offset, &token) in chunk.iter().enumerate() {
+                batch.add(token, (start + offset) as i32, &[0], true)?;
+            }
+            session.context.decode(&mut batch)?;
+            for offset in 0..chunk.len() {
+                let Some(&next) = tokens.get(start + offset + 1) else {
+                    break;
+                };
+                let logits = session.context.get_logits_ith(offset as i32);
+                log_probs.push(log_softmax_at(logits, next.0 as usize));
+            }
+            session.cached.extend_from_slice(chunk);
+        }
+        Ok(log_probs)
+    }
+
+    fn generate(&self, request: &Request) -> Result<Completion> {
+        let text = self.render(&request.prompt)?;
+        let tokens = self.tokenize(&text, true);
+        ensure!(!tokens.is_empty(), "empty prompt");
+        let mut guard = self.session.lock().unwrap();
+        let session = &mut *guard;
+        let limit = session.context.n_ctx() as usize;
+        if tokens.len() + request.sampling.max_tokens > limit {
+            return Err(Rejected(format!(
+                "the prompt has {} tokens; with max_tokens {} that exceeds the context of {limit}",
+                tokens.len(),
+                request.sampling.max_tokens
+            ))
+            .into());
+        }
+        // Reuse the cached prefix; at least the last prompt token is evaluated for its logits.
+        let shared = common_prefix(&session.cached, &tokens).min(tokens.len() - 1);
+        session
+            .context
+            .clear_kv_cache_seq(Some(0), Some(shared as u32), None)?;
+        session.cached.truncate(shared);
+        session.context.reset_timings();
+        let started = Instant::now();
+
+        let mut batch = LlamaBatch::new(self.batch, 1);
+        let pending = &tokens[shared..];
+        for (chunk_index, chunk) in pending.chunks(self.batch).enumerate() {
+            batch.clear();
+            for (offset, &token) in chunk.iter().enumerate() {
+                let position = shared + chunk_index * self.batch + offset;
+                let last = position + 1 == tokens.len();
+                batch.add(token, position as i32, &[0], last)?;
+            }
+            session.context.decode(&mut batch)?;
+        }
+        session.cached.extend_from_slice(pending);
+        let prompt_ms = started.elapsed().as_secs_f64() * 1e3;
+
+        let sampling = request.sampling;
+        let mut sampler = if sampling.temperature <= 0.0 {
+            LlamaSampler::greedy()
+        } else {
+            LlamaSampler::chain_simple([
+                LlamaSampler::top_p(sampling.top_p, 1),
+                LlamaSampler::temp(sampling.temperature),
+                LlamaSampler::dist(sampling.seed as u32),
+            ])
+        };
+        let vocab = self.model.vocab();
+        let mut bytes = Vec::new();
+        let mut text = String::new();
+        let mut finish = FinishReason::Length;
+        let mut generated = 0;
+        let decode_started = Instant::now();
+        while generated < sampling.max_tokens {
+            let token = sampler.sample(&session.context, -1);
+            if vocab.is_eog(token) {
+                finish = FinishReason::Stop;
+                break;
+            }
+            generated += 1;
+            vocab.token_to_piece_into(token, &mut bytes, false, None);
+            text = String::from_utf8_lossy(&bytes).into_owned();
+            if cut_at_stop(&mut text, &request.stop) {
+                finish = FinishReason::Stop;
+                break;
+            }
+            batch.clear();
+            batch.add(token, session.cached.len() as i32, &[0], true)?;
+            session.context.decode(&mut batch)?;
+            session.cached.push(token);
+        }
+        session.timings = Timings {
+            prompt_tokens: pending.len(),
+            prompt_ms,
+            decode_tokens: generated,
+            decode_ms: decode_started.elapsed().as_secs_f64() * 1e3,
+        };
+        Ok(Completion {
+            text,
+            prompt_tokens: tokens.len(),
+            completion_tokens: generated,
+            finish_reason: finish,
+        })
+    }
+}
+
+impl Editor for LocalEngine {
+    fn model(&self) -> &str {
+        &self.name
+    }
+
+    fn complete(&self, request: &Request) -> Result<Completion> {
+        self.generate(request)
+    }
+}
+
+fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// `log softmax(logits)[index]`, computed stably.
+fn log_softmax_at(logits: &[f32], index: usize) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    (f64::from(logits[index] - max) - sum.ln()) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_softmax_matches_a_hand_computed_value() {
+        // log(e^1 / (e^1 + e^2 + e^3)) = 1 - log(e + e^2 + e^3) = -2.4076059
+        let value = log_softmax_at(&[1.0, 2.0, 3.0], 0);
+        assert!((value - (-2.407_606)).abs() < 1e-5, "{value}");
+    }
+
+    #[test]
+    fn common_prefix_counts_equal_leading_tokens() {
+        let t = |v: &[i32]| v.iter().map(|&i| LlamaToken(i)).collect::<Vec<_>>();
+        assert_eq!(common_prefix(&t(&[1, 2, 3]), &t(&[1, 2, 4, 5])), 2);
+        assert_eq!(common_prefix(&t(&[]), &t(&[1])), 0);
+    }
+}

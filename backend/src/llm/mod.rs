@@ -1,0 +1,147 @@
+//! Large language models behind one interface: an embedded GGUF engine (llama.cpp, in-process)
+//! and a client for any OpenAI-compatible server (OpenAI, vLLM, llama.cpp server, Ollama,
+//! `flipside serve`).
+
+pub mod local;
+pub mod openai;
+pub mod server;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+pub use local::LocalEngine;
+pub use openai::{Api, OpenAiClient};
+
+/// The default editor model: the only small model seen to make correct sentiment-flipping edits.
+pub const DEFAULT_EDITOR_MODEL: &str = "qwen2.5-coder-1.5b";
+
+/// One chat message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        Message {
+            role: role.to_string(),
+            content: content.into(),
+        }
+    }
+}
+
+/// What to complete: a conversation (formatted with the model's chat template) or raw text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prompt {
+    Chat(Vec<Message>),
+    Text(String),
+}
+
+/// Sampling settings, recorded with every output.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Sampling {
+    /// 0 samples greedily.
+    pub temperature: f32,
+    pub top_p: f32,
+    pub max_tokens: usize,
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    /// CORE's settings (App. A): temperature 0.7, top-p 1.
+    fn default() -> Self {
+        Sampling {
+            temperature: 0.7,
+            top_p: 1.0,
+            max_tokens: 256,
+            seed: 0,
+        }
+    }
+}
+
+/// A completion request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub prompt: Prompt,
+    pub sampling: Sampling,
+    /// Generation stops before the first occurrence of any of these.
+    pub stop: Vec<String>,
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FinishReason {
+    /// End of sequence or a stop string.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+}
+
+/// A model's reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Completion {
+    pub text: String,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub finish_reason: FinishReason,
+}
+
+/// A request the model refused for what it is (too long for the context, invalid), as opposed
+/// to a broken engine or an unreachable server: retrying the same request will not help, but
+/// other requests may succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected(pub String);
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the request was rejected: {}", self.0)
+    }
+}
+
+impl std::error::Error for Rejected {}
+
+/// Anything that completes prompts. Implementations are shared between worker threads.
+pub trait Editor: Send + Sync {
+    /// The model's name, recorded with every output.
+    fn model(&self) -> &str;
+
+    /// Completes one request (blocking). Errors caused by the request itself are [`Rejected`].
+    fn complete(&self, request: &Request) -> Result<Completion>;
+}
+
+/// Cuts `text` before the first occurrence of any stop string; true if one was found.
+pub fn cut_at_stop(text: &mut String, stop: &[String]) -> bool {
+    let first = stop
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| text.find(s.as_str()))
+        .min();
+    match first {
+        Some(at) => {
+            text.truncate(at);
+            true
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_at_the_earliest_stop_string() {
+        let mut text = "one\n\ntwo Review: three".to_string();
+        assert!(cut_at_stop(
+            &mut text,
+            &["Review:".to_string(), "\n\n".to_string()]
+        ));
+        assert_eq!(text, "one");
+        let mut text = "no stop here".to_string();
+        assert!(!cut_at_stop(&mut text, &["".to_string(), "x".to_string()]));
+        assert_eq!(text, "no stop here");
+    }
+}

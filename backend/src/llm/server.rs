@@ -1,0 +1,202 @@
+//! The OpenAI-compatible HTTP API of an embedded model: `POST /v1/chat/completions`,
+//! `POST /v1/completions` and `GET /v1/models`. Requests are answered one at a time by the
+//! engine (on a blocking thread); streaming and `n > 1` are refused with a clear error.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{Completion, Editor, Message, Prompt, Request, Sampling};
+
+/// The body of a chat or text completion request: the fields Flipside honours (any `model`
+/// name is accepted, since one model is served).
+#[derive(Debug, Deserialize)]
+struct CompletionBody {
+    #[serde(default)]
+    messages: Option<Vec<Message>>,
+    #[serde(default)]
+    prompt: Option<Value>,
+    #[serde(default)]
+    temperature: Option<f32>,
+    #[serde(default)]
+    top_p: Option<f32>,
+    #[serde(default, alias = "max_completion_tokens")]
+    max_tokens: Option<usize>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    stop: Option<Value>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    n: Option<usize>,
+}
+
+/// An OpenAI-style error reply.
+struct ApiError {
+    status: StatusCode,
+    message: String,
+}
+
+impl ApiError {
+    fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let kind = if self.status.is_client_error() {
+            "invalid_request_error"
+        } else {
+            "server_error"
+        };
+        let body = json!({"error": {"message": self.message, "type": kind, "code": null}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+type Engine = Arc<dyn Editor>;
+
+/// The router serving `editor` under `/v1`.
+pub fn router(editor: Engine) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(text))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(4 << 20))
+        .with_state(editor)
+}
+
+async fn models(State(editor): State<Engine>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{"id": editor.model(), "object": "model", "owned_by": "flipside"}]
+    }))
+}
+
+async fn chat(State(editor): State<Engine>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let body = parse(&body)?;
+    let messages = body
+        .messages
+        .clone()
+        .filter(|m| !m.is_empty())
+        .ok_or_else(|| ApiError::bad_request("'messages' must be a non-empty array"))?;
+    let completion = run(editor.clone(), request(&body, Prompt::Chat(messages))?).await?;
+    Ok(Json(json!({
+        "id": format!("chatcmpl-{}", now_nanos()),
+        "object": "chat.completion",
+        "created": now_nanos() / 1_000_000_000,
+        "model": editor.model(),
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": completion.text},
+            "finish_reason": completion.finish_reason,
+        }],
+        "usage": usage(&completion),
+    })))
+}
+
+async fn text(State(editor): State<Engine>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let body = parse(&body)?;
+    let prompt = match &body.prompt {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
+            items[0].as_str().unwrap_or_default().to_string()
+        }
+        _ => return Err(ApiError::bad_request("'prompt' must be a string")),
+    };
+    let completion = run(editor.clone(), request(&body, Prompt::Text(prompt))?).await?;
+    Ok(Json(json!({
+        "id": format!("cmpl-{}", now_nanos()),
+        "object": "text_completion",
+        "created": now_nanos() / 1_000_000_000,
+        "model": editor.model(),
+        "choices": [{
+            "index": 0,
+            "text": completion.text,
+            "logprobs": null,
+            "finish_reason": completion.finish_reason,
+        }],
+        "usage": usage(&completion),
+    })))
+}
+
+fn parse(body: &[u8]) -> Result<CompletionBody, ApiError> {
+    let body: CompletionBody = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))?;
+    if body.stream == Some(true) {
+        return Err(ApiError::bad_request("streaming is not supported: send stream=false"));
+    }
+    if body.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::bad_request("only n=1 is supported"));
+    }
+    Ok(body)
+}
+
+fn request(body: &CompletionBody, prompt: Prompt) -> Result<Request, ApiError> {
+    let defaults = Sampling::default();
+    let sampling = Sampling {
+        temperature: body.temperature.unwrap_or(1.0),
+        top_p: body.top_p.unwrap_or(1.0),
+        max_tokens: body.max_tokens.unwrap_or(defaults.max_tokens),
+        seed: body.seed.unwrap_or(defaults.seed),
+    };
+    if !(0.0..=2.0).contains(&sampling.temperature) || !(0.0..=1.0).contains(&sampling.top_p) {
+        return Err(ApiError::bad_request(
+            "temperature must be in [0, 2] and top_p in [0, 1]",
+        ));
+    }
+    let stop = match &body.stop {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| ApiError::bad_request("'stop' must be a string or strings"))?,
+        Some(_) => return Err(ApiError::bad_request("'stop' must be a string or strings")),
+    };
+    Ok(Request {
+        prompt,
+        sampling,
+        stop,
+    })
+}
+
+async fn run(editor: Engine, request: Request) -> Result<Completion, ApiError> {
+    tokio::task::spawn_blocking(move || editor.complete(&request))
+        .await
+        .map_err(|e| ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            message: format!("the model failed: {e}"),
+        })?
+        .map_err(|e| ApiError::bad_request(format!("{e:#}")))
+}
+
+fn usage(completion: &Completion) -> Value {
+    json!({
+        "prompt_tokens": completion.prompt_tokens,
+        "completion_tokens": completion.completion_tokens,
+        "total_tokens": completion.prompt_tokens + completion.completion_tokens,
+    })
+}
+
+fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default()
+}
