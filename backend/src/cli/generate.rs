@@ -318,14 +318,17 @@ fn items(dataset: &Dataset, args: &GenerateArgs) -> Result<Vec<Item>> {
     Ok(items)
 }
 
-/// Saves the run's settings beside its output, or checks that a resumed run uses the same.
+/// Saves the run's settings beside its output, or checks that a resumed run uses the same
+/// (but for `--limit`).
 fn check_config(output: &std::path::Path, config: &RunConfig) -> Result<()> {
     let mut name = output.file_name().unwrap_or_default().to_os_string();
     name.push(".config.json");
     let path = output.with_file_name(name);
     let value = serde_json::to_value(config)?;
     if let Ok(saved) = std::fs::read(&path) {
-        let saved: serde_json::Value = serde_json::from_slice(&saved)?;
+        let mut saved: serde_json::Value = serde_json::from_slice(&saved)?;
+        // A larger --limit extends a run: the items come in the same seeded order.
+        saved["limit"] = value["limit"].clone();
         if saved != value && output.exists() {
             let differs: Vec<String> = value
                 .as_object()

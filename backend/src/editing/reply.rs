@@ -2,6 +2,7 @@
 //! edited review: …"), quoted, in markdown, or followed by more template lines.
 
 use flipside_shared::metrics::bleu::self_bleu;
+use flipside_shared::words::{is_word, metric_tokens};
 
 /// Field names of the built-in templates: a reply line starting with one of these ends the
 /// answer (the model went on to invent another example).
@@ -60,6 +61,13 @@ pub fn parse_edit(reply: &str, answer_prefix: &str, original: &str) -> Result<St
     if normalise(&text) == normalise(original) {
         return Err("unchanged: the reply repeats the original".to_string());
     }
+    let kept = kept_fraction(&text, original);
+    if kept < MIN_KEPT {
+        return Err(format!(
+            "not an edit of the original: it keeps {:.0}% of its words",
+            100.0 * kept
+        ));
+    }
     let (words, original_words) = (
         text.split_whitespace().count(),
         original.split_whitespace().count(),
@@ -74,6 +82,27 @@ pub fn parse_edit(reply: &str, answer_prefix: &str, original: &str) -> Result<St
 
 /// A line before the answer that is talk, not text: it ends with a colon, is an opener
 /// ("Sure!"), or announces the answer ("Here is the edited review.").
+/// The least share of the original's words an edit must keep: below it, the reply is a new text
+/// (often the model talking about the task), not a minimal edit.
+const MIN_KEPT: f64 = 0.25;
+
+/// The share of `original`'s words (with repeats) that `edit` still contains.
+pub fn kept_fraction(edit: &str, original: &str) -> f64 {
+    let words = |text: &str| -> Vec<String> {
+        metric_tokens(text).into_iter().filter(|t| is_word(t)).collect()
+    };
+    let original = words(original);
+    let mut pool = words(edit);
+    let mut kept = 0;
+    for word in &original {
+        if let Some(at) = pool.iter().position(|w| w == word) {
+            pool.swap_remove(at);
+            kept += 1;
+        }
+    }
+    kept as f64 / original.len().max(1) as f64
+}
+
 /// BLEU above which an edit counts as a copy of a demonstration's answer.
 const COPY_BLEU: f64 = 0.5;
 
@@ -153,6 +182,14 @@ mod tests {
     }
 
     #[test]
+    fn kept_fraction_counts_surviving_words_by_hand() {
+        // 3 of the original's 5 words survive; punctuation does not count.
+        assert_eq!(kept_fraction("The acting was wooden!", "the acting was really superb."), 0.6);
+        assert_eq!(kept_fraction("a a b", "a a a c"), 0.5);
+        assert_eq!(kept_fraction("anything", ""), 0.0);
+    }
+
+    #[test]
     fn copies_of_demonstration_answers_are_detected() {
         let demos = [
             "I don't know why I hate this movie so much, now I am tired of watching it.",
@@ -189,7 +226,13 @@ mod tests {
                 .unwrap_err()
                 .starts_with("unchanged")
         );
-        let rambling = "word ".repeat(40);
+        let talk = "I'm glad I could find a review that has a positive sentiment.";
+        assert!(
+            parse_edit(talk, PREFIX, "The plot was dull and the jokes painful.")
+                .unwrap_err()
+                .starts_with("not an edit of the original: it keeps 0%")
+        );
+        let rambling = "the acting was ".repeat(15);
         assert!(
             parse_edit(&rambling, PREFIX, ORIGINAL)
                 .unwrap_err()

@@ -279,6 +279,98 @@ mod tests {
         assert!(empty.into_completion().is_err());
     }
 
+    /// A server on loopback that answers each request with the next of `replies` (status, body)
+    /// and counts requests; returns its base URL.
+    fn scripted_server(
+        replies: Vec<(u16, Value)>,
+    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::{Arc, Mutex};
+        let count = Arc::new(AtomicUsize::new(0));
+        let replies = Arc::new(Mutex::new(replies.into_iter()));
+        let (counter, script) = (count.clone(), replies.clone());
+        let app = axum::Router::new().route(
+            "/v1/chat/completions",
+            axum::routing::post(move |axum::Json(body): axum::Json<Value>| {
+                let (counter, script) = (counter.clone(), script.clone());
+                async move {
+                    assert_eq!(body["messages"][0]["content"], "hi");
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    let (status, reply) = script.lock().unwrap().next().expect("a reply");
+                    (
+                        axum::http::StatusCode::from_u16(status).unwrap(),
+                        axum::Json(reply),
+                    )
+                }
+            }),
+        );
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        (format!("http://{address}/v1"), count)
+    }
+
+    fn client(base_url: String, retries: u32) -> OpenAiClient {
+        OpenAiClient::new(ClientOptions {
+            base_url,
+            model: "m".into(),
+            api_key: Some("sk-test".into()),
+            api: Api::Chat,
+            timeout: Duration::from_secs(10),
+            retries,
+            backoff: Duration::from_millis(5),
+        })
+        .unwrap()
+    }
+
+    fn hi() -> Request {
+        Request {
+            prompt: Prompt::Text("hi".into()),
+            sampling: crate::llm::Sampling::default(),
+            stop: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn retries_rate_limits_and_server_errors_then_succeeds() {
+        let ok = json!({"choices": [{"message": {"content": "hello"}, "finish_reason": "stop"}]});
+        let busy = json!({"error": {"message": "slow down"}});
+        let (url, count) = scripted_server(vec![(429, busy.clone()), (503, busy), (200, ok)]);
+        let completion = client(url, 3).complete(&hi()).unwrap();
+        assert_eq!(completion.text, "hello");
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn gives_up_after_the_retries_and_does_not_retry_client_errors() {
+        let busy = json!({"error": {"message": "overloaded"}});
+        let (url, count) = scripted_server(vec![(500, busy.clone()), (500, busy)]);
+        let error = client(url, 1).complete(&hi()).unwrap_err();
+        assert!(format!("{error:#}").contains("overloaded"), "{error:#}");
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
+
+        let denied = json!({"error": {"message": "invalid api key"}});
+        let too_long = json!({"error": {"message": "context length exceeded"}});
+        let (url, count) = scripted_server(vec![(401, denied), (400, too_long)]);
+        let client = client(url, 5);
+        let error = client.complete(&hi()).unwrap_err();
+        assert!(error.to_string().contains("invalid api key"), "{error}");
+        assert!(error.downcast_ref::<Rejected>().is_none());
+        let error = client.complete(&hi()).unwrap_err();
+        assert!(error.downcast_ref::<Rejected>().is_some(), "{error}");
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
     #[test]
     fn debug_output_hides_the_api_key() {
         let options = ClientOptions {

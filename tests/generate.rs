@@ -1,0 +1,314 @@
+//! End-to-end tests of LLM editing with the real SmolLM2-135M GGUF model: CORE generation with
+//! the embedded engine and through `flipside serve`'s OpenAI API, resuming after a kill, the
+//! ablations, and `eval cf`.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{failure, flipside, success, toy_sentiment_csv};
+use serde_json::Value;
+
+const MODEL: &str = "smollm2-135m";
+
+/// Helper sentences for the corpus.
+const CORPUS: &str = "\
+The acting was wooden and the plot made no sense.
+What a delight this film is, the cast is superb.
+A dull, lifeless script with boring explosions.
+The photography is gorgeous and every frame looks like a painting.
+The dialogue was painfully stiff and the actors seemed bored.
+A moving, wonderful story that I would watch again tomorrow.
+";
+
+/// Items to edit.
+const ITEMS: &str = "\
+text,label
+The film was wonderful and the cast superb.,positive
+A boring story with dreadful acting.,negative
+The music was lovely and the ending moving.,positive
+The plot was dull and the jokes painful.,negative
+An excellent show with a brilliant script.,positive
+A terrible film and an awful waste of time.,negative
+";
+
+/// A corpus indexed with MiniLM, a small trained classifier, and the items file.
+struct Setup {
+    dir: tempfile::TempDir,
+    corpus: PathBuf,
+    classifier: PathBuf,
+    items: PathBuf,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let helpers = dir.path().join("helpers.txt");
+    std::fs::write(&helpers, CORPUS).unwrap();
+    let corpus = dir.path().join("corpus");
+    success(
+        flipside()
+            .args(["corpus", "build", "--corpus"])
+            .arg(&corpus)
+            .arg(&helpers),
+    );
+    success(flipside().args(["index", "build", "--corpus"]).arg(&corpus));
+    let toy = dir.path().join("toy.csv");
+    std::fs::write(&toy, toy_sentiment_csv()).unwrap();
+    let classifier = dir.path().join("classifier");
+    success(
+        flipside()
+            .args(["classifier", "train", "--data"])
+            .arg(&toy)
+            .arg("--out")
+            .arg(&classifier)
+            .args(["--epochs", "2", "--batch-size", "8", "--max-len", "24"]),
+    );
+    let items = dir.path().join("items.csv");
+    std::fs::write(&items, ITEMS).unwrap();
+    Setup {
+        dir,
+        corpus,
+        classifier,
+        items,
+    }
+}
+
+impl Setup {
+    fn generate(&self, method: &str, out: &Path) -> Command {
+        let mut command = flipside();
+        command
+            .args(["generate", "--method", method, "--model", MODEL, "--data"])
+            .arg(&self.items)
+            .arg("--corpus")
+            .arg(&self.corpus)
+            .arg("--classifier")
+            .arg(&self.classifier)
+            .arg("--out")
+            .arg(out)
+            .args(["--max-attempts", "2", "--seed", "7"]);
+        command
+    }
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+fn failures(out: &Path) -> Vec<Value> {
+    let mut name = out.file_name().unwrap().to_os_string();
+    name.push(".failures.jsonl");
+    lines(&out.with_file_name(name))
+}
+
+/// Every job has exactly one counterfactual, or used up its 2 attempts; returns the records.
+fn check_complete(out: &Path, jobs: usize) -> Vec<Value> {
+    let records = lines(out);
+    let keys: Vec<&str> = records.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    let unique: HashSet<&str> = keys.iter().copied().collect();
+    assert_eq!(unique.len(), keys.len(), "duplicated records: {keys:?}");
+    let failed = failures(out);
+    let given_up: HashSet<&str> = failed
+        .iter()
+        .map(|f| f["key"].as_str().unwrap())
+        .filter(|k| failed.iter().filter(|f| f["key"] == *k).count() >= 2)
+        .collect();
+    assert!(given_up.is_disjoint(&unique));
+    assert_eq!(unique.len() + given_up.len(), jobs, "records {keys:?}, given up {given_up:?}");
+    for failure in &failed {
+        assert!(!failure["reason"].as_str().unwrap().is_empty());
+    }
+    records
+}
+
+/// Checks a CORE record's provenance.
+fn check_core_record(record: &Value, model: &str) {
+    assert_eq!(record["method"], "core");
+    assert_ne!(record["edited"], record["original"]);
+    assert!(!record["edited"].as_str().unwrap().trim().is_empty());
+    assert_ne!(record["label"], record["target"]);
+    assert!(!record["retrieved"].as_array().unwrap().is_empty(), "{record}");
+    assert!(!record["keywords"].as_array().unwrap().is_empty(), "{record}");
+    assert_eq!(record["prompt"]["id"], "core-sentiment");
+    assert_eq!(record["prompt"]["hash"].as_str().unwrap().len(), 16);
+    assert_eq!(record["model"], model);
+    assert!((record["sampling"]["temperature"].as_f64().unwrap() - 0.7).abs() < 1e-6);
+    assert!(record["timing"]["llm_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(record["flipped"], record["prediction"] == record["target"]);
+    let p = record["target_probability"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&p));
+}
+
+/// `flipside serve` on a free port; returns the process and its API base URL.
+fn serve() -> (Child, String) {
+    let mut child = flipside()
+        .args(["serve", "--model", MODEL, "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (child, url)
+}
+
+#[test]
+fn core_edits_with_the_embedded_model_and_through_the_openai_server() {
+    let s = setup();
+    let local = s.dir.path().join("local.jsonl");
+    success(&mut s.generate("core", &local));
+    let records = check_complete(&local, 6);
+    assert!(!records.is_empty(), "no edit at all: {:?}", failures(&local));
+    for record in &records {
+        check_core_record(record, MODEL);
+    }
+    // Settings are saved beside the output and checked when it is continued.
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(s.dir.path().join("local.jsonl.config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["seed"], 7);
+    let error = failure(s.generate("core", &local).args(["--temperature", "0.2"]));
+    assert!(error.contains("other settings") && error.contains("temperature"), "{error}");
+
+    let (mut server, url) = serve();
+    let remote = s.dir.path().join("remote.jsonl");
+    let result = s
+        .generate("core", &remote)
+        .args(["--api-base", &url, "--concurrency", "2"])
+        .output()
+        .unwrap();
+    server.kill().unwrap();
+    server.wait().unwrap();
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let records = check_complete(&remote, 6);
+    assert!(!records.is_empty(), "no edit at all: {:?}", failures(&remote));
+    for record in &records {
+        check_core_record(record, MODEL);
+    }
+
+    let table = success(
+        flipside()
+            .args(["eval", "cf", "--model", MODEL])
+            .arg(&local)
+            .arg(&remote),
+    );
+    assert!(table.contains("self-BLEU") && table.contains("local.jsonl"), "{table}");
+    assert!(table.contains("remote.jsonl") && table.contains("0.445"), "{table}");
+    let json = success(
+        flipside()
+            .args(["eval", "cf", "--json", "--no-ppl"])
+            .arg(&local),
+    );
+    let metrics: Value = serde_json::from_str(json.trim()).unwrap();
+    let flipped = lines(&local).iter().filter(|r| r["flipped"] == true).count();
+    let flip_rate = metrics["flip_rate"].as_f64().unwrap();
+    assert!((flip_rate - flipped as f64 / lines(&local).len() as f64).abs() < 1e-9);
+    let svg = std::fs::read_to_string(s.dir.path().join("local.zstat.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+}
+
+#[test]
+fn a_killed_run_resumes_with_nothing_lost_or_duplicated_and_ablations_run() {
+    let s = setup();
+    let out = s.dir.path().join("run.jsonl");
+    // Kill the run once it has written its first record.
+    let mut child = s
+        .generate("llm-only", &out)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while lines(&out).is_empty() && failures(&out).is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(300), "no record written");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Simulate a write cut short by the kill.
+    let mut file = std::fs::OpenOptions::new().append(true).open(&out).unwrap();
+    file.write_all(b"{\"key\":\"cut-").unwrap();
+    drop(file);
+    let before = lines_lossy(&out);
+    let summary = String::from_utf8(s.generate("llm-only", &out).output().unwrap().stderr).unwrap();
+    assert!(summary.contains("jobs done before this run"), "{summary}");
+    let records = check_complete(&out, 6);
+    for earlier in before {
+        assert!(records.contains(&earlier), "a record was lost: {earlier}");
+    }
+    for record in &records {
+        assert_eq!(record["method"], "llm-only");
+        assert!(record["keywords"].as_array().unwrap().is_empty());
+        assert_eq!(record["prompt"]["id"], "llm-only-sentiment");
+    }
+    // Running it again has nothing left to do.
+    let again = String::from_utf8(s.generate("llm-only", &out).output().unwrap().stderr).unwrap();
+    assert!(again.contains("0 counterfactuals written"), "{again}");
+
+    let retrieved = s.dir.path().join("retrieved.jsonl");
+    success(&mut s.generate("retrieve-only", &retrieved));
+    let records = check_complete(&retrieved, 6);
+    for record in &records {
+        let helpers: Vec<&str> = record["retrieved"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(record["edited"].as_str().unwrap(), helpers[0]);
+        assert!(record.get("model").is_none());
+    }
+}
+
+/// The complete records of a file whose last line may be cut short.
+fn lines_lossy(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[test]
+fn bad_options_are_refused_with_reasons() {
+    let dir = tempfile::tempdir().unwrap();
+    let items = dir.path().join("items.csv");
+    std::fs::write(&items, ITEMS).unwrap();
+    let error = failure(
+        flipside()
+            .args(["generate", "--method", "llm-only", "--data"])
+            .arg(&items)
+            .args(["--target", "neutral"]),
+    );
+    assert!(error.contains("--target \"neutral\" is not a label"), "{error}");
+    let error = failure(
+        flipside()
+            .args(["generate", "--data"])
+            .arg(&items)
+            .args(["--prompt", "core-nli"]),
+    );
+    assert!(error.contains("template core-nli is for Nli data"), "{error}");
+    let error = failure(flipside().args(["generate", "--prompt", "no-such-template"]));
+    assert!(error.contains("neither a template file nor a built-in"), "{error}");
+}
