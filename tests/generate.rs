@@ -266,6 +266,19 @@ fn a_killed_run_resumes_with_nothing_lost_or_duplicated_and_ablations_run() {
     let again = String::from_utf8(s.generate("llm-only", &out).output().unwrap().stderr).unwrap();
     assert!(again.contains("0 counterfactuals written"), "{again}");
 
+    // Verified: only edits the classifier flips are written.
+    let verified = s.dir.path().join("verified.jsonl");
+    success(s.generate("llm-only", &verified).arg("--verify"));
+    for record in check_complete(&verified, 6) {
+        assert_eq!(record["flipped"], true, "{record}");
+    }
+    for failure in failures(&verified) {
+        let reason = failure["reason"].as_str().unwrap();
+        if reason.starts_with("did not flip") {
+            assert!(failure["reply"].is_string(), "the rejected edit is kept: {failure}");
+        }
+    }
+
     let retrieved = s.dir.path().join("retrieved.jsonl");
     success(&mut s.generate("retrieve-only", &retrieved));
     let records = check_complete(&retrieved, 6);
@@ -311,4 +324,42 @@ fn bad_options_are_refused_with_reasons() {
     assert!(error.contains("template core-nli is for Nli data"), "{error}");
     let error = failure(flipside().args(["generate", "--prompt", "no-such-template"]));
     assert!(error.contains("neither a template file nor a built-in"), "{error}");
+}
+
+#[test]
+fn seed_pairs_are_made_from_flipped_counterfactuals() {
+    let dir = tempfile::tempdir().unwrap();
+    let record = |key: &str, flipped: bool, p: f64| {
+        serde_json::json!({
+            "key": key, "item": key, "method": "core", "original": "The acting was superb.",
+            "edited": format!("The acting was wooden ({key})."), "label": "positive",
+            "target": "negative", "attempt": 1, "timing": {"retrieve_ms": 1.0, "llm_ms": 2.0,
+            "classify_ms": 3.0, "prompt_tokens": 10, "completion_tokens": 5},
+            "prediction": if flipped { "negative" } else { "positive" },
+            "target_probability": p, "flipped": flipped,
+        })
+        .to_string()
+    };
+    let input = dir.path().join("cf.jsonl");
+    let lines = [record("a", true, 0.9), record("b", true, 0.6), record("c", false, 0.2)];
+    std::fs::write(&input, lines.join("\n") + "\n").unwrap();
+    let out = dir.path().join("pairs.jsonl");
+    let make = |min: &str| {
+        let mut command = flipside();
+        command
+            .args(["pairs", "make", "--min-probability", min, "--out"])
+            .arg(&out)
+            .arg(&input);
+        command
+    };
+    success(&mut make("0.7"));
+    let pairs = self::lines(&out);
+    assert_eq!(pairs.len(), 1);
+    assert_eq!(pairs[0]["text"], "The acting was superb.");
+    assert_eq!(pairs[0]["counterfactual"], "The acting was wooden (a).");
+    assert_eq!(pairs[0]["label"], "positive");
+    success(&mut make("0.5"));
+    assert_eq!(self::lines(&out).len(), 2);
+    let error = failure(&mut make("0.95"));
+    assert!(error.contains("none of the 3 counterfactuals"), "{error}");
 }

@@ -56,6 +56,10 @@ pub struct GenerateArgs {
     /// Tries per item before it is given up (bad or empty replies are retried)
     #[arg(long, default_value_t = 3)]
     pub max_attempts: usize,
+    /// Keep only verified counterfactuals: an edit the classifier does not flip is a failed
+    /// attempt, retried up to --max-attempts (by default edits are kept and marked `flipped`)
+    #[arg(long)]
+    pub verify: bool,
     /// Classifier that checks each edit (a model directory or a name under HOME/models)
     #[arg(long, default_value = DEFAULT_CLASSIFIER, value_name = "MODEL")]
     pub classifier: String,
@@ -129,6 +133,7 @@ struct RunConfig {
     max_words: Option<usize>,
     seed: u64,
     max_attempts: usize,
+    verify: bool,
     classifier: String,
     prompt: Option<(String, String)>,
     model: Option<String>,
@@ -214,6 +219,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         max_words: args.max_words,
         seed: args.seed,
         max_attempts: args.max_attempts,
+        verify: args.verify,
         classifier: classifier.display().to_string(),
         prompt: template.as_ref().map(|t| (t.id.clone(), t.hash.clone())),
         model: editor.as_ref().map(|e| e.model().to_string()),
@@ -237,6 +243,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         },
         max_keywords: args.prompt.max_keywords,
         max_attempts: args.max_attempts,
+        verify: args.verify,
         concurrency: args
             .concurrency
             .unwrap_or(if args.llm.remote() { 4 } else { 1 }),

@@ -10,6 +10,7 @@ mod eval;
 mod generate;
 mod index;
 mod llm;
+mod pairs;
 mod quickstart;
 mod reranker;
 mod retriever;
@@ -83,6 +84,9 @@ pub enum Command {
     /// Evaluate generated counterfactuals
     #[command(subcommand)]
     Eval(eval::EvalCommand),
+    /// Make seed pairs for retriever and re-ranker training from LLM counterfactuals
+    #[command(subcommand)]
+    Pairs(pairs::PairsCommand),
     /// List, show and export the LLM prompt templates
     #[command(subcommand)]
     Prompts(llm::PromptsCommand),
@@ -123,6 +127,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Reranker(command) => reranker::run(&home, command),
         Command::Generate(args) => generate::run(&home, *args),
         Command::Eval(command) => eval::run(&home, command),
+        Command::Pairs(command) => pairs::run(command),
         Command::Prompts(command) => llm::prompts(command),
         Command::Serve(args) => serve::run(&home, args),
         Command::Bench(command) => bench::run(&home, command),

@@ -60,6 +60,8 @@ pub struct GenerateJob<'a> {
     pub max_keywords: usize,
     /// Tries per item before giving up.
     pub max_attempts: usize,
+    /// Count an edit the classifier does not flip as a failed attempt (and retry it).
+    pub verify: bool,
     pub concurrency: usize,
     pub seed: u64,
     pub output: PathBuf,
@@ -176,6 +178,14 @@ struct Worker<'a, 'j, B: Backend> {
 /// One attempt's result: the edit, or why there is none (and the raw reply).
 type Attempt = std::result::Result<Edit, (String, Option<String>)>;
 
+/// What the classifier says of an edit.
+struct Verdict {
+    prediction: String,
+    target_probability: f32,
+    flipped: bool,
+    millis: f64,
+}
+
 struct Edit {
     text: String,
     llm_ms: f64,
@@ -193,21 +203,29 @@ impl<B: Backend> Worker<'_, '_, B> {
                 seed: stable_hash(self.job.seed, &format!("{key}#{attempt}")) & 0xffff_ffff,
                 ..self.job.sampling
             };
-            match self.attempt(item, retrieval, &keywords, sampling)? {
+            let (reason, reply) = match self.attempt(item, retrieval, &keywords, sampling)? {
+                Err(failure) => failure,
                 Ok(edit) => {
-                    return self.finish(item, retrieval, keywords, sampling, attempt, edit);
+                    let verdict = self.classify(item, &edit.text)?;
+                    if !self.job.verify || verdict.flipped {
+                        let record = (edit, verdict);
+                        return self.finish(item, retrieval, keywords, sampling, attempt, record);
+                    }
+                    let reason = format!(
+                        "did not flip: the classifier says {} (p({}) = {:.3})",
+                        verdict.prediction, item.target, verdict.target_probability
+                    );
+                    (reason, Some(edit.text))
                 }
-                Err((reason, reply)) => {
-                    let failure = FailedAttempt {
-                        key: key.clone(),
-                        attempt,
-                        reason,
-                        reply,
-                    };
-                    self.store.lock().unwrap().add_failure(&failure)?;
-                    self.summary.lock().unwrap().failed_attempts += 1;
-                }
-            }
+            };
+            let failure = FailedAttempt {
+                key: key.clone(),
+                attempt,
+                reason,
+                reply,
+            };
+            self.store.lock().unwrap().add_failure(&failure)?;
+            self.summary.lock().unwrap().failed_attempts += 1;
         }
         self.summary.lock().unwrap().given_up += 1;
         Ok(())
@@ -281,6 +299,22 @@ impl<B: Backend> Worker<'_, '_, B> {
         })
     }
 
+    /// The classifier's verdict on an edit.
+    fn classify(&self, item: &Item, edited: &str) -> Result<Verdict> {
+        let started = Instant::now();
+        let classifier = self.classifier.lock().unwrap();
+        let probs = classifier.predict_batch(&[&item.input(edited)])?;
+        let labels = &classifier.config.labels;
+        let best = flipside_shared::metrics::argmax_rows(&probs, labels.len())[0];
+        let target = labels.iter().position(|l| *l == item.target).unwrap_or(0);
+        Ok(Verdict {
+            flipped: labels[best] == item.target,
+            prediction: labels[best].clone(),
+            target_probability: probs[target],
+            millis: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
     fn finish(
         &self,
         item: &Item,
@@ -288,18 +322,14 @@ impl<B: Backend> Worker<'_, '_, B> {
         keywords: Vec<String>,
         sampling: Sampling,
         attempt: usize,
-        edit: Edit,
+        (edit, verdict): (Edit, Verdict),
     ) -> Result<()> {
-        let started = Instant::now();
-        let (prediction, target_probability) = {
-            let classifier = self.classifier.lock().unwrap();
-            let probs = classifier.predict_batch(&[&item.input(&edit.text)])?;
-            let labels = &classifier.config.labels;
-            let best = flipside_shared::metrics::argmax_rows(&probs, labels.len())[0];
-            let target = labels.iter().position(|l| *l == item.target).unwrap_or(0);
-            (labels[best].clone(), probs[target])
-        };
-        let flipped = prediction == item.target;
+        let Verdict {
+            prediction,
+            target_probability,
+            flipped,
+            millis: classify_ms,
+        } = verdict;
         let llm = self.job.editor.as_ref();
         let record = Counterfactual {
             key: item.key(),
@@ -327,7 +357,7 @@ impl<B: Backend> Worker<'_, '_, B> {
             timing: Timing {
                 retrieve_ms: retrieval.millis,
                 llm_ms: edit.llm_ms,
-                classify_ms: started.elapsed().as_secs_f64() * 1e3,
+                classify_ms,
                 prompt_tokens: edit.prompt_tokens,
                 completion_tokens: edit.completion_tokens,
             },

@@ -18,6 +18,16 @@ const FIELD_LINES: [&str; 9] = [
     "counterfactual:",
 ];
 
+/// Labels a model may put before its answer, copying the template's format.
+const ANSWER_LABELS: [&str; 6] = [
+    "edited review:",
+    "review:",
+    "counterfactual:",
+    "modified sentence 2:",
+    "edited:",
+    "answer:",
+];
+
 /// Openers of chatter lines that precede the answer.
 const OPENERS: [&str; 6] = ["sure", "certainly", "okay", "ok,", "of course", "absolutely"];
 
@@ -44,6 +54,13 @@ pub fn parse_edit(reply: &str, answer_prefix: &str, original: &str) -> Result<St
         lines.remove(0);
         while lines.first().is_some_and(|l| l.is_empty()) {
             lines.remove(0);
+        }
+    }
+    // The model may label its answer like the template's lines ("Review: …").
+    if let Some(first) = lines.first_mut() {
+        let lower = first.to_lowercase();
+        if let Some(label) = ANSWER_LABELS.iter().find(|l| lower.starts_with(*l)) {
+            *first = first[label.len()..].trim_start();
         }
     }
     let mut answer = Vec::new();
@@ -162,6 +179,7 @@ mod tests {
             "Here's the edit:\n> The acting was wooden.",
             "Certainly!\nThe acting was wooden.",
             "Here is the edited review.\nThe acting was wooden.",
+            "Review: The acting was wooden.\nLabel: Negative",
         ];
         for reply in cases {
             assert_eq!(

@@ -204,6 +204,45 @@ impl LocalEngine {
         Ok(log_probs)
     }
 
+    /// Speed measurement: evaluates `prompt` from an empty cache, then decodes `decode` tokens
+    /// greedily (end-of-sequence tokens included, so the count is exact). Wall-clock times.
+    pub fn bench(&self, prompt: &[LlamaToken], decode: usize) -> Result<Timings> {
+        let mut session = self.session.lock().unwrap();
+        ensure!(
+            prompt.len() + decode <= session.context.n_ctx() as usize,
+            "the benchmark does not fit the context"
+        );
+        session.context.clear_kv_cache();
+        session.cached.clear();
+        let mut batch = LlamaBatch::new(self.batch, 1);
+        let started = Instant::now();
+        for (chunk_index, chunk) in prompt.chunks(self.batch).enumerate() {
+            batch.clear();
+            for (offset, &token) in chunk.iter().enumerate() {
+                let position = chunk_index * self.batch + offset;
+                batch.add(token, position as i32, &[0], position + 1 == prompt.len())?;
+            }
+            session.context.decode(&mut batch)?;
+        }
+        let prompt_ms = started.elapsed().as_secs_f64() * 1e3;
+        let mut sampler = LlamaSampler::greedy();
+        let started = Instant::now();
+        for step in 0..decode {
+            let token = sampler.sample(&session.context, -1);
+            batch.clear();
+            batch.add(token, (prompt.len() + step) as i32, &[0], true)?;
+            session.context.decode(&mut batch)?;
+        }
+        let decode_ms = started.elapsed().as_secs_f64() * 1e3;
+        session.context.clear_kv_cache();
+        Ok(Timings {
+            prompt_tokens: prompt.len(),
+            prompt_ms,
+            decode_tokens: decode,
+            decode_ms,
+        })
+    }
+
     fn generate(&self, request: &Request) -> Result<Completion> {
         let text = self.render(&request.prompt)?;
         let tokens = self.tokenize(&text, true);

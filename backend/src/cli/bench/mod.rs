@@ -1,6 +1,7 @@
 //! `flipside bench …`: speed against reference implementations, measured in the same run.
 
 mod encode;
+mod llm;
 mod retrieval;
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,9 @@ use crate::home::Home;
 pub enum BenchCommand {
     /// Sentence embeddings per second, Flipside vs sentence-transformers (PyTorch, CPU)
     Encode(encode::EncodeBenchArgs),
+    /// Prompt and decode tokens per second of the embedded LLM vs llama-cpp-python (same GGUF,
+    /// prompt and threads)
+    Llm(llm::LlmBenchArgs),
     /// HNSW search vs faiss IndexIVFFlat and IndexHNSWFlat: build time, memory, recall@k,
     /// queries per second
     Retrieval(retrieval::RetrievalBenchArgs),
@@ -23,6 +27,7 @@ pub enum BenchCommand {
 pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Encode(args) => encode::bench_encode(home, args),
+        BenchCommand::Llm(args) => llm::bench_llm(home, args),
         BenchCommand::Retrieval(args) => retrieval::bench_retrieval(home, args),
     }
 }
