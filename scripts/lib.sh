@@ -30,6 +30,22 @@ check_clients() {
   need npm "apt-get install npm (lexicons come from the npm registry)"
 }
 
+# llama.cpp (the embedded LLM engine) is built from source by the llama-cpp-sys-2 crate: it needs
+# cmake, and libclang for bindgen.
+install_build_tools() {
+  local missing=()
+  command -v cmake >/dev/null 2>&1 || missing+=(cmake)
+  ldconfig -p 2>/dev/null | grep -Eq 'libclang(-[0-9]+)?\.so' || missing+=(libclang-dev)
+  [ ${#missing[@]} -eq 0 ] && return
+  step "installing ${missing[*]} (needed to build llama.cpp)"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get install -y "${missing[@]}" >/dev/null || {
+    echo "error: cannot install ${missing[*]}: run apt-get install cmake libclang-dev" >&2
+    exit 1
+  }
+}
+
 install_wasm_tools() {
   if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
     step "adding the wasm32-unknown-unknown target"

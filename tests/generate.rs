@@ -124,7 +124,11 @@ fn check_complete(out: &Path, jobs: usize) -> Vec<Value> {
         .filter(|k| failed.iter().filter(|f| f["key"] == *k).count() >= 2)
         .collect();
     assert!(given_up.is_disjoint(&unique));
-    assert_eq!(unique.len() + given_up.len(), jobs, "records {keys:?}, given up {given_up:?}");
+    assert_eq!(
+        unique.len() + given_up.len(),
+        jobs,
+        "records {keys:?}, given up {given_up:?}"
+    );
     for failure in &failed {
         assert!(!failure["reason"].as_str().unwrap().is_empty());
     }
@@ -137,8 +141,14 @@ fn check_core_record(record: &Value, model: &str) {
     assert_ne!(record["edited"], record["original"]);
     assert!(!record["edited"].as_str().unwrap().trim().is_empty());
     assert_ne!(record["label"], record["target"]);
-    assert!(!record["retrieved"].as_array().unwrap().is_empty(), "{record}");
-    assert!(!record["keywords"].as_array().unwrap().is_empty(), "{record}");
+    assert!(
+        !record["retrieved"].as_array().unwrap().is_empty(),
+        "{record}"
+    );
+    assert!(
+        !record["keywords"].as_array().unwrap().is_empty(),
+        "{record}"
+    );
     assert_eq!(record["prompt"]["id"], "core-sentiment");
     assert_eq!(record["prompt"]["hash"].as_str().unwrap().len(), 16);
     assert_eq!(record["model"], model);
@@ -175,17 +185,25 @@ fn core_edits_with_the_embedded_model_and_through_the_openai_server() {
     let local = s.dir.path().join("local.jsonl");
     success(&mut s.generate("core", &local));
     let records = check_complete(&local, 6);
-    assert!(!records.is_empty(), "no edit at all: {:?}", failures(&local));
+    assert!(
+        !records.is_empty(),
+        "no edit at all: {:?}",
+        failures(&local)
+    );
     for record in &records {
         check_core_record(record, MODEL);
     }
     // Settings are saved beside the output and checked when it is continued.
-    let config: Value =
-        serde_json::from_slice(&std::fs::read(s.dir.path().join("local.jsonl.config.json")).unwrap())
-            .unwrap();
+    let config: Value = serde_json::from_slice(
+        &std::fs::read(s.dir.path().join("local.jsonl.config.json")).unwrap(),
+    )
+    .unwrap();
     assert_eq!(config["seed"], 7);
     let error = failure(s.generate("core", &local).args(["--temperature", "0.2"]));
-    assert!(error.contains("other settings") && error.contains("temperature"), "{error}");
+    assert!(
+        error.contains("other settings") && error.contains("temperature"),
+        "{error}"
+    );
 
     let (mut server, url) = serve();
     let remote = s.dir.path().join("remote.jsonl");
@@ -202,7 +220,11 @@ fn core_edits_with_the_embedded_model_and_through_the_openai_server() {
         String::from_utf8_lossy(&result.stderr)
     );
     let records = check_complete(&remote, 6);
-    assert!(!records.is_empty(), "no edit at all: {:?}", failures(&remote));
+    assert!(
+        !records.is_empty(),
+        "no edit at all: {:?}",
+        failures(&remote)
+    );
     for record in &records {
         check_core_record(record, MODEL);
     }
@@ -213,15 +235,24 @@ fn core_edits_with_the_embedded_model_and_through_the_openai_server() {
             .arg(&local)
             .arg(&remote),
     );
-    assert!(table.contains("self-BLEU") && table.contains("local.jsonl"), "{table}");
-    assert!(table.contains("remote.jsonl") && table.contains("0.445"), "{table}");
+    assert!(
+        table.contains("self-BLEU") && table.contains("local.jsonl"),
+        "{table}"
+    );
+    assert!(
+        table.contains("remote.jsonl") && table.contains("0.445"),
+        "{table}"
+    );
     let json = success(
         flipside()
             .args(["eval", "cf", "--json", "--no-ppl"])
             .arg(&local),
     );
     let metrics: Value = serde_json::from_str(json.trim()).unwrap();
-    let flipped = lines(&local).iter().filter(|r| r["flipped"] == true).count();
+    let flipped = lines(&local)
+        .iter()
+        .filter(|r| r["flipped"] == true)
+        .count();
     let flip_rate = metrics["flip_rate"].as_f64().unwrap();
     assert!((flip_rate - flipped as f64 / lines(&local).len() as f64).abs() < 1e-9);
     let svg = std::fs::read_to_string(s.dir.path().join("local.zstat.svg")).unwrap();
@@ -241,7 +272,10 @@ fn a_killed_run_resumes_with_nothing_lost_or_duplicated_and_ablations_run() {
         .unwrap();
     let started = Instant::now();
     while lines(&out).is_empty() && failures(&out).is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(300), "no record written");
+        assert!(
+            started.elapsed() < Duration::from_secs(300),
+            "no record written"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     child.kill().unwrap();
@@ -275,7 +309,10 @@ fn a_killed_run_resumes_with_nothing_lost_or_duplicated_and_ablations_run() {
     for failure in failures(&verified) {
         let reason = failure["reason"].as_str().unwrap();
         if reason.starts_with("did not flip") {
-            assert!(failure["reply"].is_string(), "the rejected edit is kept: {failure}");
+            assert!(
+                failure["reply"].is_string(),
+                "the rejected edit is kept: {failure}"
+            );
         }
     }
 
@@ -314,16 +351,25 @@ fn bad_options_are_refused_with_reasons() {
             .arg(&items)
             .args(["--target", "neutral"]),
     );
-    assert!(error.contains("--target \"neutral\" is not a label"), "{error}");
+    assert!(
+        error.contains("--target \"neutral\" is not a label"),
+        "{error}"
+    );
     let error = failure(
         flipside()
             .args(["generate", "--data"])
             .arg(&items)
             .args(["--prompt", "core-nli"]),
     );
-    assert!(error.contains("template core-nli is for Nli data"), "{error}");
+    assert!(
+        error.contains("template core-nli is for Nli data"),
+        "{error}"
+    );
     let error = failure(flipside().args(["generate", "--prompt", "no-such-template"]));
-    assert!(error.contains("neither a template file nor a built-in"), "{error}");
+    assert!(
+        error.contains("neither a template file nor a built-in"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -341,7 +387,11 @@ fn seed_pairs_are_made_from_flipped_counterfactuals() {
         .to_string()
     };
     let input = dir.path().join("cf.jsonl");
-    let lines = [record("a", true, 0.9), record("b", true, 0.6), record("c", false, 0.2)];
+    let lines = [
+        record("a", true, 0.9),
+        record("b", true, 0.6),
+        record("c", false, 0.2),
+    ];
     std::fs::write(&input, lines.join("\n") + "\n").unwrap();
     let out = dir.path().join("pairs.jsonl");
     let make = |min: &str| {

@@ -103,7 +103,10 @@ fn guess(token: &str, sentence_start: bool) -> &'static str {
     if !token.chars().any(char::is_alphanumeric) {
         return "SYM";
     }
-    if token.chars().all(|c| c.is_ascii_digit() || c == '.' || c == ',') {
+    if token
+        .chars()
+        .all(|c| c.is_ascii_digit() || c == '.' || c == ',')
+    {
         return "CD";
     }
     if token.chars().next().is_some_and(char::is_uppercase) && !sentence_start {
@@ -167,7 +170,9 @@ fn coarse(token: &str, tag: &str) -> Pos {
             }
         }
         "IN" => {
-            let subordinators = ["that", "because", "if", "while", "although", "though", "whether"];
+            let subordinators = [
+                "that", "because", "if", "while", "although", "though", "whether",
+            ];
             if subordinators.contains(&lower.as_str()) {
                 Pos::Cconj
             } else {

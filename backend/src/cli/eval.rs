@@ -77,7 +77,7 @@ pub fn run(home: &Home, command: EvalCommand) -> Result<()> {
         rows.push((file.clone(), metrics, perplexity, plot));
     }
     if !args.json {
-        print_tables(&rows, engine.as_ref().map(|e| crate::llm::Editor::model(e)));
+        print_tables(&rows, engine.as_ref().map(crate::llm::Editor::model));
     }
     Ok(())
 }
@@ -103,8 +103,17 @@ type Row = (PathBuf, CfMetrics, Option<f64>, PathBuf);
 fn print_tables(rows: &[Row], ppl_model: Option<&str>) {
     println!(
         "{:<28} {:>6} {:>6} {:>9} {:>11} {:>6} {:>6} {:>6} {:>6} {:>8} {:>7}",
-        "file", "n", "flip", "self-BLEU", "Levenshtein", "dist-1", "dist-2", "dist-3", "dist-4",
-        "PPL", "s/item"
+        "file",
+        "n",
+        "flip",
+        "self-BLEU",
+        "Levenshtein",
+        "dist-1",
+        "dist-2",
+        "dist-3",
+        "dist-4",
+        "PPL",
+        "s/item"
     );
     for (file, m, ppl, _) in rows {
         println!(
@@ -166,7 +175,16 @@ fn print_tables(rows: &[Row], ppl_model: Option<&str>) {
 fn short_name(path: &std::path::Path) -> String {
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     if name.chars().count() > 28 {
-        format!("…{}", name.chars().rev().take(27).collect::<Vec<_>>().into_iter().rev().collect::<String>())
+        format!(
+            "…{}",
+            name.chars()
+                .rev()
+                .take(27)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<String>()
+        )
     } else {
         name.into_owned()
     }

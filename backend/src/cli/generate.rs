@@ -145,7 +145,10 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
     let dataset = args.read.load(home, &args.data)?;
     let items = items(&dataset, &args)?;
     if items.is_empty() {
-        bail!("no item to edit in {} (check --target and --max-words)", args.data);
+        bail!(
+            "no item to edit in {} (check --target and --max-words)",
+            args.data
+        );
     }
     let task = if items.iter().any(|i| i.premise.is_some()) {
         Task::Nli
@@ -154,13 +157,21 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
     };
     let template = match args.method {
         Method::RetrieveOnly => None,
-        method => Some(PromptTemplate::load(&args.prompt.prompt.clone().unwrap_or_else(
-            || {
-                let kind = if method == Method::Core { "core" } else { "llm-only" };
-                let task = if task == Task::Nli { "nli" } else { "sentiment" };
+        method => Some(PromptTemplate::load(
+            &args.prompt.prompt.clone().unwrap_or_else(|| {
+                let kind = if method == Method::Core {
+                    "core"
+                } else {
+                    "llm-only"
+                };
+                let task = if task == Task::Nli {
+                    "nli"
+                } else {
+                    "sentiment"
+                };
                 format!("{kind}-{task}")
-            },
-        ))?),
+            }),
+        )?),
     };
     if let Some(template) = &template {
         if template.task != task {
@@ -173,7 +184,10 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
             );
         }
         if args.method == Method::Core && !template.uses_keywords() {
-            bail!("template {} has no {{keywords}}: CORE needs them", template.id);
+            bail!(
+                "template {} has no {{keywords}}: CORE needs them",
+                template.id
+            );
         }
     }
     let retrieval = if args.method.retrieves() {
@@ -342,7 +356,12 @@ fn check_config(output: &std::path::Path, config: &RunConfig) -> Result<()> {
                 .into_iter()
                 .flatten()
                 .filter(|(key, v)| saved.get(key.as_str()) != Some(v))
-                .map(|(key, v)| format!("{key}: {} → {v}", saved.get(key.as_str()).unwrap_or(&serde_json::Value::Null)))
+                .map(|(key, v)| {
+                    format!(
+                        "{key}: {} → {v}",
+                        saved.get(key.as_str()).unwrap_or(&serde_json::Value::Null)
+                    )
+                })
                 .collect();
             bail!(
                 "{} was made with other settings ({}); continue it with the same options, or \

@@ -97,7 +97,7 @@ pub fn run(home: &Home, command: IndexCommand) -> Result<()> {
     }
 }
 
-fn build(home: &Home, args: BuildArgs) -> Result<()> {
+pub fn build(home: &Home, args: BuildArgs) -> Result<()> {
     let corpus_dir = args.index.corpus.dir(home);
     let corpus = Corpus::open(&corpus_dir)?;
     let encoders = RetrieverEncoders::resolve(home, &args.index.encoder)?;

@@ -64,7 +64,13 @@ pub fn cf_metrics(records: &[Counterfactual], labels: &[String]) -> (CfMetrics, 
     let mut augmented_labels = original_labels.clone();
     augmented_labels.extend(records.iter().map(|r| label_id(&r.target)));
     let num_labels = labels.len().max(2);
-    let z_originals = z_statistics(&originals, &original_labels, num_labels, Z_MIN_COUNT, Z_ALPHA);
+    let z_originals = z_statistics(
+        &originals,
+        &original_labels,
+        num_labels,
+        Z_MIN_COUNT,
+        Z_ALPHA,
+    );
     let z_augmented = z_statistics(
         &augmented,
         &augmented_labels,

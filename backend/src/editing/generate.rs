@@ -197,7 +197,14 @@ impl<B: Backend> Worker<'_, '_, B> {
     fn run(&self, item: &Item, retrieval: &Retrieval) -> Result<()> {
         let key = item.key();
         let keywords = self.keywords(retrieval);
-        let tried = self.store.lock().unwrap().failed.get(&key).copied().unwrap_or(0);
+        let tried = self
+            .store
+            .lock()
+            .unwrap()
+            .failed
+            .get(&key)
+            .copied()
+            .unwrap_or(0);
         for attempt in tried + 1..=self.job.max_attempts {
             let sampling = Sampling {
                 seed: stable_hash(self.job.seed, &format!("{key}#{attempt}")) & 0xffff_ffff,
@@ -286,7 +293,9 @@ impl<B: Backend> Worker<'_, '_, B> {
                     Some(reply),
                 ))
             }
-            Ok(text) if copied_demonstration(&text, &template.demonstration_answers()).is_some() => {
+            Ok(text)
+                if copied_demonstration(&text, &template.demonstration_answers()).is_some() =>
+            {
                 Err(("copied a demonstration's answer".to_string(), Some(reply)))
             }
             Ok(text) => Ok(Edit {
@@ -430,7 +439,10 @@ mod tests {
             millis: 1.0,
         };
         let edit = replace_with_retrieved(&item, &retrieval).ok().unwrap();
-        assert_eq!(edit.text, "I saw it Monday. The plot is gripping. It ran long.");
+        assert_eq!(
+            edit.text,
+            "I saw it Monday. The plot is gripping. It ran long."
+        );
         let nothing = Retrieval {
             queries: vec!["x".into()],
             ..Default::default()

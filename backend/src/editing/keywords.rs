@@ -72,10 +72,7 @@ pub fn keywords(excerpts: &[&str], lexicons: &Lexicons, task: Task, max: usize) 
                         && !lexicons.stopwords.contains(&word)
                         && word.chars().any(char::is_alphabetic)
                 }
-                Task::Nli => matches!(
-                    tag,
-                    Pos::Adj | Pos::Adp | Pos::Adv | Pos::Noun | Pos::Verb
-                ),
+                Task::Nli => matches!(tag, Pos::Adj | Pos::Adp | Pos::Adv | Pos::Noun | Pos::Verb),
             };
             if keep && seen.insert(word.clone()) {
                 out.push(word);
@@ -161,6 +158,9 @@ mod tests {
             polar_sentences(review, &lexicons(), 1),
             vec!["The acting was superb and great."]
         );
-        assert_eq!(polar_sentences("Just one.", &lexicons(), 3), vec!["Just one."]);
+        assert_eq!(
+            polar_sentences("Just one.", &lexicons(), 3),
+            vec!["Just one."]
+        );
     }
 }

@@ -263,11 +263,17 @@ mod tests {
                 keywords: Some(&keywords),
             });
             for p in PLACEHOLDERS {
-                assert!(!rendered.contains(&format!("{{{p}}}")), "{name}: {{{p}}} left");
+                assert!(
+                    !rendered.contains(&format!("{{{p}}}")),
+                    "{name}: {{{p}}} left"
+                );
             }
             assert!(rendered.ends_with(&template.answer_prefix), "{name}");
             let demos = template.demonstration_answers();
-            assert!(demos.len() >= 2 && demos.iter().all(|d| !d.is_empty()), "{name}");
+            assert!(
+                demos.len() >= 2 && demos.iter().all(|d| !d.is_empty()),
+                "{name}"
+            );
             if template.uses_keywords() {
                 assert!(rendered.contains("['dull', 'it\\'s']"), "{name}");
             }

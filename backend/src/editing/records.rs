@@ -196,7 +196,9 @@ pub fn read_repairing<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
                 let mut rest = String::new();
                 let at_end = reader.read_line(&mut rest)? == 0;
                 if !at_end {
-                    let reason = result.err().map_or("no newline".to_string(), |e| e.to_string());
+                    let reason = result
+                        .err()
+                        .map_or("no newline".to_string(), |e| e.to_string());
                     anyhow::bail!("{}:{number}: not a valid record: {reason}", path.display());
                 }
                 tracing::warn!(
@@ -247,14 +249,22 @@ mod tests {
         store.add_failure(&failure("c")).unwrap();
         let lines = std::fs::read_to_string(&sidecar).unwrap();
         assert_eq!(lines.lines().count(), 3, "{lines}");
-        assert!(lines.lines().all(|l| l.starts_with('{') && l.ends_with('}')));
+        assert!(
+            lines
+                .lines()
+                .all(|l| l.starts_with('{') && l.ends_with('}'))
+        );
     }
 
     #[test]
     fn a_bad_line_in_the_middle_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.jsonl");
-        std::fs::write(&path, "not json\n{\"key\":\"a\",\"attempt\":1,\"reason\":\"r\"}\n").unwrap();
+        std::fs::write(
+            &path,
+            "not json\n{\"key\":\"a\",\"attempt\":1,\"reason\":\"r\"}\n",
+        )
+        .unwrap();
         let error = read_repairing::<FailedAttempt>(&path).unwrap_err();
         assert!(error.to_string().contains("x.jsonl:1"), "{error}");
     }

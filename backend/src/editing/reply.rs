@@ -29,7 +29,14 @@ const ANSWER_LABELS: [&str; 6] = [
 ];
 
 /// Openers of chatter lines that precede the answer.
-const OPENERS: [&str; 6] = ["sure", "certainly", "okay", "ok,", "of course", "absolutely"];
+const OPENERS: [&str; 6] = [
+    "sure",
+    "certainly",
+    "okay",
+    "ok,",
+    "of course",
+    "absolutely",
+];
 
 /// Words of chatter lines that announce the answer.
 const ANNOUNCEMENTS: [&str; 5] = ["here is", "here's", "edited", "revised", "counterfactual"];
@@ -106,7 +113,10 @@ const MIN_KEPT: f64 = 0.25;
 /// The share of `original`'s words (with repeats) that `edit` still contains.
 pub fn kept_fraction(edit: &str, original: &str) -> f64 {
     let words = |text: &str| -> Vec<String> {
-        metric_tokens(text).into_iter().filter(|t| is_word(t)).collect()
+        metric_tokens(text)
+            .into_iter()
+            .filter(|t| is_word(t))
+            .collect()
     };
     let original = words(original);
     let mut pool = words(edit);
@@ -202,7 +212,10 @@ mod tests {
     #[test]
     fn kept_fraction_counts_surviving_words_by_hand() {
         // 3 of the original's 5 words survive; punctuation does not count.
-        assert_eq!(kept_fraction("The acting was wooden!", "the acting was really superb."), 0.6);
+        assert_eq!(
+            kept_fraction("The acting was wooden!", "the acting was really superb."),
+            0.6
+        );
         assert_eq!(kept_fraction("a a b", "a a a c"), 0.5);
         assert_eq!(kept_fraction("anything", ""), 0.0);
     }
@@ -229,7 +242,10 @@ mod tests {
 
     #[test]
     fn bad_replies_are_failures_with_reasons() {
-        assert_eq!(parse_edit("  \n", PREFIX, ORIGINAL), Err("empty reply".into()));
+        assert_eq!(
+            parse_edit("  \n", PREFIX, ORIGINAL),
+            Err("empty reply".into())
+        );
         assert_eq!(
             parse_edit("Label: Negative", PREFIX, ORIGINAL),
             Err("empty reply".into())

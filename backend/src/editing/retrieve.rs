@@ -119,14 +119,22 @@ pub fn retrieve_all<B: Backend>(
     let mut query_number = vec![0usize; items.len()];
     for ((i, input), hits) in inputs.iter().zip(hits) {
         let item = &items[*i];
-        let query_text = input.texts().last().map(|t| t.to_lowercase()).unwrap_or_default();
+        let query_text = input
+            .texts()
+            .last()
+            .map(|t| t.to_lowercase())
+            .unwrap_or_default();
         let mut usable: Vec<_> = hits
             .into_iter()
             .filter(|hit| hit.sentence.doc != item.id)
             .filter(|hit| hit.sentence.text.to_lowercase() != query_text)
             .filter(|hit| {
                 !setup.target_label_only
-                    || hit.sentence.label.as_ref().is_none_or(|l| *l == item.target)
+                    || hit
+                        .sentence
+                        .label
+                        .as_ref()
+                        .is_none_or(|l| *l == item.target)
             })
             .collect();
         if let (Some(reranker), Some((_, k))) = (&reranker, &setup.reranker) {

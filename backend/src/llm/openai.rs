@@ -162,7 +162,10 @@ impl Editor for OpenAiClient {
             match self.attempt(&body) {
                 Ok(completion) => return Ok(completion),
                 Err(failure) if failure.retryable && attempt < self.options.retries => {
-                    let pause = failure.retry_after.unwrap_or(wait).min(Duration::from_secs(60));
+                    let pause = failure
+                        .retry_after
+                        .unwrap_or(wait)
+                        .min(Duration::from_secs(60));
                     tracing::warn!(
                         "{:#}; retrying in {:.1} s ({}/{})",
                         failure.error,
@@ -271,9 +274,10 @@ mod tests {
         assert_eq!(completion.text, "hi");
         assert_eq!(completion.finish_reason, FinishReason::Length);
         assert_eq!(completion.prompt_tokens, 5);
-        let text: Reply =
-            serde_json::from_value(json!({"choices": [{"text": "there", "finish_reason": "stop"}]}))
-                .unwrap();
+        let text: Reply = serde_json::from_value(
+            json!({"choices": [{"text": "there", "finish_reason": "stop"}]}),
+        )
+        .unwrap();
         assert_eq!(text.into_completion().unwrap().text, "there");
         let empty: Reply = serde_json::from_value(json!({"choices": []})).unwrap();
         assert!(empty.into_completion().is_err());

@@ -138,7 +138,9 @@ fn parse(body: &[u8]) -> Result<CompletionBody, ApiError> {
     let body: CompletionBody = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))?;
     if body.stream == Some(true) {
-        return Err(ApiError::bad_request("streaming is not supported: send stream=false"));
+        return Err(ApiError::bad_request(
+            "streaming is not supported: send stream=false",
+        ));
     }
     if body.n.is_some_and(|n| n != 1) {
         return Err(ApiError::bad_request("only n=1 is supported"));

@@ -77,12 +77,18 @@ mod tests {
         let value = bleu("the acting was wooden .", "the acting was superb .");
         assert!((value - 0.285_744_042_969_88).abs() < 1e-12, "{value}");
         // p = 3/4, 2/3, 1/2, 0.1; brevity exp(1 − 7/4).
-        let value = bleu("the acting was wooden", "the acting was really very superb .");
+        let value = bleu(
+            "the acting was wooden",
+            "the acting was really very superb .",
+        );
         assert!((value - 0.187_829_646_321_763_1).abs() < 1e-12, "{value}");
         // Shorter than 4 tokens: empty n-gram sets count as 0.1 / 1.
         let value = bleu("a b", "a b c");
         assert!((value - 0.191_801_835_541_645_04).abs() < 1e-12, "{value}");
-        assert_eq!(bleu("the acting was superb .", "the acting was superb ."), 1.0);
+        assert_eq!(
+            bleu("the acting was superb .", "the acting was superb ."),
+            1.0
+        );
         assert_eq!(bleu("c", "a b"), 0.0);
     }
 

@@ -45,7 +45,10 @@ mod tests {
     #[test]
     fn normalises_by_the_longer_text() {
         // 5 tokens each, one substitution.
-        assert_eq!(normalised_levenshtein("The acting was wooden.", "the acting was superb."), 0.2);
+        assert_eq!(
+            normalised_levenshtein("The acting was wooden.", "the acting was superb."),
+            0.2
+        );
         // "the film was not good ." vs "the film was good ." : one insertion over 6 tokens.
         let value = normalised_levenshtein("The film was not good.", "The film was good.");
         assert!((value - 1.0 / 6.0).abs() < 1e-12);

@@ -238,24 +238,52 @@ mod tests {
     #[test]
     fn classifies_hand_made_edits() {
         let cases: [(&str, &str, &[Perturbation]); 11] = [
-            ("The film was good.", "The film was not good.", &[Negation, Insert]),
-            ("The film wasn't good.", "The film was good.", &[Negation, Delete]),
-            ("All actors were good.", "Few actors were good.", &[Quantifier, Lexical]),
-            ("The acting was superb.", "The acting was wooden.", &[Lexical]),
+            (
+                "The film was good.",
+                "The film was not good.",
+                &[Negation, Insert],
+            ),
+            (
+                "The film wasn't good.",
+                "The film was good.",
+                &[Negation, Delete],
+            ),
+            (
+                "All actors were good.",
+                "Few actors were good.",
+                &[Quantifier, Lexical],
+            ),
+            (
+                "The acting was superb.",
+                "The acting was wooden.",
+                &[Lexical],
+            ),
             (
                 "The acting was superb and the plot clever.",
                 "The acting was a total mess and the plot clever.",
                 &[Resemantic],
             ),
             ("The film was good.", "The film was very good.", &[Insert]),
-            ("The film was really very good.", "The film was good.", &[Delete]),
-            ("good acting , bad plot .", "bad acting , good plot .", &[Shuffle]),
+            (
+                "The film was really very good.",
+                "The film was good.",
+                &[Delete],
+            ),
+            (
+                "good acting , bad plot .",
+                "bad acting , good plot .",
+                &[Shuffle],
+            ),
             (
                 "I loved the music but the ending dragged.",
                 "The ending dragged but I loved the music and more.",
                 &[Quantifier, Restructure],
             ),
-            ("A masterpiece.", "Two hours of my life wasted forever.", &[Unk]),
+            (
+                "A masterpiece.",
+                "Two hours of my life wasted forever.",
+                &[Unk],
+            ),
             (
                 "Not bad at all, some fun.",
                 "I never want to see more of this dreck again.",

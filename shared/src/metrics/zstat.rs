@@ -161,7 +161,13 @@ fn erfc(x: f64) -> f64 {
 /// significance curve, and the most significant tokens named. `label_names` names the labels.
 pub fn plot_svg(stats: &ZStatistics, label_names: &[String], title: &str) -> String {
     let (width, height, margin) = (720.0, 480.0, 60.0);
-    let max_count = stats.tokens.iter().map(|t| t.count).max().unwrap_or(10).max(10) as f64;
+    let max_count = stats
+        .tokens
+        .iter()
+        .map(|t| t.count)
+        .max()
+        .unwrap_or(10)
+        .max(10) as f64;
     let log_max = max_count.log10().ceil();
     let p0 = 1.0 / stats.labels as f64;
     let x = |count: f64| margin + (width - 1.5 * margin) * count.max(1.0).log10() / log_max;
@@ -239,7 +245,11 @@ pub fn plot_svg(stats: &ZStatistics, label_names: &[String], title: &str) -> Str
         .map(|t| t.token.as_str())
         .collect();
     for token in &stats.tokens {
-        let colour = if token.significant { "#c0392b" } else { "#888888" };
+        let colour = if token.significant {
+            "#c0392b"
+        } else {
+            "#888888"
+        };
         let (cx, cy) = (x(token.count as f64), y(token.p_hat));
         let _ = writeln!(
             svg,
@@ -313,7 +323,11 @@ mod tests {
             labels.push(0);
         }
         let stats = z_statistics(&texts, &labels, 2, 5, 0.01);
-        let significant: Vec<_> = stats.significant().iter().map(|t| t.token.clone()).collect();
+        let significant: Vec<_> = stats
+            .significant()
+            .iter()
+            .map(|t| t.token.clone())
+            .collect();
         // "great" (60/60 positive) and "a" (60/60 negative); "movie" is balanced.
         assert_eq!(significant.len(), 2, "{significant:?}");
         let svg = plot_svg(&stats, &["negative".into(), "positive".into()], "test");

@@ -1,15 +1,14 @@
 //! `flipside bench encode`: sentence embeddings per second against sentence-transformers.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use burn::tensor::backend::Backend;
 use clap::Args;
 
-use super::reference_python;
+use super::{reference_python, run_reference_script};
 use serde::Deserialize;
 
 use crate::cli::data::ReadArgs;
@@ -163,35 +162,21 @@ fn run_reference(
     max_len: usize,
     threads: usize,
 ) -> Result<Timing> {
-    let mut child = Command::new(python)
-        .args(["-c", REFERENCE_SCRIPT])
-        .env("HF_HUB_OFFLINE", "1")
-        .env("TOKENIZERS_PARALLELISM", "false")
-        .env("PYTHONWARNINGS", "ignore")
-        .env("TRANSFORMERS_VERBOSITY", "error")
-        .env("TQDM_DISABLE", "1")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start the reference script")?;
     let request = serde_json::json!({
         "model_dir": model_dir, "sentences": sentences, "batch_size": batch_size,
         "max_len": max_len, "threads": threads,
     });
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(request.to_string().as_bytes())?;
-    let output = child.wait_with_output()?;
-    if !output.status.success() {
-        bail!(
-            "the sentence-transformers reference failed ({})",
-            output.status
-        );
-    }
+    let mut command = Command::new(python);
+    command
+        .env("HF_HUB_OFFLINE", "1")
+        .env("TOKENIZERS_PARALLELISM", "false")
+        .env("PYTHONWARNINGS", "ignore")
+        .env("TRANSFORMERS_VERBOSITY", "error")
+        .env("TQDM_DISABLE", "1");
+    let stdout =
+        run_reference_script(command, REFERENCE_SCRIPT, &request, "sentence-transformers")?;
     let result: ReferenceResult =
-        serde_json::from_slice(&output.stdout).context("the reference printed no result")?;
+        serde_json::from_slice(&stdout).context("the reference printed no result")?;
     Ok(Timing {
         seconds: result.seconds,
         first_embeddings: result.first_embeddings,

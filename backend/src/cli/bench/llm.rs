@@ -1,15 +1,14 @@
 //! `flipside bench llm`: the embedded engine's prompt and decode speed against
 //! llama-cpp-python on the same GGUF, token ids and threads, in the same run.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use clap::Args;
 use serde::Deserialize;
 
-use super::reference_python;
+use super::{reference_python, run_reference_script};
 use crate::cli::llm::LlmArgs;
 use crate::editing::prompts::{PromptTemplate, Slots};
 use crate::home::Home;
@@ -107,22 +106,13 @@ pub fn bench_llm(home: &Home, args: LlmBenchArgs) -> Result<()> {
             "warmup": 1,
             "repeats": args.repeats,
         });
-        let mut child = Command::new(python)
-            .args(["-c", REFERENCE_SCRIPT])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("cannot start the llama-cpp-python reference")?;
-        child
-            .stdin
-            .take()
-            .expect("piped stdin")
-            .write_all(request.to_string().as_bytes())?;
-        let output = child.wait_with_output()?;
-        if !output.status.success() {
-            bail!("the llama-cpp-python reference failed ({})", output.status);
-        }
-        let result: ReferenceResult = serde_json::from_slice(&output.stdout)
+        let stdout = run_reference_script(
+            Command::new(python),
+            REFERENCE_SCRIPT,
+            &request,
+            "llama-cpp-python",
+        )?;
+        let result: ReferenceResult = serde_json::from_slice(&stdout)
             .context("the llama-cpp-python reference printed no result")?;
         Some((result.version, median(&result.runs)))
     };
@@ -132,7 +122,10 @@ pub fn bench_llm(home: &Home, args: LlmBenchArgs) -> Result<()> {
         rate(tokens.len(), ours.prompt_ms),
         rate(args.decode_tokens, ours.decode_ms),
     );
-    println!("{:<34} {:>16} {:>16}", "engine", "prompt tok/s", "decode tok/s");
+    println!(
+        "{:<34} {:>16} {:>16}",
+        "engine", "prompt tok/s", "decode tok/s"
+    );
     println!(
         "{:<34} {prompt_rate:>16.1} {decode_rate:>16.1}",
         "flipside (llama.cpp, llama-cpp-2)"

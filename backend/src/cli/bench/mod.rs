@@ -4,8 +4,9 @@ mod encode;
 mod llm;
 mod retrieval;
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
@@ -30,6 +31,32 @@ pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
         BenchCommand::Llm(args) => llm::bench_llm(home, args),
         BenchCommand::Retrieval(args) => retrieval::bench_retrieval(home, args),
     }
+}
+
+/// Runs a reference script (`python -c script`, with any environment already set on `python`),
+/// sends it `request` as JSON on stdin and returns what it printed; `what` names it in errors.
+fn run_reference_script(
+    mut python: Command,
+    script: &str,
+    request: &serde_json::Value,
+    what: &str,
+) -> Result<Vec<u8>> {
+    let mut child = python
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start the {what} reference"))?;
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(request.to_string().as_bytes())?;
+    let output = child.wait_with_output()?;
+    if !output.status.success() {
+        bail!("the {what} reference failed ({})", output.status);
+    }
+    Ok(output.stdout)
 }
 
 /// The Python of the reference environment: `venv` if given, else `HOME/bench/NAME`, created

@@ -2,9 +2,8 @@
 //! setting: 300 lists, 30 probed) and `IndexHNSWFlat`, on the same vectors and queries, in one
 //! run: build time, memory, recall@k against exact search, and queries per second.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -15,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::reference_python;
+use super::{reference_python, run_reference_script};
 use crate::cli::corpus::corpus_dir;
 use crate::cli::data::ReadArgs;
 use crate::compute::DeviceChoice;
@@ -351,24 +350,10 @@ fn run_reference(
         "hnsw": { "m": args.m, "ef_construction": args.ef_construction, "ef_searches": args.ef },
     });
     let spinner = crate::progress::spinner("faiss: building and searching");
-    let mut child = Command::new(python)
-        .args(["-c", REFERENCE_SCRIPT])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .context("cannot start the faiss reference script")?;
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(request.to_string().as_bytes())?;
-    let output = child.wait_with_output()?;
+    let stdout = run_reference_script(Command::new(python), REFERENCE_SCRIPT, &request, "faiss");
     spinner.finish_and_clear();
     std::fs::remove_dir_all(&scratch)?;
-    if !output.status.success() {
-        bail!("the faiss reference failed ({})", output.status);
-    }
-    serde_json::from_slice(&output.stdout).context("the faiss reference printed no result")
+    serde_json::from_slice(&stdout?).context("the faiss reference printed no result")
 }
 
 fn tempfile_dir(home: &Home) -> Result<PathBuf> {
