@@ -45,7 +45,7 @@ impl Default for EngineOptions {
     }
 }
 
-/// Token counts and times of the last request, as llama.cpp measured them.
+/// Token counts and wall-clock times of a benchmark run.
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Timings {
     pub prompt_tokens: usize,
@@ -66,7 +66,6 @@ struct Session {
     context: LlamaContext<'static>,
     /// The tokens whose keys and values are in the context's cache, in order.
     cached: Vec<LlamaToken>,
-    timings: Timings,
 }
 
 fn backend() -> Result<&'static LlamaBackend> {
@@ -125,7 +124,6 @@ impl LocalEngine {
             session: Mutex::new(Session {
                 context,
                 cached: Vec::new(),
-                timings: Timings::default(),
             }),
             batch: options.batch as usize,
         })
@@ -155,18 +153,6 @@ impl LocalEngine {
     pub fn tokenize(&self, text: &str, parse_special: bool) -> Vec<LlamaToken> {
         let vocab = self.model.vocab();
         vocab.tokenize(text.as_bytes(), vocab.should_add_bos(), parse_special)
-    }
-
-    /// Counts and times of the last request.
-    pub fn last_timings(&self) -> Timings {
-        self.session.lock().unwrap().timings
-    }
-
-    /// Empties the KV cache, so the next request evaluates its whole prompt.
-    pub fn forget_cache(&self) {
-        let mut session = self.session.lock().unwrap();
-        session.context.clear_kv_cache();
-        session.cached.clear();
     }
 
     /// The natural-log probability of each token of `text` given the ones before it (the first
@@ -265,7 +251,6 @@ impl LocalEngine {
             .clear_kv_cache_seq(Some(0), Some(shared as u32), None)?;
         session.cached.truncate(shared);
         session.context.reset_timings();
-        let started = Instant::now();
 
         let mut batch = LlamaBatch::new(self.batch, 1);
         let pending = &tokens[shared..];
@@ -279,7 +264,6 @@ impl LocalEngine {
             session.context.decode(&mut batch)?;
         }
         session.cached.extend_from_slice(pending);
-        let prompt_ms = started.elapsed().as_secs_f64() * 1e3;
 
         let sampling = request.sampling;
         let mut sampler = if sampling.temperature <= 0.0 {
@@ -296,7 +280,6 @@ impl LocalEngine {
         let mut text = String::new();
         let mut finish = FinishReason::Length;
         let mut generated = 0;
-        let decode_started = Instant::now();
         while generated < sampling.max_tokens {
             let token = sampler.sample(&session.context, -1);
             if vocab.is_eog(token) {
@@ -315,12 +298,6 @@ impl LocalEngine {
             session.context.decode(&mut batch)?;
             session.cached.push(token);
         }
-        session.timings = Timings {
-            prompt_tokens: pending.len(),
-            prompt_ms,
-            decode_tokens: generated,
-            decode_ms: decode_started.elapsed().as_secs_f64() * 1e3,
-        };
         Ok(Completion {
             text,
             prompt_tokens: tokens.len(),
