@@ -80,10 +80,14 @@ fn setup() -> Setup {
 
 impl Setup {
     fn generate(&self, method: &str, out: &Path) -> Command {
+        self.generate_on(&self.items, method, out)
+    }
+
+    fn generate_on(&self, data: &Path, method: &str, out: &Path) -> Command {
         let mut command = flipside();
         command
             .args(["generate", "--method", method, "--model", MODEL, "--data"])
-            .arg(&self.items)
+            .arg(data)
             .arg("--corpus")
             .arg(&self.corpus)
             .arg("--classifier")
@@ -254,7 +258,22 @@ fn core_edits_with_the_embedded_model_and_through_the_openai_server() {
         .filter(|r| r["flipped"] == true)
         .count();
     let flip_rate = metrics["flip_rate"].as_f64().unwrap();
-    assert!((flip_rate - flipped as f64 / lines(&local).len() as f64).abs() < 1e-9);
+    let records = lines(&local).len() as f64;
+    assert!((flip_rate - flipped as f64 / records).abs() < 1e-9);
+    // Re-classified by the same classifier (in batches), the flips are the same, but for a
+    // probability within padding noise of the boundary.
+    let json = success(
+        flipside()
+            .args(["eval", "cf", "--json", "--no-ppl", "--classifier"])
+            .arg(&s.classifier)
+            .arg(&local),
+    );
+    let metrics: Value = serde_json::from_str(json.trim()).unwrap();
+    let under = metrics["flip_rate_under"]["flip_rate"].as_f64().unwrap();
+    assert!(
+        (under - flip_rate).abs() <= 1.0 / records + 1e-9,
+        "{metrics}"
+    );
     let svg = std::fs::read_to_string(s.dir.path().join("local.zstat.svg")).unwrap();
     assert!(svg.starts_with("<svg"));
 }
@@ -329,6 +348,36 @@ fn a_killed_run_resumes_with_nothing_lost_or_duplicated_and_ablations_run() {
         assert_eq!(record["edited"].as_str().unwrap(), helpers[0]);
         assert!(record.get("model").is_none());
     }
+
+    // Sentence units: from each review, the sentence that leans toward its label is edited.
+    let reviews = s.dir.path().join("reviews.csv");
+    std::fs::write(
+        &reviews,
+        "text,label\n\
+         \"I saw it on Sunday with my sister and her friends. The film was wonderful and the \
+         cast superb. The popcorn was awful.\",positive\n\
+         \"The plot was dull and the jokes were painful throughout. Still, I liked the hat.\",\
+         negative\n\
+         \"Nice. Short. Good.\",positive\n",
+    )
+    .unwrap();
+    let sentences = s.dir.path().join("sentences.jsonl");
+    success(
+        s.generate_on(&reviews, "retrieve-only", &sentences)
+            .args(["--unit", "sentence"]),
+    );
+    let mut originals: Vec<String> = lines(&sentences)
+        .iter()
+        .map(|r| r["original"].as_str().unwrap().to_string())
+        .collect();
+    originals.sort();
+    assert_eq!(
+        originals,
+        [
+            "The film was wonderful and the cast superb.",
+            "The plot was dull and the jokes were painful throughout."
+        ]
+    );
 }
 
 /// The complete records of a file whose last line may be cut short.

@@ -1,6 +1,6 @@
 //! `flipside eval …`
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
@@ -8,10 +8,13 @@ use flipside_shared::metrics::zstat::plot_svg;
 use serde_json::json;
 
 use super::llm::LlmArgs;
-use crate::editing::evaluate::{CfMetrics, cf_metrics, record_labels};
+use crate::compute::DeviceChoice;
+use crate::editing::evaluate::{CfMetrics, cf_metrics, flip_rate_under, record_labels};
 use crate::editing::records::{Counterfactual, read_repairing};
 use crate::home::Home;
 use crate::llm::LocalEngine;
+use crate::models::resolve_model_dir;
+use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
@@ -32,6 +35,12 @@ pub struct EvalCfArgs {
     /// Print one JSON object per file instead of tables
     #[arg(long)]
     pub json: bool,
+    /// Also report the flip rate under this classifier (a model directory or a name under
+    /// HOME/models): one independent of the classifier that checked the edits
+    #[arg(long, value_name = "MODEL")]
+    pub classifier: Option<String>,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
     /// The embedded model scoring perplexity (--api-base is not used)
     #[command(flatten)]
     pub llm: LlmArgs,
@@ -47,6 +56,10 @@ pub fn run(home: &Home, command: EvalCommand) -> Result<()> {
     } else {
         Some(args.llm.local(home)?)
     };
+    let classifier = match &args.classifier {
+        Some(name) => Some(resolve_model_dir(home, name)?),
+        None => None,
+    };
     let mut rows = Vec::new();
     for file in &args.files {
         let records: Vec<Counterfactual> = read_repairing(file)?;
@@ -57,6 +70,10 @@ pub fn run(home: &Home, command: EvalCommand) -> Result<()> {
         let (metrics, z) = cf_metrics(&records, &labels);
         let perplexity = match &engine {
             Some(engine) => Some(perplexity(engine, &records)?),
+            None => None,
+        };
+        let reflip = match &classifier {
+            Some(dir) => Some(with_backend!(args.device, flip_rate_under(dir, &records))?),
             None => None,
         };
         let plot = file.with_extension("zstat.svg");
@@ -70,14 +87,30 @@ pub fn run(home: &Home, command: EvalCommand) -> Result<()> {
             let mut value = serde_json::to_value(&metrics)?;
             value["file"] = json!(file);
             value["perplexity"] = json!(perplexity);
+            value["flip_rate_under"] = json!(
+                classifier
+                    .as_ref()
+                    .zip(reflip)
+                    .map(|(dir, rate)| json!({ "classifier": dir, "flip_rate": rate }))
+            );
             value["zstat_plot"] = json!(plot);
             value["zstat_top"] = json!(z.significant().iter().take(20).collect::<Vec<_>>());
             println!("{value}");
         }
-        rows.push((file.clone(), metrics, perplexity, plot));
+        rows.push(Row {
+            file: file.clone(),
+            metrics,
+            perplexity,
+            reflip,
+            plot,
+        });
     }
     if !args.json {
-        print_tables(&rows, engine.as_ref().map(crate::llm::Editor::model));
+        print_tables(
+            &rows,
+            engine.as_ref().map(crate::llm::Editor::model),
+            classifier.as_deref(),
+        );
     }
     Ok(())
 }
@@ -98,14 +131,23 @@ fn perplexity(engine: &LocalEngine, records: &[Counterfactual]) -> Result<f64> {
     Ok((nll / tokens.max(1) as f64).exp())
 }
 
-type Row = (PathBuf, CfMetrics, Option<f64>, PathBuf);
+/// One file's results.
+struct Row {
+    file: PathBuf,
+    metrics: CfMetrics,
+    perplexity: Option<f64>,
+    /// The flip rate under `--classifier`.
+    reflip: Option<f64>,
+    plot: PathBuf,
+}
 
-fn print_tables(rows: &[Row], ppl_model: Option<&str>) {
+fn print_tables(rows: &[Row], ppl_model: Option<&str>, classifier: Option<&Path>) {
     println!(
-        "{:<28} {:>6} {:>6} {:>9} {:>11} {:>6} {:>6} {:>6} {:>6} {:>8} {:>7}",
+        "{:<28} {:>6} {:>6} {:>7} {:>9} {:>11} {:>6} {:>6} {:>6} {:>6} {:>8} {:>7}",
         "file",
         "n",
         "flip",
+        "flip@2",
         "self-BLEU",
         "Levenshtein",
         "dist-1",
@@ -115,26 +157,35 @@ fn print_tables(rows: &[Row], ppl_model: Option<&str>) {
         "PPL",
         "s/item"
     );
-    for (file, m, ppl, _) in rows {
+    let optional = |value: Option<f64>, decimals: usize| {
+        value.map_or("-".to_string(), |v| format!("{v:.decimals$}"))
+    };
+    for row in rows {
+        let m = &row.metrics;
         println!(
-            "{:<28} {:>6} {:>6.3} {:>9.3} {:>11.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>8} {:>7.2}",
-            short_name(file),
+            "{:<28} {:>6} {:>6.3} {:>7} {:>9.3} {:>11.3} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>8} {:>7.2}",
+            short_name(&row.file),
             m.records,
             m.flip_rate,
+            optional(row.reflip, 3),
             m.self_bleu,
             m.levenshtein,
             m.distinct[0],
             m.distinct[1],
             m.distinct[2],
             m.distinct[3],
-            ppl.map_or("-".to_string(), |p| format!("{p:.1}")),
+            optional(row.perplexity, 1),
             m.seconds_per_item
         );
     }
     println!(
-        "{:<28} {:>6} {:>6} {:>9.3} {:>11.3}   (CORE, Dixit et al. 2022, Table 6)",
-        "paper: CORE on IMDb", "", "", PAPER_CORE.0, PAPER_CORE.1
+        "{:<28} {:>6} {:>6} {:>7} {:>9.3} {:>11.3}   (CORE, Dixit et al. 2022, Table 6)",
+        "paper: CORE on IMDb", "", "", "", PAPER_CORE.0, PAPER_CORE.1
     );
+    println!("flip: under the classifier each record names (the one generate used)");
+    if let Some(dir) = classifier {
+        println!("flip@2: under {}", dir.display());
+    }
     if let Some(model) = ppl_model {
         println!("perplexity under {model}");
     }
@@ -143,17 +194,18 @@ fn print_tables(rows: &[Row], ppl_model: Option<&str>) {
         "{:<28} {}",
         "perturbation types",
         rows[0]
-            .1
+            .metrics
             .perturbations
             .iter()
             .map(|(k, _)| format!("{k:>12}"))
             .collect::<String>()
     );
-    for (file, m, _, _) in rows {
+    for row in rows {
         println!(
             "{:<28} {}",
-            short_name(file),
-            m.perturbations
+            short_name(&row.file),
+            row.metrics
+                .perturbations
                 .iter()
                 .map(|(_, v)| format!("{v:>12}"))
                 .collect::<String>()
@@ -161,13 +213,13 @@ fn print_tables(rows: &[Row], ppl_model: Option<&str>) {
     }
     println!();
     println!("token–label z-statistics (α = 0.01, Bonferroni; tokens in ≥ 5 examples):");
-    for (file, m, _, plot) in rows {
+    for row in rows {
         println!(
             "{:<28} {} significant tokens in the originals, {} with the counterfactuals; plot: {}",
-            short_name(file),
-            m.z_significant_originals,
-            m.z_significant_augmented,
-            plot.display()
+            short_name(&row.file),
+            row.metrics.z_significant_originals,
+            row.metrics.z_significant_augmented,
+            row.plot.display()
         );
     }
 }

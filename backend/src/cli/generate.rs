@@ -12,7 +12,7 @@ use super::data::ReadArgs;
 use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
 use crate::editing::generate::{GenerateJob, Method, generate};
-use crate::editing::keywords::Lexicons;
+use crate::editing::keywords::{Lexicons, labelled_sentence};
 use crate::editing::prompts::{PromptTemplate, Task};
 use crate::editing::retrieve::{Item, RetrievalSetup};
 use crate::home::Home;
@@ -42,6 +42,11 @@ pub struct GenerateArgs {
     /// Skip items with more words than this (e.g. 60 for short reviews)
     #[arg(long, value_name = "N")]
     pub max_words: Option<usize>,
+    /// What is edited: each whole text, or from each review the one sentence whose opinion
+    /// words lean furthest toward its label (sentiment data labelled negative/positive;
+    /// sentences of 6 to --max-words words, 40 by default)
+    #[arg(long, value_enum, default_value_t)]
+    pub unit: Unit,
     /// Output: one JSON line per counterfactual (appended; a rerun resumes). Failed attempts go
     /// to OUT.failures.jsonl, the run's settings to OUT.config.json
     /// [default: HOME/runs/DATA-METHOD.jsonl]
@@ -75,6 +80,19 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub read: ReadArgs,
 }
+
+/// The part of each example that is edited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Unit {
+    #[default]
+    Text,
+    Sentence,
+}
+
+/// Word counts of the sentences `--unit sentence` edits: shorter ones rarely carry an opinion
+/// the label is about.
+const SENTENCE_WORDS: (usize, usize) = (6, 40);
 
 /// The prompt and sampling.
 #[derive(Debug, Clone, Args, Serialize)]
@@ -131,6 +149,7 @@ struct RunConfig {
     target: String,
     limit: Option<usize>,
     max_words: Option<usize>,
+    unit: Unit,
     seed: u64,
     max_attempts: usize,
     verify: bool,
@@ -143,10 +162,11 @@ struct RunConfig {
 
 pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
     let dataset = args.read.load(home, &args.data)?;
-    let items = items(&dataset, &args)?;
+    let lexicons = Lexicons::load(home)?;
+    let items = items(&dataset, &args, &lexicons)?;
     if items.is_empty() {
         bail!(
-            "no item to edit in {} (check --target and --max-words)",
+            "no item to edit in {} (check --target, --max-words and --unit)",
             args.data
         );
     }
@@ -231,6 +251,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         target: args.target.clone(),
         limit: args.limit,
         max_words: args.max_words,
+        unit: args.unit,
         seed: args.seed,
         max_attempts: args.max_attempts,
         verify: args.verify,
@@ -247,7 +268,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         items,
         editor: editor.as_deref().zip(template),
         retrieval,
-        lexicons: Lexicons::load(home)?,
+        lexicons,
         classifier,
         sampling: Sampling {
             temperature: args.prompt.temperature,
@@ -284,8 +305,15 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
 }
 
 /// One item per example and target label.
-fn items(dataset: &Dataset, args: &GenerateArgs) -> Result<Vec<Item>> {
+fn items(dataset: &Dataset, args: &GenerateArgs, lexicons: &Lexicons) -> Result<Vec<Item>> {
     let names = dataset.labels.names();
+    if args.unit == Unit::Sentence && names != ["negative", "positive"] {
+        bail!(
+            "--unit sentence needs sentiment data labelled negative/positive; {} has {}",
+            args.data,
+            names.join(", ")
+        );
+    }
     if args.target != "flip" && !names.contains(&args.target) {
         bail!(
             "--target {:?} is not a label of {} ({})",
@@ -308,13 +336,26 @@ fn items(dataset: &Dataset, args: &GenerateArgs) -> Result<Vec<Item>> {
                 hypothesis,
             } => (hypothesis.clone(), Some(premise.clone())),
         };
-        if args
-            .max_words
-            .is_some_and(|max| text.split_whitespace().count() > max)
-        {
-            continue;
-        }
         let label = names[example.label].clone();
+        let text = match args.unit {
+            Unit::Text => {
+                if args
+                    .max_words
+                    .is_some_and(|max| text.split_whitespace().count() > max)
+                {
+                    continue;
+                }
+                text
+            }
+            Unit::Sentence => {
+                let sign = if label == "positive" { 1 } else { -1 };
+                let words = SENTENCE_WORDS.0..=args.max_words.unwrap_or(SENTENCE_WORDS.1);
+                match labelled_sentence(&text, lexicons, sign, words) {
+                    Some(sentence) => sentence.to_string(),
+                    None => continue,
+                }
+            }
+        };
         let targets: Vec<&String> = if args.target == "flip" {
             names.iter().filter(|n| **n != label).collect()
         } else if args.target != label {

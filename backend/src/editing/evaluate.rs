@@ -5,9 +5,16 @@ use flipside_shared::metrics::distinct::distinct_n;
 use flipside_shared::metrics::levenshtein::normalised_levenshtein;
 use flipside_shared::metrics::perturbation::{Perturbation, perturbation_types};
 use flipside_shared::metrics::zstat::{ZStatistics, z_statistics};
+use std::path::Path;
+
+use anyhow::Result;
+use burn::tensor::backend::Backend;
+use flipside_shared::data::Input;
 use serde::Serialize;
 
 use super::records::Counterfactual;
+use crate::compute::Compute;
+use crate::models::load_classifier;
 
 /// Significance level of the z-statistics test.
 pub const Z_ALPHA: f64 = 0.01;
@@ -92,6 +99,43 @@ pub fn cf_metrics(records: &[Counterfactual], labels: &[String]) -> (CfMetrics, 
         z_significant_augmented: z_augmented.significant().len(),
     };
     (metrics, z_augmented)
+}
+
+/// The share of edits that the classifier in `dir` assigns to their target label: a flip rate
+/// that does not depend on the classifier that checked the edits (with `generate --verify`,
+/// that one also chose them).
+pub fn flip_rate_under<B: Backend>(
+    compute: Compute<B>,
+    dir: &Path,
+    records: &[Counterfactual],
+) -> Result<f64> {
+    let classifier = load_classifier::<B>(dir, &compute.device)?;
+    let inputs: Vec<Input> = records
+        .iter()
+        .map(|r| match &r.premise {
+            Some(premise) => Input::Pair {
+                premise: premise.clone(),
+                hypothesis: r.edited.clone(),
+            },
+            None => Input::Text {
+                text: r.edited.clone(),
+            },
+        })
+        .collect();
+    let refs: Vec<&Input> = inputs.iter().collect();
+    let bar = crate::progress::items(records.len() as u64, "classifying");
+    let probs = classifier.predict(&refs, 32, &compute.batches, &|n| bar.inc(n as u64))?;
+    bar.finish_and_clear();
+    let labels = &classifier.config.labels;
+    let flipped = records
+        .iter()
+        .zip(&probs)
+        .filter(|(record, p)| {
+            let predicted = (0..p.len()).max_by(|&a, &b| p[a].total_cmp(&p[b]));
+            predicted.is_some_and(|i| labels[i] == record.target)
+        })
+        .count();
+    Ok(flipped as f64 / records.len().max(1) as f64)
 }
 
 /// The labels named in `records`, sorted (the order of z-statistics labels).

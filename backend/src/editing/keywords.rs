@@ -3,6 +3,7 @@
 //! lexicon.
 
 use std::collections::HashSet;
+use std::ops::RangeInclusive;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -17,8 +18,10 @@ use crate::home::Home;
 #[derive(Debug, Clone)]
 pub struct Lexicons {
     pub stopwords: HashSet<String>,
-    /// Liu & Hu's positive and negative opinion words together.
-    pub opinion: HashSet<String>,
+    /// Liu & Hu's positive opinion words.
+    pub positive: HashSet<String>,
+    /// Liu & Hu's negative opinion words.
+    pub negative: HashSet<String>,
     pub tagger: PosTagger,
 }
 
@@ -36,21 +39,34 @@ impl Lexicons {
                 .filter(|l| !l.is_empty() && !l.starts_with(';'))
                 .collect()
         };
-        let mut opinion = list(read(&words.join("opinion-positive-en.txt"))?);
-        opinion.extend(list(read(&words.join("opinion-negative-en.txt"))?));
         Ok(Lexicons {
             stopwords: list(read(&words.join("stopwords-en.txt"))?),
-            opinion,
+            positive: list(read(&words.join("opinion-positive-en.txt"))?),
+            negative: list(read(&words.join("opinion-negative-en.txt"))?),
             tagger: PosTagger::from_lexicon(&read(&pos.join("en-lexicon.txt"))?),
         })
     }
 
-    /// Number of opinion words in `text`.
+    /// Number of opinion words in `text`, positive or negative.
     pub fn polarity(&self, text: &str) -> usize {
-        word_tokens(text)
-            .iter()
-            .filter(|t| self.opinion.contains(&t.to_lowercase()))
-            .count()
+        let (positive, negative) = self.opinion_counts(text);
+        positive + negative
+    }
+
+    /// Positive minus negative opinion words in `text` (negation is not handled).
+    pub fn sentiment(&self, text: &str) -> i64 {
+        let (positive, negative) = self.opinion_counts(text);
+        positive as i64 - negative as i64
+    }
+
+    fn opinion_counts(&self, text: &str) -> (usize, usize) {
+        let (mut positive, mut negative) = (0, 0);
+        for token in word_tokens(text) {
+            let word = token.to_lowercase();
+            positive += usize::from(self.positive.contains(&word));
+            negative += usize::from(self.negative.contains(&word));
+        }
+        (positive, negative)
     }
 }
 
@@ -108,6 +124,26 @@ pub fn polar_sentences<'a>(text: &'a str, lexicons: &Lexicons, max: usize) -> Ve
     scored.into_iter().map(|(i, _)| sentences[i]).collect()
 }
 
+/// The sentence of `text` that best carries its label: the one, with a word count in `words`,
+/// whose opinion words lean furthest toward `label_sign` (+1 positive, -1 negative), if any
+/// leans that way at all; the first such sentence on ties.
+pub fn labelled_sentence<'a>(
+    text: &'a str,
+    lexicons: &Lexicons,
+    label_sign: i64,
+    words: RangeInclusive<usize>,
+) -> Option<&'a str> {
+    let mut best: Option<(i64, &str)> = None;
+    for sentence in split_sentences(text) {
+        let score = label_sign * lexicons.sentiment(sentence);
+        let fits = words.contains(&sentence.split_whitespace().count());
+        if fits && score > 0 && best.is_none_or(|(top, _)| score > top) {
+            best = Some((score, sentence));
+        }
+    }
+    best.map(|(_, sentence)| sentence.trim())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,7 +152,8 @@ mod tests {
         let set = |words: &[&str]| words.iter().map(|w| w.to_string()).collect();
         Lexicons {
             stopwords: set(&["the", "was", "a", "is", "it", "and", "on"]),
-            opinion: set(&["superb", "dull", "wooden", "great"]),
+            positive: set(&["superb", "great"]),
+            negative: set(&["dull", "wooden"]),
             tagger: PosTagger::from_lexicon(
                 "the DT\na DT\nand CC\nacting NN\nwas VBD\nwooden JJ\nis VBZ\nplot NN\n\
                  dull JJ\non IN\nhold VB\nefforts NNS\nare VBP\n",
@@ -162,5 +199,25 @@ mod tests {
             polar_sentences("Just one.", &lexicons(), 3),
             vec!["Just one."]
         );
+    }
+
+    #[test]
+    fn the_labelled_sentence_leans_furthest_toward_the_label() {
+        let review = "A great cast. The plot was dull, dull and wooden. Superb, great music and \
+                      a great ending!";
+        let lexicons = lexicons();
+        let sentence = |text, sign, words| labelled_sentence(text, &lexicons, sign, words);
+        assert_eq!(
+            sentence(review, 1, 1..=10),
+            Some("Superb, great music and a great ending!")
+        );
+        assert_eq!(
+            sentence(review, -1, 1..=10),
+            Some("The plot was dull, dull and wooden.")
+        );
+        // Sentences outside the word range are skipped; ties go to the first.
+        assert_eq!(sentence(review, 1, 1..=3), Some("A great cast."));
+        assert_eq!(sentence(review, -1, 1..=5), None);
+        assert_eq!(sentence("Great. Superb.", 1, 1..=5), Some("Great."));
     }
 }

@@ -82,8 +82,8 @@ pub fn parse_edit(reply: &str, answer_prefix: &str, original: &str) -> Result<St
     if text.is_empty() {
         return Err("empty reply".to_string());
     }
-    if normalise(&text) == normalise(original) {
-        return Err("unchanged: the reply repeats the original".to_string());
+    if words(&text) == words(original) {
+        return Err("unchanged: the reply repeats the original's words".to_string());
     }
     let kept = kept_fraction(&text, original);
     if kept < MIN_KEPT {
@@ -104,20 +104,12 @@ pub fn parse_edit(reply: &str, answer_prefix: &str, original: &str) -> Result<St
     Ok(text)
 }
 
-/// A line before the answer that is talk, not text: it ends with a colon, is an opener
-/// ("Sure!"), or announces the answer ("Here is the edited review.").
 /// The least share of the original's words an edit must keep: below it, the reply is a new text
 /// (often the model talking about the task), not a minimal edit.
 const MIN_KEPT: f64 = 0.25;
 
 /// The share of `original`'s words (with repeats) that `edit` still contains.
 pub fn kept_fraction(edit: &str, original: &str) -> f64 {
-    let words = |text: &str| -> Vec<String> {
-        metric_tokens(text)
-            .into_iter()
-            .filter(|t| is_word(t))
-            .collect()
-    };
     let original = words(original);
     let mut pool = words(edit);
     let mut kept = 0;
@@ -142,6 +134,8 @@ pub fn copied_demonstration<'a>(edit: &str, demonstrations: &[&'a str]) -> Optio
         .find(|demo| self_bleu(edit, demo) > COPY_BLEU)
 }
 
+/// A line before the answer that is talk, not text: it ends with a colon, is an opener
+/// ("Sure!"), or announces the answer ("Here is the edited review.").
 fn is_chatter(line: &str) -> bool {
     let lower = line.to_lowercase();
     let opener = OPENERS.iter().any(|o| lower.starts_with(o)) && line.ends_with('!');
@@ -163,11 +157,13 @@ fn strip_decoration(text: &str) -> String {
     text
 }
 
-fn normalise(text: &str) -> String {
-    text.split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase()
+/// The lower-cased words of `text`, without punctuation: an edit that only re-spaces or
+/// re-punctuates the original changes none of them.
+fn words(text: &str) -> Vec<String> {
+    metric_tokens(text)
+        .into_iter()
+        .filter(|t| is_word(t))
+        .collect()
 }
 
 #[cfg(test)]
@@ -255,11 +251,14 @@ mod tests {
             parse_edit("To edit the review, I'll make 5 changes:", PREFIX, ORIGINAL),
             Err("empty reply".into())
         );
-        assert!(
-            parse_edit("the acting  was SUPERB.", PREFIX, ORIGINAL)
-                .unwrap_err()
-                .starts_with("unchanged")
-        );
+        for same_words in ["the acting  was SUPERB.", "The acting was superb!"] {
+            assert!(
+                parse_edit(same_words, PREFIX, ORIGINAL)
+                    .unwrap_err()
+                    .starts_with("unchanged"),
+                "{same_words}"
+            );
+        }
         let talk = "I'm glad I could find a review that has a positive sentiment.";
         assert!(
             parse_edit(talk, PREFIX, "The plot was dull and the jokes painful.")
