@@ -90,6 +90,12 @@ pub enum Unit {
     Sentence,
 }
 
+impl Unit {
+    fn is_text(&self) -> bool {
+        *self == Unit::Text
+    }
+}
+
 /// Word counts of the sentences `--unit sentence` edits: shorter ones rarely carry an opinion
 /// the label is about.
 const SENTENCE_WORDS: (usize, usize) = (6, 40);
@@ -149,6 +155,8 @@ struct RunConfig {
     target: String,
     limit: Option<usize>,
     max_words: Option<usize>,
+    /// Left out for whole texts, so that runs saved before `--unit` existed still resume.
+    #[serde(skip_serializing_if = "Unit::is_text")]
     unit: Unit,
     seed: u64,
     max_attempts: usize,
