@@ -13,6 +13,19 @@ pub enum Input {
 }
 
 impl Input {
+    /// `text` alone, or as the hypothesis after `premise`.
+    pub fn with_premise(premise: Option<&str>, text: &str) -> Input {
+        match premise {
+            Some(premise) => Input::Pair {
+                premise: premise.to_string(),
+                hypothesis: text.to_string(),
+            },
+            None => Input::Text {
+                text: text.to_string(),
+            },
+        }
+    }
+
     /// The texts of the input: one for a text, two for a pair.
     pub fn texts(&self) -> Vec<&str> {
         match self {

@@ -165,13 +165,7 @@ fn search(home: &Home, args: SearchArgs) -> Result<()> {
     )?;
     let inputs: Vec<Input> = queries
         .iter()
-        .map(|text| match &args.premise {
-            Some(premise) => Input::Pair {
-                premise: premise.clone(),
-                hypothesis: text.clone(),
-            },
-            None => Input::Text { text: text.clone() },
-        })
+        .map(|text| Input::with_premise(args.premise.as_deref(), text))
         .collect();
     let vectors = with_backend!(
         args.index.device,

@@ -112,15 +112,7 @@ pub fn flip_rate_under<B: Backend>(
     let classifier = load_classifier::<B>(dir, &compute.device)?;
     let inputs: Vec<Input> = records
         .iter()
-        .map(|r| match &r.premise {
-            Some(premise) => Input::Pair {
-                premise: premise.clone(),
-                hypothesis: r.edited.clone(),
-            },
-            None => Input::Text {
-                text: r.edited.clone(),
-            },
-        })
+        .map(|r| Input::with_premise(r.premise.as_deref(), &r.edited))
         .collect();
     let refs: Vec<&Input> = inputs.iter().collect();
     let bar = crate::progress::items(records.len() as u64, "classifying");

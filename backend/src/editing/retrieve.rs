@@ -35,15 +35,7 @@ impl Item {
 
     /// The classifier input for `text` in this item's place.
     pub fn input(&self, text: &str) -> Input {
-        match &self.premise {
-            Some(premise) => Input::Pair {
-                premise: premise.clone(),
-                hypothesis: text.to_string(),
-            },
-            None => Input::Text {
-                text: text.to_string(),
-            },
-        }
+        Input::with_premise(self.premise.as_deref(), text)
     }
 }
 

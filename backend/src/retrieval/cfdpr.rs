@@ -156,15 +156,7 @@ pub fn sentence_pairs(pairs: &[SeedPair]) -> Vec<SeedPair> {
 impl SeedPair {
     /// What the query encoder reads.
     pub fn query(&self) -> Input {
-        match &self.premise {
-            Some(premise) => Input::Pair {
-                premise: premise.clone(),
-                hypothesis: self.text.clone(),
-            },
-            None => Input::Text {
-                text: self.text.clone(),
-            },
-        }
+        Input::with_premise(self.premise.as_deref(), &self.text)
     }
 
     /// The hard negatives, as documents: the paraphrase, and the text itself (unless the two
