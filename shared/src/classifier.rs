@@ -82,6 +82,15 @@ impl<B: Backend> SequenceClassifier<B> {
     }
 }
 
+/// Why a prediction failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PredictError {
+    #[error(transparent)]
+    Tokenize(#[from] TokenizeError),
+    #[error("the backend failed: {0}")]
+    Execution(String),
+}
+
 /// A classifier ready for inference: model, tokenizer and label names.
 pub struct TextClassifier<B: Backend> {
     pub model: SequenceClassifier<B>,
@@ -99,6 +108,21 @@ impl<B: Backend> TextClassifier<B> {
             .into_data()
             .into_vec::<f32>()
             .expect("logits are f32");
+        Ok(softmax_rows(&logits, self.config.labels.len()))
+    }
+
+    /// [`Self::predict_batch`] for backends that can only read results asynchronously (WebGPU
+    /// in the browser); the same numbers on every backend.
+    pub async fn predict_batch_async(&self, inputs: &[&Input]) -> Result<Vec<f32>, PredictError> {
+        let tokens = self.tokenizer.encode_inputs(inputs)?;
+        let logits = self.model.forward(&tokens.to_input::<B>(&self.device));
+        let logits = logits
+            .into_data_async()
+            .await
+            .map_err(|e| PredictError::Execution(e.to_string()))?
+            .convert::<f32>()
+            .into_vec::<f32>()
+            .expect("converted to f32");
         Ok(softmax_rows(&logits, self.config.labels.len()))
     }
 

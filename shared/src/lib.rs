@@ -4,12 +4,14 @@
 //! tokenisation, burn models generic over the backend (so the same code runs on CPU, WebGPU and
 //! CUDA), checkpoint (de)serialisation from bytes, and metrics. No file or network I/O.
 
+pub mod api;
 pub mod batching;
 pub mod bert;
 pub mod biencoder;
 pub mod checkpoint;
 pub mod classifier;
 pub mod data;
+pub mod diff;
 pub mod encoder;
 pub mod metrics;
 pub mod pooling;

@@ -23,6 +23,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
+use crate::diff::{Change as Step, align};
 use crate::words::{is_word, metric_tokens};
 
 /// One of Polyjuice's perturbation types.
@@ -79,7 +80,7 @@ const QUANTIFIERS: [&str; 17] = [
 ];
 
 /// A changed span of the diff: original tokens `old` became `new`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Change {
     pub old: Vec<String>,
     pub new: Vec<String>,
@@ -88,49 +89,25 @@ pub struct Change {
 /// The changed spans between two token sequences, from a longest common subsequence; also
 /// returns the LCS length.
 pub fn word_diff(original: &[String], edited: &[String]) -> (Vec<Change>, usize) {
-    let (n, m) = (original.len(), edited.len());
-    let mut lcs = vec![vec![0u32; m + 1]; n + 1];
-    for i in (0..n).rev() {
-        for j in (0..m).rev() {
-            lcs[i][j] = if original[i] == edited[j] {
-                lcs[i + 1][j + 1] + 1
-            } else {
-                lcs[i + 1][j].max(lcs[i][j + 1])
-            };
-        }
-    }
-    let (mut i, mut j) = (0, 0);
     let mut changes = Vec::new();
-    let mut current = Change {
-        old: Vec::new(),
-        new: Vec::new(),
-    };
-    let flush = |current: &mut Change, changes: &mut Vec<Change>| {
-        if !current.old.is_empty() || !current.new.is_empty() {
-            changes.push(std::mem::replace(
-                current,
-                Change {
-                    old: Vec::new(),
-                    new: Vec::new(),
-                },
-            ));
-        }
-    };
-    while i < n || j < m {
-        if i < n && j < m && original[i] == edited[j] {
-            flush(&mut current, &mut changes);
-            i += 1;
-            j += 1;
-        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
-            current.new.push(edited[j].clone());
-            j += 1;
-        } else {
-            current.old.push(original[i].clone());
-            i += 1;
+    let mut current = Change::default();
+    let mut common = 0;
+    for (step, index) in align(original, edited) {
+        match step {
+            Step::Kept => {
+                common += 1;
+                if !current.old.is_empty() || !current.new.is_empty() {
+                    changes.push(std::mem::take(&mut current));
+                }
+            }
+            Step::Removed => current.old.push(original[index].clone()),
+            Step::Added => current.new.push(edited[index].clone()),
         }
     }
-    flush(&mut current, &mut changes);
-    (changes, lcs[0][0] as usize)
+    if !current.old.is_empty() || !current.new.is_empty() {
+        changes.push(current);
+    }
+    (changes, common)
 }
 
 /// The perturbation types of the edit from `original` to `edited` (sorted; `[Unk]` when none
