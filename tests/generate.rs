@@ -6,77 +6,15 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{failure, flipside, success, toy_sentiment_csv};
+use common::{EditingSetup as Setup, editing_setup as setup, failure, flipside, success};
 use serde_json::Value;
 
-const MODEL: &str = "smollm2-135m";
-
-/// Helper sentences for the corpus.
-const CORPUS: &str = "\
-The acting was wooden and the plot made no sense.
-What a delight this film is, the cast is superb.
-A dull, lifeless script with boring explosions.
-The photography is gorgeous and every frame looks like a painting.
-The dialogue was painfully stiff and the actors seemed bored.
-A moving, wonderful story that I would watch again tomorrow.
-";
-
-/// Items to edit.
-const ITEMS: &str = "\
-text,label
-The film was wonderful and the cast superb.,positive
-A boring story with dreadful acting.,negative
-The music was lovely and the ending moving.,positive
-The plot was dull and the jokes painful.,negative
-An excellent show with a brilliant script.,positive
-A terrible film and an awful waste of time.,negative
-";
-
-/// A corpus indexed with MiniLM, a small trained classifier, and the items file.
-struct Setup {
-    dir: tempfile::TempDir,
-    corpus: PathBuf,
-    classifier: PathBuf,
-    items: PathBuf,
-}
-
-fn setup() -> Setup {
-    let dir = tempfile::tempdir().unwrap();
-    let helpers = dir.path().join("helpers.txt");
-    std::fs::write(&helpers, CORPUS).unwrap();
-    let corpus = dir.path().join("corpus");
-    success(
-        flipside()
-            .args(["corpus", "build", "--corpus"])
-            .arg(&corpus)
-            .arg(&helpers),
-    );
-    success(flipside().args(["index", "build", "--corpus"]).arg(&corpus));
-    let toy = dir.path().join("toy.csv");
-    std::fs::write(&toy, toy_sentiment_csv()).unwrap();
-    let classifier = dir.path().join("classifier");
-    success(
-        flipside()
-            .args(["classifier", "train", "--data"])
-            .arg(&toy)
-            .arg("--out")
-            .arg(&classifier)
-            .args(["--epochs", "2", "--batch-size", "8", "--max-len", "24"]),
-    );
-    let items = dir.path().join("items.csv");
-    std::fs::write(&items, ITEMS).unwrap();
-    Setup {
-        dir,
-        corpus,
-        classifier,
-        items,
-    }
-}
+use common::{ITEMS, MODEL};
 
 impl Setup {
     fn generate(&self, method: &str, out: &Path) -> Command {
@@ -164,23 +102,10 @@ fn check_core_record(record: &Value, model: &str) {
 }
 
 /// `flipside serve` on a free port; returns the process and its API base URL.
-fn serve() -> (Child, String) {
-    let mut child = flipside()
-        .args(["serve", "--model", MODEL, "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
-    (child, url)
+/// `flipside serve` with the embedded model; its OpenAI API's base URL.
+fn serve(s: &Setup) -> (Child, String) {
+    let (child, url) = common::serve(s, &s.dir.path().join("server"), &[]);
+    (child, format!("{url}v1"))
 }
 
 #[test]
@@ -209,7 +134,7 @@ fn core_edits_with_the_embedded_model_and_through_the_openai_server() {
         "{error}"
     );
 
-    let (mut server, url) = serve();
+    let (mut server, url) = serve(&s);
     let remote = s.dir.path().join("remote.jsonl");
     let result = s
         .generate("core", &remote)

@@ -16,4 +16,5 @@ pub mod llm;
 pub mod models;
 pub mod progress;
 pub mod retrieval;
+pub mod server;
 pub mod train;

@@ -1,8 +1,9 @@
 //! Helpers shared by the end-to-end tests.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 
 use burn::tensor::backend::Backend;
 use flipside_backend::home::Home;
@@ -96,4 +97,108 @@ pub fn minilm_classifier<B: Backend>(
     let mut model = config.init::<B>(&device);
     model.bert = files.load_model(&device).unwrap();
     (model, config, files)
+}
+
+/// The embedded LLM of the editing tests.
+pub const MODEL: &str = "smollm2-135m";
+
+/// Helper sentences for the corpus.
+const CORPUS: &str = "\
+The acting was wooden and the plot made no sense.
+What a delight this film is, the cast is superb.
+A dull, lifeless script with boring explosions.
+The photography is gorgeous and every frame looks like a painting.
+The dialogue was painfully stiff and the actors seemed bored.
+A moving, wonderful story that I would watch again tomorrow.
+";
+
+/// Items to edit.
+pub const ITEMS: &str = "\
+text,label
+The film was wonderful and the cast superb.,positive
+A boring story with dreadful acting.,negative
+The music was lovely and the ending moving.,positive
+The plot was dull and the jokes painful.,negative
+An excellent show with a brilliant script.,positive
+A terrible film and an awful waste of time.,negative
+";
+
+/// A corpus indexed with MiniLM, a small trained classifier, and the items file.
+pub struct EditingSetup {
+    pub dir: tempfile::TempDir,
+    pub corpus: PathBuf,
+    pub classifier: PathBuf,
+    pub items: PathBuf,
+}
+
+pub fn editing_setup() -> EditingSetup {
+    let dir = tempfile::tempdir().unwrap();
+    let helpers = dir.path().join("helpers.txt");
+    std::fs::write(&helpers, CORPUS).unwrap();
+    let corpus = dir.path().join("corpus");
+    success(
+        flipside()
+            .args(["corpus", "build", "--corpus"])
+            .arg(&corpus)
+            .arg(&helpers),
+    );
+    success(flipside().args(["index", "build", "--corpus"]).arg(&corpus));
+    let toy = dir.path().join("toy.csv");
+    std::fs::write(&toy, toy_sentiment_csv()).unwrap();
+    let classifier = dir.path().join("classifier");
+    success(
+        flipside()
+            .args(["classifier", "train", "--data"])
+            .arg(&toy)
+            .arg("--out")
+            .arg(&classifier)
+            .args(["--epochs", "2", "--batch-size", "8", "--max-len", "24"]),
+    );
+    let items = dir.path().join("items.csv");
+    std::fs::write(&items, ITEMS).unwrap();
+    EditingSetup {
+        dir,
+        corpus,
+        classifier,
+        items,
+    }
+}
+
+/// Starts `flipside serve` on a free loopback port with the setup's corpus and classifier, the
+/// embedded [`MODEL`] and `data_dir`; returns the process and the base URL (`http://…/`).
+pub fn serve(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> (Child, String) {
+    let mut child = flipside()
+        .args([
+            "serve",
+            "--model",
+            MODEL,
+            "--listen",
+            "127.0.0.1:0",
+            "--corpus",
+        ])
+        .arg(&setup.corpus)
+        .arg("--classifier")
+        .arg(&setup.classifier)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Preparation steps print first; the address comes last.
+    let url = loop {
+        match lines.next() {
+            Some(Ok(line)) => {
+                if let Some(url) = line.strip_prefix("listening on ") {
+                    break url.to_string();
+                }
+            }
+            _ => panic!("flipside serve exited before listening"),
+        }
+    };
+    // Keep draining stdout so the server never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, url)
 }

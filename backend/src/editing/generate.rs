@@ -2,9 +2,10 @@
 //! with an LLM), its LLM-only ablation, or its retrieve-only ablation; every edit is checked by
 //! a classifier and written with its provenance to a resumable JSON-lines file.
 
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use anyhow::{Result, bail, ensure};
@@ -16,7 +17,7 @@ use super::keywords::{Lexicons, keywords};
 use super::prompts::{PromptTemplate, Slots, Task};
 use super::records::{Counterfactual, FailedAttempt, PromptRef, RecordStore, Timing};
 use super::reply::{copied_demonstration, parse_edit};
-use super::retrieve::{Item, Retrieval, RetrievalSetup, retrieve_all};
+use super::retrieve::{Item, Retrieval, RetrievalSetup, Retriever};
 use crate::compute::Compute;
 use crate::llm::{Editor, FinishReason, Rejected, Request, Sampling};
 use crate::models::load_classifier;
@@ -78,13 +79,24 @@ pub struct Summary {
     pub failed_attempts: usize,
     /// Jobs that used up their attempts without a counterfactual.
     pub given_up: usize,
+    /// The caller stopped the run before every job was tried.
+    pub stopped: bool,
 }
 
-/// Runs `job`; `on_job` is called after each finished job.
+/// What [`generate`] tells its caller after each finished job.
+pub struct Progress<'a> {
+    /// The run so far.
+    pub summary: &'a Summary,
+    /// The job's counterfactual; `None` when it was given up.
+    pub record: Option<&'a Counterfactual>,
+}
+
+/// Runs `job`. `on_job` is called after each finished job; when it breaks, jobs in progress
+/// finish and no new one starts (a later run resumes).
 pub fn generate<B: Backend>(
     compute: Compute<B>,
     job: &GenerateJob<'_>,
-    on_job: &(dyn Fn() + Sync),
+    on_job: &(dyn Fn(Progress<'_>) -> ControlFlow<()> + Sync),
 ) -> Result<Summary> {
     ensure!(job.max_attempts >= 1, "--max-attempts must be at least 1");
     ensure!(
@@ -133,7 +145,7 @@ pub fn generate<B: Backend>(
     let retrievals = match (&job.retrieval, job.method.retrieves()) {
         (Some(setup), true) => {
             let owned: Vec<Item> = pending.iter().map(|&i| i.clone()).collect();
-            retrieve_all(compute.clone(), setup, &owned, &job.lexicons)?
+            Retriever::open(compute.clone(), setup.clone())?.retrieve(&owned, &job.lexicons)?
         }
         _ => vec![Retrieval::default(); pending.len()],
     };
@@ -145,26 +157,42 @@ pub fn generate<B: Backend>(
         summary: Mutex::new(summary),
     };
     let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
     let outcome: Mutex<Result<()>> = Mutex::new(Ok(()));
     std::thread::scope(|scope| {
         for _ in 0..job.concurrency.max(1) {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::SeqCst);
-                    if i >= pending.len() || outcome.lock().unwrap().is_err() {
+                    if i >= pending.len()
+                        || stop.load(Ordering::SeqCst)
+                        || outcome.lock().unwrap().is_err()
+                    {
                         break;
                     }
-                    if let Err(error) = worker.run(pending[i], &retrievals[i]) {
-                        *outcome.lock().unwrap() = Err(error);
-                        break;
+                    let record = match worker.run(pending[i], &retrievals[i]) {
+                        Ok(record) => record,
+                        Err(error) => {
+                            *outcome.lock().unwrap() = Err(error);
+                            break;
+                        }
+                    };
+                    let summary = worker.summary.lock().unwrap().clone();
+                    let progress = Progress {
+                        summary: &summary,
+                        record: record.as_ref(),
+                    };
+                    if on_job(progress).is_break() {
+                        stop.store(true, Ordering::SeqCst);
                     }
-                    on_job();
                 }
             });
         }
     });
     outcome.into_inner().unwrap()?;
-    Ok(worker.summary.into_inner().unwrap())
+    let mut summary = worker.summary.into_inner().unwrap();
+    summary.stopped = stop.into_inner();
+    Ok(summary)
 }
 
 /// The per-job work, shared by the worker threads.
@@ -176,7 +204,7 @@ struct Worker<'a, 'j, B: Backend> {
 }
 
 /// One attempt's result: the edit, or why there is none (and the raw reply).
-type Attempt = std::result::Result<Edit, (String, Option<String>)>;
+pub type Attempt = std::result::Result<Edit, (String, Option<String>)>;
 
 /// What the classifier says of an edit.
 struct Verdict {
@@ -186,15 +214,73 @@ struct Verdict {
     millis: f64,
 }
 
-struct Edit {
-    text: String,
-    llm_ms: f64,
-    prompt_tokens: usize,
-    completion_tokens: usize,
+/// An LLM's edit of an item.
+pub struct Edit {
+    pub text: String,
+    /// The whole reply the edit was read from.
+    pub reply: String,
+    pub llm_ms: f64,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// One LLM edit of `item` with `template` (CORE's when `keywords` are given). An `Err` outer
+/// result is fatal (I/O, a broken engine); an `Err` inner one is a failed attempt.
+pub fn edit_once(
+    editor: &dyn Editor,
+    template: &PromptTemplate,
+    item: &Item,
+    keywords: Option<&[String]>,
+    sampling: Sampling,
+) -> Result<Attempt> {
+    let slots = Slots {
+        text: &item.text,
+        premise: item.premise.as_deref().unwrap_or_default(),
+        label: &item.label,
+        target: &item.target,
+        keywords,
+    };
+    let request = Request {
+        prompt: template.chat(&slots),
+        sampling,
+        stop: template.stop.clone(),
+    };
+    let started = Instant::now();
+    // A rejected request is this item's failure; anything else stops the run (it resumes).
+    let completion = match editor.complete(&request) {
+        Ok(completion) => completion,
+        Err(error) => match error.downcast_ref::<Rejected>() {
+            Some(rejected) => return Ok(Err((rejected.to_string(), None))),
+            None => return Err(error.context(format!("editing {}", item.key()))),
+        },
+    };
+    let llm_ms = started.elapsed().as_secs_f64() * 1e3;
+    let reply = completion.text;
+    let parsed = parse_edit(&reply, &template.answer_prefix, &item.text);
+    Ok(match parsed {
+        Ok(_) if completion.finish_reason == FinishReason::Length && !reply.contains('\n') => {
+            Err((
+                format!("cut off at max_tokens {}", sampling.max_tokens),
+                Some(reply),
+            ))
+        }
+        Ok(text) if copied_demonstration(&text, &template.demonstration_answers()).is_some() => {
+            Err(("copied a demonstration's answer".to_string(), Some(reply)))
+        }
+        Ok(text) => Ok(Edit {
+            text,
+            reply,
+            llm_ms,
+            prompt_tokens: completion.prompt_tokens,
+            completion_tokens: completion.completion_tokens,
+        }),
+        Err(reason) => Err((reason, Some(reply))),
+    })
 }
 
 impl<B: Backend> Worker<'_, '_, B> {
-    fn run(&self, item: &Item, retrieval: &Retrieval) -> Result<()> {
+    /// Edits one item; its counterfactual, or `None` when it was given up.
+    fn run(&self, item: &Item, retrieval: &Retrieval) -> Result<Option<Counterfactual>> {
         let key = item.key();
         let keywords = self.keywords(retrieval);
         let tried = self
@@ -216,7 +302,9 @@ impl<B: Backend> Worker<'_, '_, B> {
                     let verdict = self.classify(item, &edit.text)?;
                     if !self.job.verify || verdict.flipped {
                         let record = (edit, verdict);
-                        return self.finish(item, retrieval, keywords, sampling, attempt, record);
+                        let record =
+                            self.finish(item, retrieval, keywords, sampling, attempt, record)?;
+                        return Ok(Some(record));
                     }
                     let reason = format!(
                         "did not flip: the classifier says {} (p({}) = {:.3})",
@@ -235,7 +323,7 @@ impl<B: Backend> Worker<'_, '_, B> {
             self.summary.lock().unwrap().failed_attempts += 1;
         }
         self.summary.lock().unwrap().given_up += 1;
-        Ok(())
+        Ok(None)
     }
 
     fn keywords(&self, retrieval: &Retrieval) -> Vec<String> {
@@ -262,50 +350,8 @@ impl<B: Backend> Worker<'_, '_, B> {
         if self.job.method == Method::Core && keywords.is_empty() {
             return Ok(Err(("retrieval found no keywords".to_string(), None)));
         }
-        let slots = Slots {
-            text: &item.text,
-            premise: item.premise.as_deref().unwrap_or_default(),
-            label: &item.label,
-            target: &item.target,
-            keywords: (self.job.method == Method::Core).then_some(keywords),
-        };
-        let request = Request {
-            prompt: template.chat(&slots),
-            sampling,
-            stop: template.stop.clone(),
-        };
-        let started = Instant::now();
-        // A rejected request is this item's failure; anything else stops the run (it resumes).
-        let completion = match editor.complete(&request) {
-            Ok(completion) => completion,
-            Err(error) => match error.downcast_ref::<Rejected>() {
-                Some(rejected) => return Ok(Err((rejected.to_string(), None))),
-                None => return Err(error.context(format!("editing {}", item.key()))),
-            },
-        };
-        let llm_ms = started.elapsed().as_secs_f64() * 1e3;
-        let reply = completion.text.clone();
-        let parsed = parse_edit(&reply, &template.answer_prefix, &item.text);
-        Ok(match parsed {
-            Ok(_) if completion.finish_reason == FinishReason::Length && !reply.contains('\n') => {
-                Err((
-                    format!("cut off at max_tokens {}", sampling.max_tokens),
-                    Some(reply),
-                ))
-            }
-            Ok(text)
-                if copied_demonstration(&text, &template.demonstration_answers()).is_some() =>
-            {
-                Err(("copied a demonstration's answer".to_string(), Some(reply)))
-            }
-            Ok(text) => Ok(Edit {
-                text,
-                llm_ms,
-                prompt_tokens: completion.prompt_tokens,
-                completion_tokens: completion.completion_tokens,
-            }),
-            Err(reason) => Err((reason, Some(reply))),
-        })
+        let keywords = (self.job.method == Method::Core).then_some(keywords);
+        edit_once(*editor, template, item, keywords, sampling)
     }
 
     /// The classifier's verdict on an edit.
@@ -332,7 +378,7 @@ impl<B: Backend> Worker<'_, '_, B> {
         sampling: Sampling,
         attempt: usize,
         (edit, verdict): (Edit, Verdict),
-    ) -> Result<()> {
+    ) -> Result<Counterfactual> {
         let Verdict {
             prediction,
             target_probability,
@@ -378,7 +424,7 @@ impl<B: Backend> Worker<'_, '_, B> {
         let mut summary = self.summary.lock().unwrap();
         summary.written += 1;
         summary.flipped += usize::from(flipped);
-        Ok(())
+        Ok(record)
     }
 }
 
@@ -398,6 +444,7 @@ fn replace_with_retrieved(item: &Item, retrieval: &Retrieval) -> Attempt {
     }
     if replaced {
         Ok(Edit {
+            reply: String::new(),
             text,
             llm_ms: 0.0,
             prompt_tokens: 0,

@@ -3,6 +3,7 @@
 
 pub mod evaluate;
 pub mod generate;
+pub mod items;
 pub mod keywords;
 pub mod prompts;
 pub mod records;

@@ -12,9 +12,11 @@ use flipside_shared::data::Input;
 use super::keywords::{Lexicons, polar_sentences};
 use super::records::Excerpt;
 use crate::compute::Compute;
+use crate::models::load_encoder;
 use crate::retrieval::encoders::RetrieverEncoders;
-use crate::retrieval::index::{SentenceIndex, embed_queries};
+use crate::retrieval::index::SentenceIndex;
 use crate::retrieval::reranker::Reranker;
+use flipside_shared::encoder::SentenceEncoder;
 
 /// The item to edit.
 #[derive(Debug, Clone)]
@@ -63,91 +65,123 @@ pub struct Retrieval {
     pub millis: f64,
 }
 
-/// Retrieves helpers for every item (one batch through the encoder).
-pub fn retrieve_all<B: Backend>(
+/// A retriever ready for many calls: the index, its query encoder and the optional re-ranker.
+pub struct Retriever<B: Backend> {
     compute: Compute<B>,
-    setup: &RetrievalSetup,
-    items: &[Item],
-    lexicons: &Lexicons,
-) -> Result<Vec<Retrieval>> {
-    let started = Instant::now();
-    let index = SentenceIndex::open(&setup.corpus_dir, &setup.index_dir, &setup.encoders)?;
-    let queries: Vec<Vec<String>> = items
-        .iter()
-        .map(|item| match item.premise {
-            Some(_) => vec![item.text.clone()],
-            None => polar_sentences(&item.text, lexicons, setup.max_queries)
-                .into_iter()
-                .map(str::to_string)
-                .collect(),
+    setup: RetrievalSetup,
+    pub index: SentenceIndex,
+    encoder: SentenceEncoder<B>,
+    reranker: Option<Reranker<B>>,
+}
+
+impl<B: Backend> Retriever<B> {
+    /// Loads the index and the models `setup` names.
+    pub fn open(compute: Compute<B>, setup: RetrievalSetup) -> Result<Self> {
+        let index = SentenceIndex::open(&setup.corpus_dir, &setup.index_dir, &setup.encoders)?;
+        let encoder = load_encoder::<B>(&setup.encoders.query_dir, &compute.device)?;
+        let reranker = match &setup.reranker {
+            Some((dir, _)) => Some(Reranker::load(&compute, dir)?),
+            None => None,
+        };
+        Ok(Self {
+            compute,
+            setup,
+            index,
+            encoder,
+            reranker,
         })
-        .collect();
-    let inputs: Vec<(usize, Input)> = items
-        .iter()
-        .zip(&queries)
-        .enumerate()
-        .flat_map(|(i, (item, queries))| queries.iter().map(move |q| (i, item.input(q))))
-        .collect();
-    let vectors = embed_queries(
-        compute.clone(),
-        &setup.encoders,
-        &inputs.iter().map(|(_, input)| input).collect::<Vec<_>>(),
-        32,
-    )?;
-    let rerank_depth = setup.reranker.as_ref().map_or(0, |(_, k)| *k);
-    let depth = (setup.per_query * 20).max(rerank_depth * 2).max(50);
-    let hits = index.search(&vectors, depth, depth);
-    let reranker = match &setup.reranker {
-        Some((dir, _)) => Some(Reranker::load(&compute, dir)?),
-        None => None,
-    };
-    let mut results: Vec<Retrieval> = queries
-        .iter()
-        .map(|q| Retrieval {
-            queries: q.clone(),
-            ..Default::default()
-        })
-        .collect();
-    let mut query_number = vec![0usize; items.len()];
-    for ((i, input), hits) in inputs.iter().zip(hits) {
-        let item = &items[*i];
-        let query_text = input
-            .texts()
-            .last()
-            .map(|t| t.to_lowercase())
-            .unwrap_or_default();
-        let mut usable: Vec<_> = hits
-            .into_iter()
-            .filter(|hit| hit.sentence.doc != item.id)
-            .filter(|hit| hit.sentence.text.to_lowercase() != query_text)
-            .filter(|hit| {
-                !setup.target_label_only
-                    || hit
-                        .sentence
-                        .label
-                        .as_ref()
-                        .is_none_or(|l| *l == item.target)
+    }
+
+    /// Retrieves helpers for every item (one batch through the encoder).
+    pub fn retrieve(&self, items: &[Item], lexicons: &Lexicons) -> Result<Vec<Retrieval>> {
+        self.retrieve_top(items, lexicons, self.setup.per_query)
+    }
+
+    /// [`Retriever::retrieve`] keeping `per_query` helpers per query sentence.
+    pub fn retrieve_top(
+        &self,
+        items: &[Item],
+        lexicons: &Lexicons,
+        per_query: usize,
+    ) -> Result<Vec<Retrieval>> {
+        let started = Instant::now();
+        let setup = &RetrievalSetup {
+            per_query,
+            ..self.setup.clone()
+        };
+        let queries: Vec<Vec<String>> = items
+            .iter()
+            .map(|item| match item.premise {
+                Some(_) => vec![item.text.clone()],
+                None => polar_sentences(&item.text, lexicons, setup.max_queries)
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect(),
             })
             .collect();
-        if let (Some(reranker), Some((_, k))) = (&reranker, &setup.reranker) {
-            usable = reranker.rerank(input, usable, *k)?;
+        let inputs: Vec<(usize, Input)> = items
+            .iter()
+            .zip(&queries)
+            .enumerate()
+            .flat_map(|(i, (item, queries))| queries.iter().map(move |q| (i, item.input(q))))
+            .collect();
+        let vectors = self.encoder.embed_inputs(
+            &inputs.iter().map(|(_, input)| input).collect::<Vec<_>>(),
+            32,
+            &self.compute.batches,
+            &|_| {},
+        )?;
+        let rerank_depth = setup.reranker.as_ref().map_or(0, |(_, k)| *k);
+        let depth = (setup.per_query * 20).max(rerank_depth * 2).max(50);
+        let hits = self.index.search(&vectors, depth, depth);
+        let mut results: Vec<Retrieval> = queries
+            .iter()
+            .map(|q| Retrieval {
+                queries: q.clone(),
+                ..Default::default()
+            })
+            .collect();
+        let mut query_number = vec![0usize; items.len()];
+        for ((i, input), hits) in inputs.iter().zip(hits) {
+            let item = &items[*i];
+            let query_text = input
+                .texts()
+                .last()
+                .map(|t| t.to_lowercase())
+                .unwrap_or_default();
+            let mut usable: Vec<_> = hits
+                .into_iter()
+                .filter(|hit| hit.sentence.doc != item.id)
+                .filter(|hit| hit.sentence.text.to_lowercase() != query_text)
+                .filter(|hit| {
+                    !setup.target_label_only
+                        || hit
+                            .sentence
+                            .label
+                            .as_ref()
+                            .is_none_or(|l| *l == item.target)
+                })
+                .collect();
+            if let (Some(reranker), Some((_, k))) = (&self.reranker, &setup.reranker) {
+                usable = reranker.rerank(input, usable, *k)?;
+            }
+            let q = query_number[*i];
+            query_number[*i] += 1;
+            results[*i]
+                .excerpts
+                .extend(usable.into_iter().take(setup.per_query).map(|hit| Excerpt {
+                    query: q,
+                    id: hit.id,
+                    text: hit.sentence.text.clone(),
+                    score: hit.score,
+                    rerank_score: hit.rerank_score,
+                    label: hit.sentence.label.clone(),
+                }));
         }
-        let q = query_number[*i];
-        query_number[*i] += 1;
-        results[*i]
-            .excerpts
-            .extend(usable.into_iter().take(setup.per_query).map(|hit| Excerpt {
-                query: q,
-                id: hit.id,
-                text: hit.sentence.text.clone(),
-                score: hit.score,
-                rerank_score: hit.rerank_score,
-                label: hit.sentence.label.clone(),
-            }));
+        let per_item = started.elapsed().as_secs_f64() * 1e3 / items.len().max(1) as f64;
+        for result in &mut results {
+            result.millis = per_item;
+        }
+        Ok(results)
     }
-    let per_item = started.elapsed().as_secs_f64() * 1e3 / items.len().max(1) as f64;
-    for result in &mut results {
-        result.millis = per_item;
-    }
-    Ok(results)
 }

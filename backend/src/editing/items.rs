@@ -1,0 +1,122 @@
+//! Which items a generation run edits: one per example and target label, optionally only the
+//! short examples, or from each review the one sentence that carries its label.
+
+use anyhow::{Result, bail};
+use flipside_shared::data::{Dataset, Input};
+use serde::Serialize;
+
+use super::keywords::{Lexicons, labelled_sentence};
+use super::retrieve::Item;
+
+/// The part of each example that is edited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Unit {
+    #[default]
+    Text,
+    Sentence,
+}
+
+impl Unit {
+    /// Whether whole texts are edited (the default).
+    pub fn is_text(&self) -> bool {
+        *self == Unit::Text
+    }
+}
+
+/// Word counts of the sentences [`Unit::Sentence`] edits: shorter ones rarely carry an opinion
+/// the label is about.
+const SENTENCE_WORDS: (usize, usize) = (6, 40);
+
+/// How items are picked from a dataset.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// A label, or "flip": the other label of a binary task, each other label otherwise.
+    pub target: String,
+    /// Only the first N usable examples (after the seeded shuffle).
+    pub limit: Option<usize>,
+    /// Skip texts with more words (with [`Unit::Sentence`]: the longest sentence kept).
+    pub max_words: Option<usize>,
+    pub unit: Unit,
+    pub seed: u64,
+}
+
+/// One item per example and target label, in a seeded order.
+pub fn select_items(
+    dataset: &Dataset,
+    selection: &Selection,
+    lexicons: &Lexicons,
+) -> Result<Vec<Item>> {
+    let names = dataset.labels.names();
+    if selection.unit == Unit::Sentence && names != ["negative", "positive"] {
+        bail!(
+            "editing sentences needs sentiment data labelled negative/positive; {} has {}",
+            dataset.name,
+            names.join(", ")
+        );
+    }
+    if selection.target != "flip" && !names.contains(&selection.target) {
+        bail!(
+            "--target {:?} is not a label of {} ({})",
+            selection.target,
+            dataset.name,
+            names.join(", ")
+        );
+    }
+    let sample = dataset.sample(dataset.len(), selection.seed);
+    let mut items = Vec::new();
+    let mut examples = 0;
+    for example in &sample.examples {
+        if selection.limit.is_some_and(|limit| examples >= limit) {
+            break;
+        }
+        let (text, premise) = match &example.input {
+            Input::Text { text } => (text.clone(), None),
+            Input::Pair {
+                premise,
+                hypothesis,
+            } => (hypothesis.clone(), Some(premise.clone())),
+        };
+        let label = names[example.label].clone();
+        let text = match selection.unit {
+            Unit::Text => {
+                if selection
+                    .max_words
+                    .is_some_and(|max| text.split_whitespace().count() > max)
+                {
+                    continue;
+                }
+                text
+            }
+            Unit::Sentence => {
+                let sign = if label == "positive" { 1 } else { -1 };
+                let words = SENTENCE_WORDS.0..=selection.max_words.unwrap_or(SENTENCE_WORDS.1);
+                match labelled_sentence(&text, lexicons, sign, words) {
+                    Some(sentence) => sentence.to_string(),
+                    None => continue,
+                }
+            }
+        };
+        let targets: Vec<&String> = if selection.target == "flip" {
+            names.iter().filter(|n| **n != label).collect()
+        } else if selection.target != label {
+            vec![&selection.target]
+        } else {
+            Vec::new()
+        };
+        if targets.is_empty() {
+            continue;
+        }
+        examples += 1;
+        for target in targets {
+            items.push(Item {
+                id: example.id.clone(),
+                text: text.clone(),
+                premise: premise.clone(),
+                label: label.clone(),
+                target: target.clone(),
+            });
+        }
+    }
+    Ok(items)
+}

@@ -1,0 +1,257 @@
+//! Datasets jobs run on: the built-ins, and files uploaded as CSV, TSV or JSON lines (read by
+//! the same readers and column mapping as the command line).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use axum::Json;
+use axum::extract::multipart::Field;
+use axum::extract::{Multipart, State};
+use axum::http::StatusCode;
+use flipside_shared::api::{ApiError as ErrorBody, DatasetInfo};
+use flipside_shared::data::Dataset;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+
+use super::AppState;
+use super::db::{StoredDataset, now};
+use super::error::{ApiError, ApiResult};
+use crate::data::{Columns, DatasetSpec, Format, ReadOptions, SplitConfig, read_file};
+use crate::home::Home;
+
+/// The built-in datasets a job can name.
+const BUILTINS: [&str; 4] = ["imdb:test", "imdb:dev", "imdb:train", "rotten-tomatoes"];
+
+/// How an uploaded file is read (stored with it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct UploadReading {
+    format: String,
+    text_col: String,
+    label_col: String,
+    premise_col: Option<String>,
+}
+
+impl UploadReading {
+    fn options(&self) -> Result<ReadOptions> {
+        let format = match self.format.as_str() {
+            "csv" => Format::Csv,
+            "tsv" => Format::Tsv,
+            "jsonl" => Format::Jsonl,
+            other => anyhow::bail!("unknown format {other:?}"),
+        };
+        Ok(ReadOptions {
+            format: Some(format),
+            columns: Columns {
+                text: self.text_col.clone(),
+                label: self.label_col.clone(),
+                pair: self
+                    .premise_col
+                    .clone()
+                    .map(|premise| (premise, self.text_col.clone())),
+                id: None,
+            },
+            skip_bad: true,
+            ..ReadOptions::default()
+        })
+    }
+}
+
+/// The built-in datasets and the uploaded ones (newest first).
+#[utoipa::path(get, path = "/datasets", tag = "datasets",
+    responses((status = 200, body = Vec<DatasetInfo>)))]
+pub async fn list(State(state): State<AppState>) -> ApiResult<Json<Vec<DatasetInfo>>> {
+    let mut all: Vec<DatasetInfo> = BUILTINS
+        .iter()
+        .map(|name| DatasetInfo {
+            id: name.to_string(),
+            name: name.to_string(),
+            builtin: true,
+            examples: None,
+            labels: vec!["negative".into(), "positive".into()],
+            skipped: 0,
+            created_at: None,
+        })
+        .collect();
+    all.extend(state.db.datasets().await?.into_iter().map(info));
+    Ok(Json(all))
+}
+
+/// Uploads a labelled dataset (multipart form: `file`, and optionally `name`, `text_col`
+/// [text], `label_col` [label] and `premise_col` for text pairs). Unreadable rows are skipped
+/// and counted; a file with no readable row is refused with the reason.
+#[utoipa::path(post, path = "/datasets", tag = "datasets",
+    request_body(content_type = "multipart/form-data", description = "file, name, text_col, label_col, premise_col"),
+    responses((status = 201, body = DatasetInfo), (status = 400, body = ErrorBody),
+        (status = 413, body = ErrorBody)))]
+pub async fn upload(
+    State(state): State<AppState>,
+    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+) -> ApiResult<(StatusCode, Json<DatasetInfo>)> {
+    let mut multipart = multipart?;
+    let id = format!("ds-{:012x}", rand::random::<u64>() >> 16);
+    let dir = state.data_dir.join("datasets");
+    tokio::fs::create_dir_all(&dir)
+        .await
+        .map_err(|e| ApiError::internal(e.into()))?;
+    let mut name = None;
+    let mut reading = UploadReading {
+        format: String::new(),
+        text_col: "text".into(),
+        label_col: "label".into(),
+        premise_col: None,
+    };
+    let mut file: Option<PathBuf> = None;
+    let result = async {
+        while let Some(field) = multipart.next_field().await? {
+            match field.name().unwrap_or_default() {
+                "file" => {
+                    let original = field.file_name().unwrap_or_default().to_string();
+                    reading.format = format_of(&original)?;
+                    let path = dir.join(format!("{id}.{}", reading.format));
+                    file = Some(path.clone());
+                    if name.is_none() {
+                        name = Some(original);
+                    }
+                    save_field(field, &path).await?;
+                }
+                "name" => name = Some(text_field(field).await?),
+                "text_col" => reading.text_col = text_field(field).await?,
+                "label_col" => reading.label_col = text_field(field).await?,
+                "premise_col" => {
+                    reading.premise_col = Some(text_field(field).await?).filter(|c| !c.is_empty())
+                }
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "unknown form field {other:?} (use file, name, text_col, label_col, premise_col)"
+                    )));
+                }
+            }
+        }
+        let Some(path) = file.clone() else {
+            return Err(ApiError::bad_request("no file: send it in the form field `file`"));
+        };
+        let options = reading.options()?;
+        tokio::task::spawn_blocking(move || read_file(&path, &options))
+            .await
+            .map_err(|e| ApiError::internal(e.into()))?
+            .map_err(|e| ApiError::bad_request(format!("{e:#}")))
+    }
+    .await;
+    // Nothing half-read is kept.
+    let report = match result {
+        Ok(report) if !report.dataset.examples.is_empty() => report,
+        outcome => {
+            if let Some(path) = &file {
+                let _ = tokio::fs::remove_file(path).await;
+            }
+            return Err(match outcome {
+                Ok(report) => ApiError::bad_request(match report.skipped.first() {
+                    Some(bad) => format!(
+                        "no readable row ({} skipped); the first: {}",
+                        report.skipped.len(),
+                        bad.reason
+                    ),
+                    None => "the file has no rows".to_string(),
+                }),
+                Err(error) => error,
+            });
+        }
+    };
+    let stored = StoredDataset {
+        id: id.clone(),
+        name: name.filter(|n| !n.is_empty()).unwrap_or_else(|| id.clone()),
+        file: format!("datasets/{id}.{}", reading.format),
+        read_options: serde_json::to_string(&reading).map_err(|e| ApiError::internal(e.into()))?,
+        examples: report.dataset.len() as i64,
+        labels: report.dataset.labels.names().to_vec(),
+        skipped: report.skipped.len() as i64,
+        created_at: now(),
+    };
+    state.db.insert_dataset(&stored).await?;
+    Ok((StatusCode::CREATED, Json(info(stored))))
+}
+
+/// Loads a dataset by its id: a built-in spec or an upload.
+pub async fn load(state: &AppState, id: &str) -> Result<Dataset> {
+    if BUILTINS.contains(&id) {
+        let spec: DatasetSpec = id.parse()?;
+        let home: Home = state.home.clone();
+        let splits = SplitConfig {
+            dev: 0.1,
+            test: 0.1,
+            seed: 0,
+        };
+        let mut dataset =
+            tokio::task::spawn_blocking(move || spec.load(&home, &ReadOptions::default(), splits))
+                .await??
+                .dataset;
+        dataset.name = id.to_string();
+        return Ok(dataset);
+    }
+    let stored = state
+        .db
+        .dataset(id)
+        .await?
+        .with_context(|| format!("no dataset {id}"))?;
+    let reading: UploadReading = serde_json::from_str(&stored.read_options)?;
+    let options = reading.options()?;
+    let path = state.data_dir.join(&stored.file);
+    let mut dataset = tokio::task::spawn_blocking(move || read_file(&path, &options))
+        .await??
+        .dataset;
+    dataset.name = stored.name;
+    Ok(dataset)
+}
+
+/// Whether a job can name `id`.
+pub async fn exists(state: &AppState, id: &str) -> Result<bool> {
+    Ok(BUILTINS.contains(&id) || state.db.dataset(id).await?.is_some())
+}
+
+fn info(stored: StoredDataset) -> DatasetInfo {
+    DatasetInfo {
+        id: stored.id,
+        name: stored.name,
+        builtin: false,
+        examples: Some(stored.examples as usize),
+        labels: stored.labels,
+        skipped: stored.skipped as usize,
+        created_at: Some(stored.created_at),
+    }
+}
+
+/// The format of an uploaded file, from its name.
+fn format_of(file_name: &str) -> ApiResult<String> {
+    match Format::from_path(Path::new(file_name)) {
+        Some(Format::Csv) => Ok("csv".into()),
+        Some(Format::Tsv) => Ok("tsv".into()),
+        Some(Format::Jsonl) => Ok("jsonl".into()),
+        None => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_file_type",
+            format!("{file_name:?} is not a .csv, .tsv or .jsonl file"),
+        )),
+    }
+}
+
+/// Streams an uploaded file to `path` (the body limit applies while it is read).
+async fn save_field(mut field: Field<'_>, path: &Path) -> ApiResult<()> {
+    let mut out = tokio::fs::File::create(path)
+        .await
+        .map_err(|e| ApiError::internal(e.into()))?;
+    while let Some(chunk) = field.chunk().await? {
+        out.write_all(&chunk)
+            .await
+            .map_err(|e| ApiError::internal(e.into()))?;
+    }
+    out.flush().await.map_err(|e| ApiError::internal(e.into()))
+}
+
+async fn text_field(field: Field<'_>) -> ApiResult<String> {
+    let name = field.name().unwrap_or_default().to_string();
+    let text = field.text().await?;
+    if text.len() > 200 {
+        return Err(ApiError::bad_request(format!("{name} is too long")));
+    }
+    Ok(text.trim().to_string())
+}

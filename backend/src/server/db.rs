@@ -1,0 +1,452 @@
+//! The server's database: SQLite (one file, WAL) by default, Postgres when given a
+//! `postgres://` URL. One set of migrations and one set of portable SQL statements serve both.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use flipside_shared::api::{Job, JobRequest, JobStatus};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{AssertSqlSafe, SqlSafeStr};
+
+/// The checked-in migrations, in order.
+const MIGRATIONS: [(i64, &str, &str); 1] =
+    [(1, "init", include_str!("../../migrations/0001_init.sql"))];
+
+/// A connection pool to either database.
+#[derive(Clone)]
+pub enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+/// Runs `$body` with `$pool` bound to the concrete pool (the body compiles once per database).
+macro_rules! with_pool {
+    ($db:expr, |$pool:ident| $body:expr) => {
+        match $db {
+            Db::Sqlite($pool) => $body,
+            Db::Postgres($pool) => $body,
+        }
+    };
+}
+
+/// A dataset uploaded to the server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredDataset {
+    pub id: String,
+    pub name: String,
+    /// The file, relative to the server's data directory.
+    pub file: String,
+    /// JSON: how to read the file.
+    pub read_options: String,
+    pub examples: i64,
+    pub labels: Vec<String>,
+    pub skipped: i64,
+    pub created_at: String,
+}
+
+type DatasetRow = (String, String, String, String, i64, String, i64, String);
+type JobRow = (
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    i64,
+    Option<String>,
+    String,
+    String,
+);
+
+const JOB_COLUMNS: &str = "id, request, status, total, done, written, flipped, failed_attempts, \
+                           given_up, error, created_at, updated_at";
+
+/// Which records of a job to list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordFilter {
+    All,
+    Flipped(bool),
+}
+
+impl Db {
+    /// Connects to `url` (`postgres://…`, `sqlite://FILE` or a file path; a SQLite file is
+    /// created when missing) and brings its schema up to date.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let db = if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let pool = PgPoolOptions::new()
+                .max_connections(8)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect(url)
+                .await
+                .with_context(|| format!("cannot connect to {}", redact(url)))?;
+            Db::Postgres(pool)
+        } else {
+            let path = url.strip_prefix("sqlite://").unwrap_or(url);
+            if let Some(parent) = Path::new(path)
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+            {
+                std::fs::create_dir_all(parent)
+                    .with_context(|| format!("cannot create {}", parent.display()))?;
+            }
+            let options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .foreign_keys(true)
+                .busy_timeout(Duration::from_secs(10));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(4)
+                .connect_with(options)
+                .await
+                .with_context(|| format!("cannot open the SQLite database {path}"))?;
+            Db::Sqlite(pool)
+        };
+        let migrator = Migrator::with_migrations(
+            MIGRATIONS
+                .iter()
+                .map(|(version, name, sql)| {
+                    Migration::new(
+                        *version,
+                        (*name).into(),
+                        MigrationType::Simple,
+                        sql.into_sql_str(),
+                        false,
+                    )
+                })
+                .collect(),
+        );
+        with_pool!(&db, |pool| migrator.run(pool).await).context("migrating the database")?;
+        Ok(db)
+    }
+
+    /// Which database this is, for logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Db::Sqlite(_) => "SQLite",
+            Db::Postgres(_) => "Postgres",
+        }
+    }
+
+    pub async fn insert_dataset(&self, d: &StoredDataset) -> Result<()> {
+        let labels = serde_json::to_string(&d.labels)?;
+        with_pool!(self, |pool| sqlx::query(
+            "INSERT INTO datasets (id, name, file, read_options, examples, labels, skipped, \
+             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        )
+        .bind(&d.id)
+        .bind(&d.name)
+        .bind(&d.file)
+        .bind(&d.read_options)
+        .bind(d.examples)
+        .bind(&labels)
+        .bind(d.skipped)
+        .bind(&d.created_at)
+        .execute(pool)
+        .await
+        .map(drop))?;
+        Ok(())
+    }
+
+    /// Every uploaded dataset, newest first.
+    pub async fn datasets(&self) -> Result<Vec<StoredDataset>> {
+        let rows: Vec<DatasetRow> = with_pool!(self, |pool| sqlx::query_as(
+            "SELECT id, name, file, read_options, examples, labels, skipped, created_at \
+             FROM datasets ORDER BY created_at DESC, id"
+        )
+        .fetch_all(pool)
+        .await)?;
+        rows.into_iter().map(dataset_from_row).collect()
+    }
+
+    pub async fn dataset(&self, id: &str) -> Result<Option<StoredDataset>> {
+        let row: Option<DatasetRow> = with_pool!(self, |pool| sqlx::query_as(
+            "SELECT id, name, file, read_options, examples, labels, skipped, created_at \
+             FROM datasets WHERE id = $1"
+        )
+        .bind(id)
+        .fetch_optional(pool)
+        .await)?;
+        row.map(dataset_from_row).transpose()
+    }
+
+    /// Adds a queued job.
+    pub async fn insert_job(&self, id: &str, request: &JobRequest, now: &str) -> Result<Job> {
+        let request_json = serde_json::to_string(request)?;
+        with_pool!(self, |pool| sqlx::query(
+            "INSERT INTO jobs (id, request, status, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $4)"
+        )
+        .bind(id)
+        .bind(&request_json)
+        .bind(JobStatus::Queued.as_str())
+        .bind(now)
+        .execute(pool)
+        .await
+        .map(drop))?;
+        self.job(id).await?.context("the job just added is missing")
+    }
+
+    pub async fn job(&self, id: &str) -> Result<Option<Job>> {
+        let sql = AssertSqlSafe(format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"));
+        let row: Option<JobRow> = with_pool!(self, |pool| sqlx::query_as(sql)
+            .bind(id)
+            .fetch_optional(pool)
+            .await)?;
+        row.map(job_from_row).transpose()
+    }
+
+    /// Every job, newest first.
+    pub async fn jobs(&self) -> Result<Vec<Job>> {
+        let sql = AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM jobs ORDER BY created_at DESC, id DESC"
+        ));
+        let rows: Vec<JobRow> = with_pool!(self, |pool| sqlx::query_as(sql).fetch_all(pool).await)?;
+        rows.into_iter().map(job_from_row).collect()
+    }
+
+    /// The ids of the jobs that are queued or were running, oldest first.
+    pub async fn unfinished_jobs(&self) -> Result<Vec<String>> {
+        Ok(with_pool!(self, |pool| sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE status IN ('queued', 'running') ORDER BY created_at, id"
+        )
+        .fetch_all(pool)
+        .await)?)
+    }
+
+    /// Saves a job's status, counts and error.
+    pub async fn update_job(&self, job: &Job) -> Result<()> {
+        let count = |n: usize| n as i64;
+        with_pool!(self, |pool| sqlx::query(
+            "UPDATE jobs SET status = $2, total = $3, done = $4, written = $5, flipped = $6, \
+             failed_attempts = $7, given_up = $8, error = $9, updated_at = $10 WHERE id = $1"
+        )
+        .bind(&job.id)
+        .bind(job.status.as_str())
+        .bind(count(job.total))
+        .bind(count(job.done))
+        .bind(count(job.written))
+        .bind(count(job.flipped))
+        .bind(count(job.failed_attempts))
+        .bind(count(job.given_up))
+        .bind(&job.error)
+        .bind(&job.updated_at)
+        .execute(pool)
+        .await
+        .map(drop))?;
+        Ok(())
+    }
+
+    /// Stores a record unless the job already has one for `key`; returns whether it was new.
+    pub async fn insert_record(
+        &self,
+        job: &str,
+        key: &str,
+        seq: usize,
+        flipped: bool,
+        record_json: &str,
+    ) -> Result<bool> {
+        let result = with_pool!(self, |pool| sqlx::query(
+            "INSERT INTO job_records (job_id, item_key, seq, flipped, record) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (job_id, item_key) DO NOTHING"
+        )
+        .bind(job)
+        .bind(key)
+        .bind(seq as i64)
+        .bind(i64::from(flipped))
+        .bind(record_json)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))?;
+        Ok(result == 1)
+    }
+
+    /// How many records a job has, and how many of them flipped.
+    pub async fn record_counts(&self, job: &str) -> Result<(usize, usize)> {
+        let (all, flipped): (i64, Option<i64>) = with_pool!(self, |pool| sqlx::query_as(
+            "SELECT COUNT(*), SUM(flipped) FROM job_records WHERE job_id = $1"
+        )
+        .bind(job)
+        .fetch_one(pool)
+        .await)?;
+        Ok((all as usize, flipped.unwrap_or(0) as usize))
+    }
+
+    /// A page of a job's records (JSON), in the order they were made, and the filter's total.
+    pub async fn records(
+        &self,
+        job: &str,
+        filter: RecordFilter,
+        offset: usize,
+        limit: usize,
+    ) -> Result<(Vec<String>, usize)> {
+        // flipped is 0 or 1: "flipped BETWEEN lo AND hi" covers all three filters.
+        let (lo, hi): (i64, i64) = match filter {
+            RecordFilter::All => (0, 1),
+            RecordFilter::Flipped(f) => (i64::from(f), i64::from(f)),
+        };
+        let (records, total): (Vec<String>, i64) = with_pool!(self, |pool| {
+            let records = sqlx::query_scalar(
+                "SELECT record FROM job_records WHERE job_id = $1 AND flipped BETWEEN $2 AND $3 \
+                 ORDER BY seq LIMIT $4 OFFSET $5",
+            )
+            .bind(job)
+            .bind(lo)
+            .bind(hi)
+            .bind(limit as i64)
+            .bind(offset as i64)
+            .fetch_all(pool)
+            .await?;
+            let total = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM job_records WHERE job_id = $1 AND flipped BETWEEN $2 AND $3",
+            )
+            .bind(job)
+            .bind(lo)
+            .bind(hi)
+            .fetch_one(pool)
+            .await?;
+            Ok::<_, sqlx::Error>((records, total))
+        })?;
+        Ok((records, total as usize))
+    }
+}
+
+fn dataset_from_row(row: DatasetRow) -> Result<StoredDataset> {
+    let (id, name, file, read_options, examples, labels, skipped, created_at) = row;
+    Ok(StoredDataset {
+        labels: serde_json::from_str(&labels).context("a dataset's labels in the database")?,
+        id,
+        name,
+        file,
+        read_options,
+        examples,
+        skipped,
+        created_at,
+    })
+}
+
+fn job_from_row(row: JobRow) -> Result<Job> {
+    let (
+        id,
+        request,
+        status,
+        total,
+        done,
+        written,
+        flipped,
+        failed,
+        given_up,
+        error,
+        created,
+        updated,
+    ) = row;
+    let count = |n: i64| n.max(0) as usize;
+    Ok(Job {
+        request: serde_json::from_str(&request)
+            .with_context(|| format!("job {id}'s request in the database"))?,
+        status: JobStatus::parse(&status)
+            .with_context(|| format!("job {id} has the unknown status {status:?}"))?,
+        id,
+        total: count(total),
+        done: count(done),
+        written: count(written),
+        flipped: count(flipped),
+        failed_attempts: count(failed),
+        given_up: count(given_up),
+        error,
+        created_at: created,
+        updated_at: updated,
+    })
+}
+
+/// `url` without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Now, as an RFC 3339 UTC timestamp with milliseconds (sorts as text).
+pub fn now() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let millis = now.millisecond();
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        now.year(),
+        u8::from(now.month()),
+        now.day(),
+        now.hour(),
+        now.minute(),
+        now.second()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_redacted_from_urls() {
+        assert_eq!(
+            redact("postgres://flip:secret@localhost:5432/db"),
+            "postgres://flip:***@localhost:5432/db"
+        );
+        assert_eq!(redact("postgres://localhost/db"), "postgres://localhost/db");
+    }
+
+    #[tokio::test]
+    async fn sqlite_stores_jobs_and_records_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::connect(dir.path().join("db.sqlite").to_str().unwrap())
+            .await
+            .unwrap();
+        let request: JobRequest = serde_json::from_str(r#"{"dataset": "imdb:test"}"#).unwrap();
+        let mut job = db.insert_job("j1", &request, &now()).await.unwrap();
+        assert_eq!(job.status, JobStatus::Queued);
+        assert_eq!(job.request.limit, 20);
+        job.status = JobStatus::Running;
+        job.total = 3;
+        db.update_job(&job).await.unwrap();
+        assert_eq!(db.unfinished_jobs().await.unwrap(), ["j1"]);
+        assert!(db.insert_record("j1", "a→b", 0, true, "{}").await.unwrap());
+        assert!(!db.insert_record("j1", "a→b", 0, true, "{}").await.unwrap());
+        assert!(
+            db.insert_record("j1", "c→d", 1, false, "{\"x\":1}")
+                .await
+                .unwrap()
+        );
+        assert_eq!(db.record_counts("j1").await.unwrap(), (2, 1));
+        let (page, total) = db
+            .records("j1", RecordFilter::Flipped(false), 0, 10)
+            .await
+            .unwrap();
+        assert_eq!((page, total), (vec!["{\"x\":1}".to_string()], 1));
+        assert_eq!(
+            db.records("j1", RecordFilter::All, 1, 10).await.unwrap().1,
+            2
+        );
+        let stored = db.job("j1").await.unwrap().unwrap();
+        assert_eq!((stored.status, stored.total), (JobStatus::Running, 3));
+        // Reopening finds the schema in place (migrations are not re-applied).
+        drop(db);
+        let again = Db::connect(dir.path().join("db.sqlite").to_str().unwrap())
+            .await
+            .unwrap();
+        assert_eq!(again.jobs().await.unwrap().len(), 1);
+    }
+}

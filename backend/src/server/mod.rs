@@ -1,0 +1,172 @@
+//! `flipside serve`: the HTTP API (editing demo, datasets, generation jobs, the embedded LLM's
+//! OpenAI-compatible endpoints and an OpenAPI document), the browser app's files, and the
+//! database behind them.
+
+pub mod datasets;
+pub mod db;
+pub mod demo;
+pub mod error;
+pub mod jobs;
+pub mod resources;
+pub mod runner;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio_util::sync::CancellationToken;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::services::{ServeDir, ServeFile};
+use utoipa::OpenApi;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
+
+use self::db::Db;
+use self::error::ApiError;
+use self::resources::Resources;
+use self::runner::JobQueue;
+use crate::home::Home;
+use crate::llm::Editor;
+
+/// Everything the handlers share.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Db,
+    pub resources: Arc<Resources>,
+    pub jobs: Arc<JobQueue>,
+    pub home: Home,
+    /// Uploads and job checkpoints.
+    pub data_dir: PathBuf,
+    /// Cancelled when the server shuts down (ends the event streams).
+    pub shutdown: CancellationToken,
+}
+
+/// How to serve.
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// `postgres://…`, or a SQLite file.
+    pub database_url: String,
+    pub data_dir: PathBuf,
+    /// The browser app (Trunk's `dist/`); without it only the API is served.
+    pub static_dir: Option<PathBuf>,
+    pub max_upload_bytes: usize,
+    /// Served under `/v1` (OpenAI-compatible) when the LLM is embedded.
+    pub local_llm: Option<Arc<dyn Editor>>,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Flipside",
+        description = "Counterfactual training data: retrieve, edit with an LLM, check with a \
+                       classifier; datasets and generation jobs. Errors are JSON \
+                       `{code, message}`."
+    ),
+    servers((url = "/api")),
+    tags(
+        (name = "editing", description = "One edit at a time: the demo"),
+        (name = "datasets", description = "Built-in and uploaded datasets"),
+        (name = "jobs", description = "Generation jobs: progress, cancel, results"),
+        (name = "server", description = "Health")
+    )
+)]
+struct ApiDoc;
+
+/// The `/api` router and its OpenAPI document, both from the handlers.
+pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(demo::health))
+        .routes(routes!(demo::info))
+        .routes(routes!(demo::retrieve))
+        .routes(routes!(demo::edit))
+        .routes(routes!(demo::classify))
+        .routes(routes!(demo::classifier_file))
+        .routes(routes!(datasets::list))
+        .routes(
+            routes!(datasets::upload).layer(DefaultBodyLimit::max(max_upload_bytes + (64 << 10))),
+        )
+        .routes(routes!(jobs::create, jobs::list))
+        .routes(routes!(jobs::get))
+        .routes(routes!(jobs::cancel))
+        .routes(routes!(jobs::events))
+        .routes(routes!(jobs::records))
+        .routes(routes!(jobs::download))
+        .split_for_parts()
+}
+
+/// Opens the database, resumes unfinished jobs and serves until Ctrl-C; `on_ready` gets the
+/// bound address.
+pub async fn serve(
+    home: Home,
+    config: ServerConfig,
+    resources: Resources,
+    on_ready: impl FnOnce(SocketAddr),
+) -> Result<()> {
+    let db = Db::connect(&config.database_url).await?;
+    tracing::info!(
+        "database: {} ({})",
+        db.kind(),
+        db::redact(&config.database_url)
+    );
+    let state = AppState {
+        db,
+        resources: Arc::new(resources),
+        jobs: Arc::new(JobQueue::default()),
+        home,
+        data_dir: config.data_dir.clone(),
+        shutdown: CancellationToken::new(),
+    };
+    let (api, openapi) = api(config.max_upload_bytes);
+    let openapi = Arc::new(openapi);
+    let api = api
+        .route(
+            "/openapi.json",
+            get(move || {
+                let doc = openapi.clone();
+                async move { axum::Json(doc.as_ref().clone()) }
+            }),
+        )
+        .fallback(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+        })
+        .layer(DefaultBodyLimit::max(1 << 20));
+    let mut app = Router::new().nest("/api", api.with_state(state.clone()));
+    if let Some(llm) = config.local_llm {
+        app = app.merge(crate::llm::server::router(llm));
+    }
+    if let Some(dir) = &config.static_dir {
+        let index = dir.join("index.html");
+        app = app.fallback_service(ServeDir::new(dir).fallback(ServeFile::new(index)));
+    }
+    let app = app.layer(CatchPanicLayer::custom(|_| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the server failed; see its log",
+        )
+        .into_response()
+    }));
+
+    let runner = tokio::spawn(runner::run_jobs(state.clone()));
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    on_ready(listener.local_addr()?);
+    let shutdown = state.shutdown.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("shutting down; running jobs resume on the next start");
+            shutdown.cancel();
+        })
+        .await
+        .context("the server failed")?;
+    runner.abort();
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! The job runner: runs queued generation jobs one at a time (they share the LLM and the CPU)
+//! with the same code as `flipside generate`, streams their progress, stores their records in
+//! the database and resumes, after a restart, the jobs that were running.
+//!
+//! A job's JSON-lines file (under the server's data directory) is its checkpoint, written
+//! before the database: on resume, records already in it are imported (each item key at most
+//! once) and generation continues with the items not yet done.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use anyhow::{Context, Result};
+use flipside_shared::api::{Job, JobMethod, JobStatus};
+use tokio::sync::{Notify, broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use super::AppState;
+use super::datasets;
+use super::db::now;
+use crate::editing::generate::{GenerateJob, Method, Summary, generate};
+use crate::editing::items::{Selection, Unit, select_items};
+use crate::editing::keywords::Lexicons;
+use crate::editing::prompts::PromptTemplate;
+use crate::editing::records::{Counterfactual, RecordStore, read_repairing};
+use crate::llm::Sampling;
+
+/// Jobs waiting and running, and the channel their progress is published on.
+pub struct JobQueue {
+    wake: Notify,
+    cancels: Mutex<HashMap<String, CancellationToken>>,
+    /// Every change of every job.
+    pub updates: broadcast::Sender<Job>,
+}
+
+impl Default for JobQueue {
+    fn default() -> Self {
+        Self {
+            wake: Notify::new(),
+            cancels: Mutex::default(),
+            updates: broadcast::channel(1024).0,
+        }
+    }
+}
+
+impl JobQueue {
+    /// Tells the runner a job was queued.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Asks the running job `id` to stop; false when it is not running.
+    pub fn cancel(&self, id: &str) -> bool {
+        match self.cancels.lock().unwrap().get(id) {
+            Some(token) => {
+                token.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Runs jobs until the server stops: first the ones left unfinished by an earlier run, oldest
+/// first, then each new one.
+pub async fn run_jobs(state: AppState) {
+    loop {
+        let next = match state.db.unfinished_jobs().await {
+            Ok(ids) => ids.into_iter().next(),
+            Err(error) => {
+                tracing::error!("cannot list jobs: {error:#}");
+                None
+            }
+        };
+        match next {
+            Some(id) => {
+                if let Err(error) = run_job(&state, &id).await {
+                    tracing::error!("job {id}: {error:#}");
+                    if let Ok(Some(mut job)) = state.db.job(&id).await {
+                        job.status = JobStatus::Failed;
+                        job.error = Some(format!("{error:#}"));
+                        let _ = publish(&state, &mut job).await;
+                    }
+                }
+            }
+            None => state.jobs.wake.notified().await,
+        }
+    }
+}
+
+/// Saves `job` (stamped now) and sends it to the progress streams.
+async fn publish(state: &AppState, job: &mut Job) -> Result<()> {
+    job.updated_at = now();
+    state.db.update_job(job).await?;
+    let _ = state.jobs.updates.send(job.clone());
+    Ok(())
+}
+
+/// The job's checkpoint file.
+fn checkpoint(state: &AppState, id: &str) -> PathBuf {
+    state.data_dir.join("jobs").join(format!("{id}.jsonl"))
+}
+
+/// What the generation thread reports.
+struct Update {
+    summary: Summary,
+    record: Option<Counterfactual>,
+}
+
+async fn run_job(state: &AppState, id: &str) -> Result<()> {
+    let mut job = state.db.job(id).await?.context("the job vanished")?;
+    if job.status.is_finished() {
+        return Ok(()); // cancelled while queued
+    }
+    let token = CancellationToken::new();
+    state
+        .jobs
+        .cancels
+        .lock()
+        .unwrap()
+        .insert(id.to_string(), token.clone());
+    let result = generate_for(state, &mut job, &token).await;
+    state.jobs.cancels.lock().unwrap().remove(id);
+    result
+}
+
+async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken) -> Result<()> {
+    let id = job.id.clone();
+    let id = id.as_str();
+    let resumed = job.status == JobStatus::Running;
+    job.status = JobStatus::Running;
+    job.error = None;
+    publish(state, job).await?;
+    tracing::info!(
+        "job {id}: {} {} on {} (limit {})",
+        if resumed { "resuming" } else { "starting" },
+        method(job.request.method).name(),
+        job.request.dataset,
+        job.request.limit
+    );
+
+    let dataset = datasets::load(state, &job.request.dataset).await?;
+    let output = checkpoint(state, id);
+    // Records a killed run wrote to the checkpoint but not to the database.
+    let import = output.clone();
+    let earlier: Vec<Counterfactual> =
+        tokio::task::spawn_blocking(move || read_repairing(&import)).await??;
+    for (seq, record) in earlier.iter().enumerate() {
+        let json = serde_json::to_string(record)?;
+        state
+            .db
+            .insert_record(id, &record.key, seq, record.flipped, &json)
+            .await?;
+    }
+    let (_, base_flipped) = state.db.record_counts(id).await?;
+    let store_path = output.clone();
+    let base_failed: usize = tokio::task::spawn_blocking(move || {
+        RecordStore::open(&store_path).map(|s| s.failed.values().sum())
+    })
+    .await??;
+
+    let (sender, mut updates) = mpsc::unbounded_channel::<Update>();
+    let generation = {
+        let state = state.clone();
+        let request = job.request.clone();
+        let token = token.clone();
+        let output = output.clone();
+        tokio::task::spawn_blocking(move || -> Result<Summary> {
+            let lexicons = Lexicons::load(&state.home)?;
+            let selection = Selection {
+                target: "flip".into(),
+                limit: Some(request.limit),
+                max_words: request.max_words,
+                unit: Unit::Text,
+                seed: request.seed,
+            };
+            let items = select_items(&dataset, &selection, &lexicons)?;
+            anyhow::ensure!(
+                !items.is_empty(),
+                "no example of {} has at most {} words",
+                request.dataset,
+                request.max_words.unwrap_or(usize::MAX)
+            );
+            let method = method(request.method);
+            let resources = &state.resources;
+            let template = match method {
+                Method::Core => Some(resources.template.clone()),
+                Method::LlmOnly => Some(PromptTemplate::load("llm-only-sentiment")?),
+                Method::RetrieveOnly => None,
+            };
+            let generate_job = GenerateJob {
+                method,
+                items,
+                editor: template.map(|t| (&*resources.editor, t)),
+                retrieval: method.retrieves().then(|| resources.retrieval.clone()),
+                lexicons,
+                classifier: resources.classifier_dir.clone(),
+                sampling: Sampling {
+                    seed: request.seed,
+                    ..Sampling::default()
+                },
+                max_keywords: 12,
+                max_attempts: request.max_attempts,
+                verify: request.verify,
+                concurrency: 1,
+                seed: request.seed,
+                output,
+            };
+            // The total is known before the first item finishes.
+            let _ = sender.send(Update {
+                summary: Summary {
+                    jobs: generate_job.items.len(),
+                    ..Summary::default()
+                },
+                record: None,
+            });
+            generate(super::resources::cpu(), &generate_job, &|progress| {
+                let _ = sender.send(Update {
+                    summary: progress.summary.clone(),
+                    record: progress.record.cloned(),
+                });
+                if token.is_cancelled() {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })
+        })
+    };
+
+    let mut seq = earlier.len();
+    while let Some(update) = updates.recv().await {
+        if let Some(record) = &update.record {
+            let json = serde_json::to_string(record)?;
+            if state
+                .db
+                .insert_record(id, &record.key, seq, record.flipped, &json)
+                .await?
+            {
+                seq += 1;
+            }
+        }
+        let s = &update.summary;
+        job.total = s.jobs;
+        job.written = s.already_done + s.written;
+        job.flipped = base_flipped + s.flipped;
+        job.failed_attempts = base_failed + s.failed_attempts;
+        job.given_up = s.given_up;
+        job.done = job.written + job.given_up;
+        publish(state, job).await?;
+    }
+    let outcome = generation.await.context("the generation thread panicked")?;
+    match outcome {
+        Ok(summary) => {
+            job.status = if summary.stopped {
+                JobStatus::Cancelled
+            } else {
+                JobStatus::Done
+            };
+            // A run with nothing left to do reports its counts only here.
+            if summary.jobs > 0 {
+                job.total = summary.jobs;
+                job.given_up = summary.given_up;
+                job.written = job.written.max(summary.already_done + summary.written);
+                job.done = job.written + job.given_up;
+            }
+        }
+        Err(error) => {
+            job.status = JobStatus::Failed;
+            job.error = Some(format!("{error:#}"));
+        }
+    }
+    tracing::info!(
+        "job {id}: {} ({} of {} done, {} flipped)",
+        job.status.as_str(),
+        job.done,
+        job.total,
+        job.flipped
+    );
+    publish(state, job).await
+}
+
+/// The generation method of an API method.
+pub fn method(method: JobMethod) -> Method {
+    match method {
+        JobMethod::Core => Method::Core,
+        JobMethod::LlmOnly => Method::LlmOnly,
+        JobMethod::RetrieveOnly => Method::RetrieveOnly,
+    }
+}

@@ -1,0 +1,447 @@
+//! HTTP API tests against a real `flipside serve` process on loopback, with a real SQLite file,
+//! the embedded SmolLM2-135M, a MiniLM index and a trained classifier: the demo endpoints,
+//! JSON errors and limits, uploads, the OpenAPI document, and generation jobs (progress events,
+//! cancel, and resuming after the server is killed).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use common::{EditingSetup, ITEMS, editing_setup, serve};
+use reqwest::blocking::{Client, Response, multipart};
+use serde_json::{Value, json};
+
+/// A running server, killed when dropped.
+struct Server {
+    child: Child,
+    url: String,
+    http: Client,
+}
+
+impl Server {
+    fn start(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> Self {
+        let (child, url) = serve(setup, data_dir, extra);
+        // No kept-alive connections: after refusing an oversized body the server closes its
+        // end, and a pooled connection would fail the next request.
+        let http = Client::builder()
+            .timeout(Duration::from_secs(300))
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap();
+        Server { child, url, http }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}api{path}", self.url)
+    }
+
+    fn get(&self, path: &str) -> Response {
+        self.http.get(self.url(path)).send().unwrap()
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Response {
+        self.http.post(self.url(path)).json(body).send().unwrap()
+    }
+
+    /// Kills the process at once, as a crash would.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The JSON body of a response with the expected status.
+fn json_of(response: Response, status: u16) -> Value {
+    let got = response.status().as_u16();
+    let text = response.text().unwrap();
+    assert_eq!(got, status, "unexpected status; body: {text}");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Checks an error response: status, stable code, a message.
+fn check_error(response: Response, status: u16, code: &str) -> String {
+    let body = json_of(response, status);
+    assert_eq!(body["code"], code, "{body}");
+    let message = body["message"].as_str().unwrap().to_string();
+    assert!(!message.is_empty());
+    message
+}
+
+fn upload(server: &Server, name: &str, bytes: Vec<u8>, fields: &[(&str, &str)]) -> Response {
+    let mut form = multipart::Form::new().part(
+        "file",
+        multipart::Part::bytes(bytes).file_name(name.to_string()),
+    );
+    for (key, value) in fields {
+        form = form.text(key.to_string(), value.to_string());
+    }
+    server
+        .http
+        .post(server.url("/datasets"))
+        .multipart(form)
+        .send()
+        .unwrap()
+}
+
+#[test]
+fn demo_endpoints_errors_limits_uploads_and_openapi() {
+    let setup = editing_setup();
+    let server = Server::start(
+        &setup,
+        &setup.dir.path().join("server"),
+        &["--max-upload-mb", "1"],
+    );
+
+    assert_eq!(json_of(server.get("/health"), 200)["status"], "ok");
+    let info = json_of(server.get("/info"), 200);
+    assert_eq!(info["model"], common::MODEL);
+    assert_eq!(
+        info["classifier"]["labels"],
+        json!(["negative", "positive"])
+    );
+    assert_eq!(info["corpus"]["sentences"], 6);
+    assert!(!info["examples"].as_array().unwrap().is_empty());
+
+    let text = "The film was wonderful and the cast superb.";
+    let retrieved = json_of(
+        server.post(
+            "/retrieve",
+            &json!({"text": text, "label": "positive", "k": 2}),
+        ),
+        200,
+    );
+    assert_eq!(retrieved["target"], "negative");
+    let excerpts = retrieved["excerpts"].as_array().unwrap();
+    assert!(!excerpts.is_empty() && excerpts.len() <= 2, "{retrieved}");
+    assert!(
+        !retrieved["keywords"].as_array().unwrap().is_empty(),
+        "{retrieved}"
+    );
+
+    let edit = json_of(
+        server.post(
+            "/edit",
+            &json!({"text": text, "label": "positive", "seed": 3}),
+        ),
+        200,
+    );
+    assert_eq!(edit["original"], text);
+    assert_eq!(edit["target"], "negative");
+    assert_eq!(edit["model"], common::MODEL);
+    assert!(!edit["retrieval"]["excerpts"].as_array().unwrap().is_empty());
+    assert_eq!(edit["keywords"], edit["retrieval"]["keywords"]);
+    let original: Vec<f64> =
+        serde_json::from_value(edit["original_probabilities"].clone()).unwrap();
+    assert!((original.iter().sum::<f64>() - 1.0).abs() < 1e-4);
+    assert!(
+        original[1] > 0.5,
+        "the classifier reads the original as positive: {edit}"
+    );
+    // An edit, or the reason there is none; never both.
+    assert_ne!(
+        edit["edited"].is_string(),
+        edit["failure"].is_string(),
+        "{edit}"
+    );
+    if let Some(edited) = edit["edited"].as_str() {
+        let p = &edit["edited_probabilities"];
+        let flipped = p[0].as_f64().unwrap() > p[1].as_f64().unwrap();
+        assert_eq!(edit["flipped"], flipped, "{edit}");
+        assert_ne!(edited, text);
+    }
+    // Given keywords are used as given.
+    let own = json_of(
+        server.post(
+            "/edit",
+            &json!({"text": text, "label": "positive", "keywords": ["dreadful", "stiff"]}),
+        ),
+        200,
+    );
+    assert_eq!(own["keywords"], json!(["dreadful", "stiff"]));
+
+    // The server's classifier agrees with itself across calls and batches.
+    let scored = json_of(
+        server.post(
+            "/classify",
+            &json!({"texts": [text, "A boring story with dreadful acting."]}),
+        ),
+        200,
+    );
+    let rows = scored["probabilities"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    let p0: Vec<f64> = serde_json::from_value(rows[0].clone()).unwrap();
+    for (a, b) in p0.iter().zip(&original) {
+        assert!((a - b).abs() < 1e-5, "{p0:?} vs {original:?}");
+    }
+    assert!(rows[1][0].as_f64().unwrap() > 0.5);
+
+    // Bad requests: JSON errors with stable codes.
+    let message = check_error(
+        server.post("/edit", &json!({"text": text, "label": "neutral"})),
+        400,
+        "bad_request",
+    );
+    assert!(message.contains("neutral"), "{message}");
+    check_error(
+        server.post("/edit", &json!({"text": "  ", "label": "positive"})),
+        400,
+        "bad_request",
+    );
+    check_error(
+        server.post("/edit", &json!({"label": "positive"})),
+        422,
+        "invalid_body",
+    );
+    let not_json = server
+        .http
+        .post(server.url("/edit"))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .unwrap();
+    check_error(not_json, 400, "bad_request");
+    let huge = json!({"text": "x".repeat(2 << 20), "label": "positive"});
+    check_error(server.post("/edit", &huge), 413, "payload_too_large");
+    check_error(server.get("/no-such-thing"), 404, "not_found");
+    check_error(server.get("/jobs/job-missing"), 404, "not_found");
+    check_error(server.get("/classifier/secrets.txt"), 404, "not_found");
+
+    // The classifier's files, for the browser.
+    let config = json_of(server.get("/classifier/config.json"), 200);
+    assert_eq!(config["labels"], json!(["negative", "positive"]));
+    let weights = server.get("/classifier/model.safetensors");
+    assert_eq!(weights.status(), 200);
+    assert!(weights.bytes().unwrap().len() > 1_000_000);
+
+    // Uploads: the CLI's readers and column mapping, clear refusals, nothing half-kept.
+    let csv = "review,stars\nGreat fun.,positive\nDull.,negative\n\"broken,negative\n";
+    let dataset = json_of(
+        upload(
+            &server,
+            "reviews.csv",
+            csv.into(),
+            &[("text_col", "review"), ("label_col", "stars")],
+        ),
+        201,
+    );
+    assert_eq!(dataset["examples"], 2);
+    assert_eq!(dataset["skipped"], 1);
+    assert_eq!(dataset["labels"], json!(["negative", "positive"]));
+    let message = check_error(
+        upload(&server, "reviews.csv", csv.into(), &[]),
+        400,
+        "bad_request",
+    );
+    assert!(
+        message.contains("text"),
+        "names the missing column: {message}"
+    );
+    check_error(
+        upload(&server, "notes.txt", b"hi".to_vec(), &[]),
+        415,
+        "unsupported_file_type",
+    );
+    // Just over the limit (1 MB + 64 KB for the form): the client finishes sending before the
+    // server answers and closes, so it reads the answer.
+    let big = format!("text,label\n{}", "a fine film,positive\n".repeat(55_000));
+    check_error(
+        upload(&server, "big.csv", big.into(), &[]),
+        413,
+        "payload_too_large",
+    );
+    let uploads = std::fs::read_dir(setup.dir.path().join("server/datasets"))
+        .unwrap()
+        .count();
+    assert_eq!(uploads, 1, "refused uploads leave no file");
+    let listed = json_of(server.get("/datasets"), 200);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"imdb:test") && ids.contains(&dataset["id"].as_str().unwrap()));
+
+    // The OpenAPI document comes from the handlers.
+    let openapi = json_of(server.get("/openapi.json"), 200);
+    for path in [
+        "/edit",
+        "/retrieve",
+        "/datasets",
+        "/jobs",
+        "/jobs/{id}/events",
+        "/jobs/{id}/records",
+    ] {
+        assert!(
+            openapi["paths"][path].is_object(),
+            "{path} missing from the OpenAPI document"
+        );
+    }
+    for schema in ["EditResponse", "Job", "ApiError", "DatasetInfo"] {
+        assert!(
+            openapi["components"]["schemas"][schema].is_object(),
+            "{schema} missing"
+        );
+    }
+
+    // The embedded model's OpenAI-compatible API is served beside.
+    let models: Value = server
+        .http
+        .get(format!("{}v1/models", server.url))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(models["data"][0]["id"], common::MODEL);
+    server.kill();
+}
+
+/// Reads `progress` events of a job until one has `until` true; returns the events' jobs.
+fn follow(server: &Server, id: &str, until: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let response = server.get(&format!("/jobs/{id}/events"));
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut jobs = Vec::new();
+    for line in BufReader::new(response).lines() {
+        let line = line.unwrap();
+        if let Some(data) = line.strip_prefix("data:") {
+            let job: Value = serde_json::from_str(data.trim()).unwrap();
+            let stop = until(&job);
+            jobs.push(job);
+            if stop {
+                break;
+            }
+        }
+    }
+    jobs
+}
+
+fn wait_for_status(server: &Server, id: &str, status: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let job = json_of(server.get(&format!("/jobs/{id}")), 200);
+        if job["status"] == status {
+            return job;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "job {id} never became {status}: {job}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn jobs_stream_progress_cancel_and_resume_after_a_kill() {
+    let setup = editing_setup();
+    let data = setup.dir.path().join("server");
+    let server = Server::start(&setup, &data, &[]);
+    let dataset = json_of(upload(&server, "items.csv", ITEMS.into(), &[]), 201);
+    let dataset_id = dataset["id"].as_str().unwrap().to_string();
+
+    check_error(
+        server.post("/jobs", &json!({"dataset": "nope"})),
+        400,
+        "bad_request",
+    );
+    let job = json_of(
+        server.post(
+            "/jobs",
+            &json!({"dataset": dataset_id, "limit": 6, "seed": 1}),
+        ),
+        202,
+    );
+    let id = job["id"].as_str().unwrap().to_string();
+    assert_eq!(job["status"], "queued");
+
+    // Follow the stream until two items are done, then kill the server mid-job.
+    let events = follow(&server, &id, |job| job["done"].as_u64().unwrap() >= 2);
+    assert!(events.iter().any(|j| j["status"] == "running"));
+    assert!(
+        events
+            .windows(2)
+            .all(|w| w[0]["done"].as_u64() <= w[1]["done"].as_u64())
+    );
+    assert_eq!(events.last().unwrap()["total"], 6);
+    server.kill();
+
+    // Restarted, it resumes the job and finishes it with every item exactly once.
+    let server = Server::start(&setup, &data, &[]);
+    let done = follow(&server, &id, |job| {
+        job["status"] != "running" && job["status"] != "queued"
+    });
+    let job = done.last().unwrap();
+    assert_eq!(job["status"], "done", "{job}");
+    assert_eq!(job["total"], 6);
+    assert_eq!(job["done"], 6);
+    let page = json_of(server.get(&format!("/jobs/{id}/records?limit=500")), 200);
+    let records = page["records"].as_array().unwrap();
+    assert_eq!(page["total"], job["written"]);
+    assert_eq!(records.len() as u64, job["written"].as_u64().unwrap());
+    let keys: HashSet<&str> = records.iter().map(|r| r["key"].as_str().unwrap()).collect();
+    assert_eq!(keys.len(), records.len(), "no record twice");
+    let flipped = json_of(server.get(&format!("/jobs/{id}/records?flipped=true")), 200);
+    assert_eq!(flipped["total"], job["flipped"]);
+    assert!(
+        flipped["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["flipped"] == true)
+    );
+    let jsonl = server
+        .get(&format!("/jobs/{id}/records.jsonl"))
+        .text()
+        .unwrap();
+    let lines: Vec<Value> = jsonl
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), records.len());
+    assert!(
+        lines
+            .iter()
+            .all(|r| r["model"] == common::MODEL && r["retrieved"].is_array())
+    );
+
+    // Cancel: a queued job stops at once; a finished one cannot be cancelled.
+    let second = json_of(
+        server.post(
+            "/jobs",
+            &json!({"dataset": dataset_id, "limit": 6, "seed": 2}),
+        ),
+        202,
+    );
+    let second_id = second["id"].as_str().unwrap();
+    json_of(
+        server.post(&format!("/jobs/{second_id}/cancel"), &json!({})),
+        200,
+    );
+    let cancelled = wait_for_status(&server, second_id, "cancelled");
+    assert!(cancelled["done"].as_u64().unwrap() < 6, "{cancelled}");
+    check_error(
+        server.post(&format!("/jobs/{second_id}/cancel"), &json!({})),
+        409,
+        "conflict",
+    );
+    let jobs = json_of(server.get("/jobs"), 200);
+    assert_eq!(jobs[0]["id"], second_id, "newest first");
+    server.kill();
+}
