@@ -60,3 +60,15 @@ install_wasm_tools() {
     cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
   fi
 }
+
+# The browser tests drive Debian's Chromium (playwright-core never downloads a browser).
+install_chromium() {
+  command -v chromium >/dev/null 2>&1 && return
+  step "installing chromium (the browser tests run it headless)"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get install -y chromium >/dev/null || {
+    echo "error: cannot install chromium: run apt-get install chromium" >&2
+    exit 1
+  }
+}

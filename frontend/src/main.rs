@@ -1,61 +1,85 @@
-//! Flipside's browser app. For now one page: what Flipside is, and a preview of how a text is
-//! split into the words an edit may change (computed by the shared core, compiled to wasm).
+//! Flipside's browser app, served by `flipside serve`: an edit demo (retrieve helpers, edit
+//! with the LLM, score the edit again in the browser) and a jobs page (datasets, generation
+//! jobs with live progress, their counterfactuals).
+//!
+//! One module per concept: [`api`] talks to the server, [`scoring`] runs the classifier in the
+//! browser, [`demo`] and [`jobs`] are the two pages.
 
-use flipside_shared::tokenize::whitespace_words;
+mod api;
+mod datasets;
+mod demo;
+mod diff_view;
+mod edit_result;
+mod highlight;
+mod jobs;
+mod records;
+mod retrieved;
+mod route;
+mod scoring;
+mod ui;
+
 use leptos::prelude::*;
+
+use crate::demo::EditDemo;
+use crate::jobs::JobsPage;
+use crate::route::Route;
 
 fn main() {
     console_error_panic_hook::set_once();
+    if let Some(boot) = document().get_element_by_id("boot") {
+        boot.remove();
+    }
     leptos::mount::mount_to_body(App);
 }
 
-/// The page.
+/// The page frame: header with the two tabs, and the current page.
 #[component]
 fn App() -> impl IntoView {
+    scoring::provide();
+    let route = route::use_route();
+    let on_jobs = Memo::new(move |_| matches!(route.get(), Route::Jobs { .. }));
+    let selected_job = Memo::new(move |_| match route.get() {
+        Route::Jobs { selected } => selected,
+        Route::Demo => None,
+    });
     view! {
-        <header>
-            <h1>"Flipside"</h1>
-            <p class="tagline">
-                "Counterfactual training data: minimal edits of labelled text that flip the label."
-            </p>
+        <header class="topbar">
+            <div class="topbar-inner">
+                <a class="brand" href="#/">
+                    <span class="brand-mark" aria-hidden="true">"⇄"</span>
+                    "Flipside"
+                </a>
+                <nav class="tabs" aria-label="Pages">
+                    <a
+                        href="#/"
+                        class="tab"
+                        class:active=move || !on_jobs.get()
+                        data-testid="tab-demo"
+                    >
+                        "Edit demo"
+                    </a>
+                    <a
+                        href="#/jobs"
+                        class="tab"
+                        class:active=move || on_jobs.get()
+                        data-testid="tab-jobs"
+                    >
+                        "Jobs"
+                    </a>
+                </nav>
+            </div>
         </header>
-        <main>
-            <WordPreview />
-            <p class="note">
-                "The editing demo (retrieve, edit, score in the browser) arrives with "
-                <code>"flipside serve"</code>
-                ". Until then, use the command line: "
-                <code>"flipside quickstart"</code>
-                "."
-            </p>
+        <main class="page">
+            {move || {
+                if on_jobs.get() {
+                    view! { <JobsPage selected=selected_job /> }.into_any()
+                } else {
+                    view! { <EditDemo /> }.into_any()
+                }
+            }}
         </main>
-    }
-}
-
-/// A text box whose words are shown as the units a counterfactual edit works on.
-#[component]
-fn WordPreview() -> impl IntoView {
-    let (text, set_text) = signal(String::from("The acting was superb."));
-    let words = move || {
-        let text = text.get();
-        whitespace_words(&text)
-            .into_iter()
-            .map(|w| text[w.start..w.end].to_string())
-            .collect::<Vec<_>>()
-    };
-    view! {
-        <section class="card">
-            <label for="text">"Text"</label>
-            <textarea
-                id="text"
-                rows="3"
-                prop:value=text
-                on:input=move |event| set_text.set(event_target_value(&event))
-            ></textarea>
-            <p class="count">{move || format!("{} words", words().len())}</p>
-            <ul class="words">
-                {move || words().into_iter().map(|w| view! { <li>{w}</li> }).collect_view()}
-            </ul>
-        </section>
+        <footer class="footer">
+            "Flipside — counterfactual training data: minimal edits of labelled text that flip the label."
+        </footer>
     }
 }

@@ -26,6 +26,8 @@ use crate::llm::Sampling;
 pub const MAX_TEXT_CHARS: usize = 5_000;
 /// Most texts per classify request.
 pub const MAX_CLASSIFY_TEXTS: usize = 64;
+/// LLM calls per edit request before the failure is reported.
+const EDIT_ATTEMPTS: u64 = 3;
 /// Keywords per prompt, as `flipside generate` uses by default.
 const MAX_KEYWORDS: usize = 12;
 /// The files of the classifier the browser downloads.
@@ -262,25 +264,37 @@ fn edit_item(
         .keywords
         .clone()
         .unwrap_or_else(|| retrieval.keywords.clone());
-    let sampling = Sampling {
-        seed: request.seed.unwrap_or(0),
-        ..Sampling::default()
-    };
-    let (edited, failure, reply, llm_ms) = if keywords.is_empty() {
-        let reason = "retrieval found no keywords: add some and re-run".to_string();
-        (None, Some(reason), String::new(), 0.0)
-    } else {
-        match edit_once(
+    let seed = request.seed.unwrap_or(0);
+    let (mut edited, mut failure, mut reply, mut llm_ms) = (None, None, String::new(), 0.0);
+    if keywords.is_empty() {
+        failure = Some("retrieval found no keywords: add some and re-run".to_string());
+    }
+    // Up to three tries with successive seeds, as `generate` retries unusable replies.
+    for attempt in 0..EDIT_ATTEMPTS {
+        if keywords.is_empty() {
+            break;
+        }
+        let sampling = Sampling {
+            seed: seed + attempt,
+            ..Sampling::default()
+        };
+        let started = Instant::now();
+        let outcome = edit_once(
             &*resources.editor,
             &resources.template,
             &item,
             Some(&keywords),
             sampling,
-        )? {
-            Ok(edit) => (Some(edit.text), None, edit.reply, edit.llm_ms),
-            Err((reason, reply)) => (None, Some(reason), reply.unwrap_or_default(), 0.0),
+        )?;
+        llm_ms += started.elapsed().as_secs_f64() * 1e3;
+        match outcome {
+            Ok(edit) => {
+                (edited, failure, reply) = (Some(edit.text), None, edit.reply);
+                break;
+            }
+            Err((reason, raw)) => (failure, reply) = (Some(reason), raw.unwrap_or_default()),
         }
-    };
+    }
     let started = Instant::now();
     let mut texts = vec![item.text.clone()];
     texts.extend(edited.clone());

@@ -1,0 +1,122 @@
+// Flipside's browser tests: the app served by a real `flipside serve` (started by
+// tests/browser.rs, which passes FLIPSIDE_URL), in Debian's headless Chromium driven by
+// playwright-core. Screenshots go to SCREENSHOT_DIR for review.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const URL = process.env.FLIPSIDE_URL;
+const SHOTS = process.env.SCREENSHOT_DIR ?? 'target/screenshots';
+const ITEMS = process.env.ITEMS_CSV;
+const TEXT = 'The film was wonderful and the cast superb.';
+const LONG = 180_000;
+
+let browser;
+
+before(async () => {
+  assert.ok(URL, 'FLIPSIDE_URL is not set: run these tests through `cargo test --test browser`');
+  mkdirSync(SHOTS, { recursive: true });
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
+      '--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader'],
+  });
+});
+
+after(async () => browser?.close());
+
+async function openApp(query = '', ready = 'demo-text') {
+  const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.goto(`${URL}${query}`);
+  await page.getByTestId(ready).waitFor();
+  return { page, errors };
+}
+
+/** Waits for the in-browser classifier and scores `text` with it and with the server. */
+async function scoreBothWays(page, text) {
+  await page.waitForFunction(() => window.flipsideScoringReady === true || window.flipsideScoringError,
+    null, { timeout: LONG });
+  const error = await page.evaluate(() => window.flipsideScoringError ?? null);
+  assert.equal(error, null, `the in-browser classifier failed: ${error}`);
+  const browserScore = await page.evaluate((t) => window.flipsideScore(t), text);
+  const server = await page.evaluate(async (t) => {
+    const response = await fetch('/api/classify', {
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ texts: [t] }),
+    });
+    return response.json();
+  }, text);
+  const diff = Math.max(...browserScore.probabilities.map((p, i) => Math.abs(p - server.probabilities[0][i])));
+  return { browserScore, server, diff };
+}
+
+test('the edit demo makes a counterfactual and shows helpers, keywords, diff and score', { timeout: 600_000 }, async () => {
+  const { page, errors } = await openApp();
+  await page.getByTestId('demo-text').fill(TEXT);
+  await page.getByTestId('demo-label').selectOption('positive');
+  await page.getByTestId('demo-target').selectOption('negative');
+  await page.getByTestId('demo-submit').click();
+  await page.getByTestId('demo-result').waitFor({ timeout: LONG });
+
+  const excerpts = await page.getByTestId('excerpt').count();
+  assert.ok(excerpts >= 1, 'retrieved helper sentences are shown');
+  assert.ok(await page.getByTestId('keyword-chip').count() >= 1, 'keywords are listed');
+  assert.ok(await page.getByTestId('keyword').count() >= 1, 'keywords are highlighted in the helpers');
+  const failed = await page.getByTestId('demo-failure').count();
+  if (failed === 0) {
+    const changes = await page.getByTestId('diff-added').count() + await page.getByTestId('diff-removed').count();
+    assert.ok(changes >= 1, 'the diff marks the changed words');
+    const probability = await page.getByTestId('demo-flip-probability').innerText();
+    assert.match(probability, /\d\.\d{2,}|\d+(\.\d+)?%/, `a probability is shown: ${probability}`);
+  } else {
+    console.log(`# the LLM gave no usable edit: ${await page.getByTestId('demo-failure').innerText()}`);
+  }
+  await page.screenshot({ path: join(SHOTS, 'demo.png'), fullPage: true });
+
+  // The same page at phone width: no sideways scrolling.
+  await page.setViewportSize({ width: 375, height: 800 });
+  const width = await page.evaluate(() => document.documentElement.scrollWidth);
+  assert.ok(width <= 375, `the page is ${width} px wide at a 375 px viewport`);
+  await page.screenshot({ path: join(SHOTS, 'demo-phone.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
+for (const backend of ['cpu', 'webgpu']) {
+  test(`the in-browser classifier (${backend}) matches the server to 1e-3`, { timeout: 600_000 }, async () => {
+    const { page, errors } = await openApp(`?backend=${backend}`);
+    const { browserScore, diff } = await scoreBothWays(page, TEXT);
+    console.log(`# ${browserScore.backend}: max |p_browser - p_server| = ${diff.toExponential(2)}, ${browserScore.millis.toFixed(1)} ms`);
+    assert.equal(browserScore.backend, backend === 'cpu' ? 'cpu' : 'webgpu');
+    assert.ok(diff <= 1e-3, `browser and server differ by ${diff}`);
+    assert.deepEqual(errors, []);
+    await page.close();
+  });
+}
+
+test('the jobs page uploads a dataset, runs a job to the end and lists its results', { timeout: 900_000 }, async () => {
+  assert.ok(ITEMS, 'ITEMS_CSV is not set');
+  const { page, errors } = await openApp('#/jobs', 'upload-file');
+  await page.getByTestId('upload-file').setInputFiles(ITEMS);
+  await page.getByTestId('upload-submit').click();
+  await page.getByTestId('upload-result').waitFor({ timeout: 60_000 });
+  const uploaded = await page.getByTestId('dataset-select').locator('option', { hasText: 'items' }).first();
+  await page.getByTestId('dataset-select').selectOption(await uploaded.getAttribute('value'));
+  await page.getByTestId('job-method').selectOption('core');
+  await page.getByTestId('job-limit').fill('3');
+  await page.getByTestId('job-start').click();
+  await page.locator('[data-testid=job-row][data-status=done]').first().waitFor({ timeout: 600_000 });
+  await page.locator('[data-testid=job-row][data-status=done]').first().click();
+  await page.getByTestId('records-table').waitFor({ timeout: 60_000 });
+  const rows = await page.getByTestId('record-row').count();
+  assert.ok(rows >= 1, 'the finished job lists its records');
+  const href = await page.getByTestId('download-jsonl').getAttribute('href');
+  assert.match(href, /\/api\/jobs\/job-[0-9a-f]+\/records\.jsonl$/);
+  await page.screenshot({ path: join(SHOTS, 'jobs.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
