@@ -116,7 +116,8 @@ pub struct EditRequest {
     /// Use these keywords instead of the retrieved ones (retrieval still runs and is shown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keywords: Option<Vec<String>>,
-    /// Sampling seed [default: 0]; another seed gives another edit.
+    /// Sampling seed [default: 0]; another seed gives another edit (an unusable reply is
+    /// retried with the next seeds, up to three tries).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
 }

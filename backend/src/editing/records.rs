@@ -16,20 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::llm::Sampling;
 
-/// A retrieved corpus sentence used for an edit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Excerpt {
-    /// Which query (sentence of the original) retrieved it.
-    pub query: usize,
-    /// Its id in the corpus.
-    pub id: usize,
-    pub text: String,
-    pub score: f32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rerank_score: Option<f32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-}
+/// A retrieved corpus sentence used for an edit (the API's type: records and responses agree).
+pub use flipside_shared::api::Excerpt;
 
 /// The prompt template an edit was made with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use flipside_shared::api::{
     ApiError as ErrorBody, ClassifyRequest, ClassifyResponse, EditRequest, EditResponse,
-    EditTiming, Excerpt, Health, RetrieveRequest, RetrieveResponse, ServerInfo,
+    EditTiming, Health, RetrieveRequest, RetrieveResponse, ServerInfo,
 };
 use flipside_shared::data::Input;
 
@@ -229,18 +229,7 @@ fn response_of(resources: &Resources, item: &Item, retrieval: Retrieval) -> Retr
     RetrieveResponse {
         target: item.target.clone(),
         queries: retrieval.queries,
-        excerpts: retrieval
-            .excerpts
-            .into_iter()
-            .map(|e| Excerpt {
-                query: e.query,
-                id: e.id,
-                text: e.text,
-                score: e.score,
-                rerank_score: e.rerank_score,
-                label: e.label,
-            })
-            .collect(),
+        excerpts: retrieval.excerpts,
         keywords,
         millis: retrieval.millis,
     }
