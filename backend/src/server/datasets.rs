@@ -16,7 +16,7 @@ use tokio::io::AsyncWriteExt;
 use super::AppState;
 use super::db::{StoredDataset, now};
 use super::error::{ApiError, ApiResult};
-use crate::data::{Columns, DatasetSpec, Format, ReadOptions, SplitConfig, read_file};
+use crate::data::{BUILTIN_SPLITS, Columns, DatasetSpec, Format, ReadOptions, read_file};
 use crate::home::Home;
 
 /// The built-in datasets a job can name.
@@ -176,15 +176,12 @@ pub async fn load(state: &AppState, id: &str) -> Result<Dataset> {
     if BUILTINS.contains(&id) {
         let spec: DatasetSpec = id.parse()?;
         let home: Home = state.home.clone();
-        let splits = SplitConfig {
-            dev: 0.1,
-            test: 0.1,
-            seed: 0,
-        };
-        let mut dataset =
-            tokio::task::spawn_blocking(move || spec.load(&home, &ReadOptions::default(), splits))
-                .await??
-                .dataset;
+        // Built-ins are always split with BUILTIN_SPLITS.
+        let mut dataset = tokio::task::spawn_blocking(move || {
+            spec.load(&home, &ReadOptions::default(), BUILTIN_SPLITS)
+        })
+        .await??
+        .dataset;
         dataset.name = id.to_string();
         return Ok(dataset);
     }

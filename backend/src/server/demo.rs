@@ -49,7 +49,7 @@ pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
     Json(ServerInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         model: resources.editor.model().to_string(),
-        classifier: resources.classifier_info(),
+        classifier: resources.classifier_info.clone(),
         corpus: resources.corpus.clone(),
         examples: demo_examples(),
     })
@@ -123,7 +123,7 @@ pub async fn classify(
         let started = Instant::now();
         let probabilities = probabilities(&resources, &request.texts)?;
         Ok(ClassifyResponse {
-            labels: resources.classifier_info().labels,
+            labels: resources.classifier_info.labels.clone(),
             probabilities,
             millis: started.elapsed().as_secs_f64() * 1e3,
         })
@@ -289,7 +289,7 @@ fn edit_item(
     texts.extend(edited.clone());
     let mut scores = probabilities(resources, &texts)?;
     let classify_ms = started.elapsed().as_secs_f64() * 1e3;
-    let labels = resources.classifier_info().labels;
+    let labels = resources.classifier_info.labels.clone();
     let edited_probabilities = (scores.len() == 2).then(|| scores.remove(1));
     let target = labels.iter().position(|l| *l == item.target).unwrap_or(0);
     let flipped = edited_probabilities

@@ -35,6 +35,8 @@ pub struct Resources {
     pub template: PromptTemplate,
     pub classifier: Mutex<TextClassifier<Cpu>>,
     pub classifier_dir: PathBuf,
+    /// The classifier's name and labels (fixed once loaded).
+    pub classifier_info: ClassifierInfo,
     pub lexicons: Lexicons,
     pub corpus: CorpusInfo,
 }
@@ -51,22 +53,8 @@ impl Resources {
             encoder: config.retrieval.encoders.name.clone(),
         };
         let classifier = load_classifier::<Cpu>(&config.classifier_dir, &compute.device)?;
-        Ok(Self {
-            retriever: Mutex::new(retriever),
-            retrieval: config.retrieval,
-            editor: config.editor,
-            template: PromptTemplate::load(&config.prompt)?,
-            classifier: Mutex::new(classifier),
-            classifier_dir: config.classifier_dir,
-            lexicons: Lexicons::load(home)?,
-            corpus,
-        })
-    }
-
-    pub fn classifier_info(&self) -> ClassifierInfo {
-        let classifier = self.classifier.lock().unwrap();
-        ClassifierInfo {
-            name: self
+        let classifier_info = ClassifierInfo {
+            name: config
                 .classifier_dir
                 .file_name()
                 .unwrap_or_default()
@@ -74,13 +62,24 @@ impl Resources {
                 .into_owned(),
             labels: classifier.config.labels.clone(),
             max_len: classifier.config.max_len,
-        }
+        };
+        Ok(Self {
+            retriever: Mutex::new(retriever),
+            retrieval: config.retrieval,
+            editor: config.editor,
+            template: PromptTemplate::load(&config.prompt)?,
+            classifier: Mutex::new(classifier),
+            classifier_dir: config.classifier_dir,
+            classifier_info,
+            lexicons: Lexicons::load(home)?,
+            corpus,
+        })
     }
 
     /// The target of flipping `label`: `target` if given, else the other label of a binary
     /// classifier.
     pub fn target(&self, label: &str, target: Option<&str>) -> Result<String, String> {
-        let labels = self.classifier_info().labels;
+        let labels = &self.classifier_info.labels;
         if !labels.iter().any(|l| l == label) {
             return Err(format!(
                 "label {label:?} is not one of the classifier's labels ({})",

@@ -23,7 +23,7 @@ use crate::editing::generate::{GenerateJob, Method, Summary, generate};
 use crate::editing::items::{Selection, Unit, select_items};
 use crate::editing::keywords::Lexicons;
 use crate::editing::prompts::PromptTemplate;
-use crate::editing::records::{Counterfactual, RecordStore, read_repairing};
+use crate::editing::records::{Counterfactual, FailedAttempt, failures_path, read_repairing};
 use crate::llm::Sampling;
 
 /// Jobs waiting and running, and the channel their progress is published on.
@@ -154,11 +154,19 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
             .await?;
     }
     let (_, base_flipped) = state.db.record_counts(id).await?;
-    let store_path = output.clone();
-    let base_failed: usize = tokio::task::spawn_blocking(move || {
-        RecordStore::open(&store_path).map(|s| s.failed.values().sum())
-    })
-    .await??;
+    let failures = failures_path(&output);
+    let base_failed =
+        tokio::task::spawn_blocking(move || read_repairing::<FailedAttempt>(&failures))
+            .await??
+            .len();
+    let count = |job: &mut Job, s: &Summary| {
+        job.total = s.jobs;
+        job.written = s.already_done + s.written;
+        job.flipped = base_flipped + s.flipped;
+        job.failed_attempts = base_failed + s.failed_attempts;
+        job.given_up = s.given_up;
+        job.done = job.written + job.given_up;
+    };
 
     let (sender, mut updates) = mpsc::unbounded_channel::<Update>();
     let generation = {
@@ -241,13 +249,7 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
                 seq += 1;
             }
         }
-        let s = &update.summary;
-        job.total = s.jobs;
-        job.written = s.already_done + s.written;
-        job.flipped = base_flipped + s.flipped;
-        job.failed_attempts = base_failed + s.failed_attempts;
-        job.given_up = s.given_up;
-        job.done = job.written + job.given_up;
+        count(job, &update.summary);
         publish(state, job).await?;
     }
     let outcome = generation.await.context("the generation thread panicked")?;
@@ -259,12 +261,7 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
                 JobStatus::Done
             };
             // A run with nothing left to do reports its counts only here.
-            if summary.jobs > 0 {
-                job.total = summary.jobs;
-                job.given_up = summary.given_up;
-                job.written = job.written.max(summary.already_done + summary.written);
-                job.done = job.written + job.given_up;
-            }
+            count(job, &summary);
         }
         Err(error) => {
             job.status = JobStatus::Failed;
