@@ -72,3 +72,16 @@ install_chromium() {
     exit 1
   }
 }
+
+# The server's Postgres test starts a throwaway cluster with Debian's postgresql binaries.
+install_postgres() {
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return
+  command -v initdb >/dev/null 2>&1 && return
+  step "installing postgresql (the server tests start a throwaway cluster)"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get install -y postgresql >/dev/null || {
+    echo "error: cannot install postgresql: run apt-get install postgresql" >&2
+    exit 1
+  }
+}

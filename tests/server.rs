@@ -1,20 +1,23 @@
 //! HTTP API tests against a real `flipside serve` process on loopback, with a real SQLite file,
 //! the embedded SmolLM2-135M, a MiniLM index and a trained classifier: the demo endpoints,
 //! JSON errors and limits, uploads, the OpenAPI document, and generation jobs (progress events,
-//! cancel, and resuming after the server is killed).
+//! cancel, and resuming after the server is killed), on SQLite and on Postgres.
 
 #[path = "common/mod.rs"]
 mod common;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::Child;
+use std::net::TcpListener;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use common::{EditingSetup, ITEMS, editing_setup, serve};
 use reqwest::blocking::{Client, Response, multipart};
 use serde_json::{Value, json};
+use tempfile::TempDir;
 
 /// A running server, killed when dropped.
 struct Server {
@@ -357,9 +360,25 @@ fn wait_for_status(server: &Server, id: &str, status: &str) -> Value {
 
 #[test]
 fn jobs_stream_progress_cancel_and_resume_after_a_kill() {
+    jobs_scenario(&[]);
+}
+
+/// The jobs scenario on Postgres: a throwaway cluster from Debian's `postgresql` package.
+#[test]
+fn jobs_on_postgres() {
+    let Some(postgres) = Postgres::start() else {
+        return;
+    };
+    jobs_scenario(&["--database-url", &postgres.url]);
+}
+
+/// Uploads a dataset, runs a job, kills the server mid-job and checks that the restarted
+/// server finishes it with every item once; then cancels a queued job. `extra` picks the
+/// database.
+fn jobs_scenario(extra: &[&str]) {
     let setup = editing_setup();
     let data = setup.dir.path().join("server");
-    let server = Server::start(&setup, &data, &[]);
+    let server = Server::start(&setup, &data, extra);
     let dataset = json_of(upload(&server, "items.csv", ITEMS.into(), &[]), 201);
     let dataset_id = dataset["id"].as_str().unwrap().to_string();
 
@@ -390,7 +409,7 @@ fn jobs_stream_progress_cancel_and_resume_after_a_kill() {
     server.kill();
 
     // Restarted, it resumes the job and finishes it with every item exactly once.
-    let server = Server::start(&setup, &data, &[]);
+    let server = Server::start(&setup, &data, extra);
     let done = follow(&server, &id, |job| {
         job["status"] != "running" && job["status"] != "queued"
     });
@@ -451,4 +470,140 @@ fn jobs_stream_progress_cancel_and_resume_after_a_kill() {
     let jobs = json_of(server.get("/jobs"), 200);
     assert_eq!(jobs[0]["id"], second_id, "newest first");
     server.kill();
+}
+
+/// A throwaway Postgres cluster on a free loopback port with trust authentication, stopped and
+/// deleted when dropped. Run as the `postgres` user when the tests run as root (Postgres
+/// refuses to run as root).
+struct Postgres {
+    url: String,
+    pg_ctl: PathBuf,
+    data: PathBuf,
+    owner: Option<&'static str>,
+    _dir: TempDir,
+}
+
+impl Postgres {
+    /// Starts a cluster, or returns `None` when Postgres is not installed, unless
+    /// `FLIPSIDE_TEST_POSTGRES=required` (as `scripts/test` sets after installing it).
+    fn start() -> Option<Self> {
+        let Some(bin) = postgres_bin_dir() else {
+            assert!(
+                std::env::var("FLIPSIDE_TEST_POSTGRES").as_deref() != Ok("required"),
+                "FLIPSIDE_TEST_POSTGRES=required but initdb is not installed \
+                 (apt-get install postgresql)"
+            );
+            eprintln!("skipped: Postgres is not installed (apt-get install postgresql)");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        // Postgres refuses to run as root: as root, the cluster belongs to `postgres`.
+        let root = std::fs::metadata("/proc/self").unwrap().uid() == 0;
+        let owner = root.then_some("postgres");
+        if root {
+            let status = Command::new("chown")
+                .arg("postgres:")
+                .arg(dir.path())
+                .status()
+                .unwrap();
+            assert!(status.success(), "chown postgres failed");
+        }
+        let run = |program: &Path, args: &[&std::ffi::OsStr]| {
+            let mut command = command_as(owner, program);
+            let output = command.args(args).output().unwrap();
+            assert!(
+                output.status.success(),
+                "{command:?} failed:\n{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        };
+        let data = dir.path().join("data");
+        run(
+            &bin.join("initdb"),
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-U".as_ref(),
+                "flipside".as_ref(),
+                "--auth=trust".as_ref(),
+                "--encoding=UTF8".as_ref(),
+                "--no-sync".as_ref(),
+            ],
+        );
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let options = format!(
+            "-c port={port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} \
+             -c fsync=off",
+            dir.path().display()
+        );
+        let log = dir.path().join("postgres.log");
+        let pg_ctl = bin.join("pg_ctl");
+        run(
+            &pg_ctl,
+            &[
+                "-D".as_ref(),
+                data.as_os_str(),
+                "-l".as_ref(),
+                log.as_os_str(),
+                "-o".as_ref(),
+                options.as_ref(),
+                "-w".as_ref(),
+                "start".as_ref(),
+            ],
+        );
+        Some(Postgres {
+            url: format!("postgres://flipside@127.0.0.1:{port}/postgres"),
+            pg_ctl,
+            data,
+            owner,
+            _dir: dir,
+        })
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = command_as(self.owner, &self.pg_ctl)
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+/// A command running `program`, as `owner` when given (through `runuser`).
+fn command_as(owner: Option<&str>, program: &Path) -> Command {
+    match owner {
+        Some(user) => {
+            let mut command = Command::new("runuser");
+            command.args(["-u", user, "--"]).arg(program);
+            command
+        }
+        None => Command::new(program),
+    }
+}
+
+/// Where `initdb` and `pg_ctl` are: on `PATH`, or in Debian's `/usr/lib/postgresql/VERSION/bin`
+/// (the newest version).
+fn postgres_bin_dir() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file()));
+    on_path.or_else(|| {
+        let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|entry| {
+                let path = entry.ok()?.path();
+                let version = path.file_name()?.to_str()?.parse().ok()?;
+                let bin = path.join("bin");
+                bin.join("initdb").is_file().then_some((version, bin))
+            })
+            .collect();
+        versions.sort();
+        versions.pop().map(|(_, bin)| bin)
+    })
 }

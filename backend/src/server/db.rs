@@ -271,13 +271,15 @@ impl Db {
 
     /// How many records a job has, and how many of them flipped.
     pub async fn record_counts(&self, job: &str) -> Result<(usize, usize)> {
-        let (all, flipped): (i64, Option<i64>) = with_pool!(self, |pool| sqlx::query_as(
-            "SELECT COUNT(*), SUM(flipped) FROM job_records WHERE job_id = $1"
+        // COUNT, not SUM: Postgres sums BIGINTs as NUMERIC.
+        let (all, flipped): (i64, i64) = with_pool!(self, |pool| sqlx::query_as(
+            "SELECT COUNT(*), COUNT(CASE WHEN flipped = 1 THEN 1 END) FROM job_records \
+             WHERE job_id = $1"
         )
         .bind(job)
         .fetch_one(pool)
         .await)?;
-        Ok((all as usize, flipped.unwrap_or(0) as usize))
+        Ok((all as usize, flipped as usize))
     }
 
     /// A page of a job's records (JSON), in the order they were made, and the filter's total.
