@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium } from 'playwright-core';
+import { launchChromium, waitForScoring } from './chromium.mjs';
 
 const URL = process.env.FLIPSIDE_URL;
 const SHOTS = process.env.SCREENSHOT_DIR ?? 'target/screenshots';
@@ -18,11 +18,7 @@ let browser;
 before(async () => {
   assert.ok(URL, 'FLIPSIDE_URL is not set: run these tests through `cargo test --test browser`');
   mkdirSync(SHOTS, { recursive: true });
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-    args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
-      '--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader'],
-  });
+  browser = await launchChromium();
 });
 
 after(async () => browser?.close());
@@ -38,10 +34,7 @@ async function openApp(query = '', ready = 'demo-text') {
 
 /** Waits for the in-browser classifier and scores `text` with it and with the server. */
 async function scoreBothWays(page, text) {
-  await page.waitForFunction(() => window.flipsideScoringReady === true || window.flipsideScoringError,
-    null, { timeout: LONG });
-  const error = await page.evaluate(() => window.flipsideScoringError ?? null);
-  assert.equal(error, null, `the in-browser classifier failed: ${error}`);
+  await waitForScoring(page, LONG);
   const browserScore = await page.evaluate((t) => window.flipsideScore(t), text);
   const server = await page.evaluate(async (t) => {
     const response = await fetch('/api/classify', {

@@ -1,5 +1,6 @@
 //! `flipside bench …`: speed against reference implementations, measured in the same run.
 
+mod browser;
 mod encode;
 mod llm;
 mod retrieval;
@@ -15,6 +16,9 @@ use crate::home::Home;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
+    /// The classifier's latency on one 64-token text in headless Chromium (the browser app's
+    /// CPU wasm or WebGPU backend) vs natively on the server's CPU backend
+    Browser(browser::BrowserBenchArgs),
     /// Sentence embeddings per second, Flipside vs sentence-transformers (PyTorch, CPU)
     Encode(encode::EncodeBenchArgs),
     /// Prompt and decode tokens per second of the embedded LLM vs llama-cpp-python (same GGUF,
@@ -27,6 +31,7 @@ pub enum BenchCommand {
 
 pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
     match command {
+        BenchCommand::Browser(args) => browser::bench_browser(home, args),
         BenchCommand::Encode(args) => encode::bench_encode(home, args),
         BenchCommand::Llm(args) => llm::bench_llm(home, args),
         BenchCommand::Retrieval(args) => retrieval::bench_retrieval(home, args),

@@ -1,0 +1,37 @@
+// The browser half of `flipside bench browser`: opens the app at FLIPSIDE_URL with the
+// classifier on BENCH_BACKEND (cpu or webgpu), scores BENCH_TEXT BENCH_WARMUP times unmeasured
+// and BENCH_RUNS times measured, and prints one JSON object: the per-call milliseconds (timed
+// around `window.flipsideScore`, as a page would call it), the probabilities and the browser.
+import { launchChromium, waitForScoring } from './chromium.mjs';
+
+const url = process.env.FLIPSIDE_URL;
+const text = process.env.BENCH_TEXT;
+const backend = process.env.BENCH_BACKEND ?? 'cpu';
+const runs = Number(process.env.BENCH_RUNS ?? 30);
+const warmup = Number(process.env.BENCH_WARMUP ?? 5);
+if (!url || !text) throw new Error('FLIPSIDE_URL and BENCH_TEXT must be set (run `flipside bench browser`)');
+
+const browser = await launchChromium();
+try {
+  const page = await browser.newPage();
+  const loadStart = Date.now();
+  await page.goto(`${url}?backend=${backend}`);
+  await waitForScoring(page, 300_000);
+  const loadMs = Date.now() - loadStart;
+  const result = await page.evaluate(async ({ text, runs, warmup }) => {
+    let last;
+    for (let i = 0; i < warmup; i++) last = await window.flipsideScore(text);
+    const millis = [];
+    for (let i = 0; i < runs; i++) {
+      const start = performance.now();
+      last = await window.flipsideScore(text);
+      millis.push(performance.now() - start);
+    }
+    return { millis, probabilities: last.probabilities, backend: last.backend };
+  }, { text, runs, warmup });
+  result.browser = `Chromium ${browser.version()}`;
+  result.load_ms = loadMs;
+  console.log(JSON.stringify(result));
+} finally {
+  await browser.close();
+}
