@@ -1,6 +1,6 @@
 //! The server's classifier, run in the browser: its three files are downloaded from
 //! `/api/classifier/*` and rebuilt as a [`TextClassifier`] on WebGPU when the browser has an
-//! adapter, else on the CPU (burn's ndarray backend compiled to wasm).
+//! adapter, else on the CPU (burn's ndarray backend compiled to wasm with SIMD128).
 //!
 //! The URL query `?backend=cpu` or `?backend=webgpu` forces a backend. Once loaded, the
 //! classifier is also callable from JavaScript (for tests and benchmarks):
