@@ -37,11 +37,18 @@ install_build_tools() {
   command -v cmake >/dev/null 2>&1 || missing+=(cmake)
   ldconfig -p 2>/dev/null | grep -Eq 'libclang(-[0-9]+)?\.so' || missing+=(libclang-dev)
   [ ${#missing[@]} -eq 0 ] && return
-  step "installing ${missing[*]} (needed to build llama.cpp)"
+  apt_install "needed to build llama.cpp" "${missing[@]}"
+}
+
+# apt_install WHY PACKAGE…: installs Debian packages (with sudo unless root), or stops saying how.
+apt_install() {
+  local why="$1"
+  shift
+  step "installing $* ($why)"
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get install -y "${missing[@]}" >/dev/null || {
-    echo "error: cannot install ${missing[*]}: run apt-get install cmake libclang-dev" >&2
+  $sudo apt-get install -y "$@" >/dev/null || {
+    echo "error: cannot install $*: run apt-get install $*" >&2
     exit 1
   }
 }
@@ -53,7 +60,7 @@ install_wasm_tools() {
   fi
   if ! trunk --version 2>/dev/null | grep -q "$TRUNK_VERSION"; then
     # Trunk's release profile asks for fat LTO in one codegen unit (about 11 minutes on 2 cores);
-    # a build tool does not need it: without, 5.6 minutes.
+    # a build tool does not need it: with Cargo's default (thin, local) and 16 units, 5.6 minutes.
     step "installing trunk $TRUNK_VERSION (about 6 minutes on 2 cores, once)"
     CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
       cargo install trunk --version "$TRUNK_VERSION" --locked
@@ -67,24 +74,12 @@ install_wasm_tools() {
 # The browser tests drive Debian's Chromium (playwright-core never downloads a browser).
 install_chromium() {
   command -v chromium >/dev/null 2>&1 && return
-  step "installing chromium (the browser tests run it headless)"
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get install -y chromium >/dev/null || {
-    echo "error: cannot install chromium: run apt-get install chromium" >&2
-    exit 1
-  }
+  apt_install "the browser tests run it headless" chromium
 }
 
 # The server's Postgres test starts a throwaway cluster with Debian's postgresql binaries.
 install_postgres() {
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return
   command -v initdb >/dev/null 2>&1 && return
-  step "installing postgresql (the server tests start a throwaway cluster)"
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get install -y postgresql >/dev/null || {
-    echo "error: cannot install postgresql: run apt-get install postgresql" >&2
-    exit 1
-  }
+  apt_install "the server tests start a throwaway cluster" postgresql
 }

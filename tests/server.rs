@@ -528,6 +528,9 @@ impl Postgres {
                 "flipside".as_ref(),
                 "--auth=trust".as_ref(),
                 "--encoding=UTF8".as_ref(),
+                // The environment's locale may not exist (initdb then fails); byte order, too,
+                // is what SQLite sorts text by.
+                "--no-locale".as_ref(),
                 "--no-sync".as_ref(),
             ],
         );
@@ -542,12 +545,19 @@ impl Postgres {
             dir.path().display()
         );
         let log = dir.path().join("postgres.log");
-        let pg_ctl = bin.join("pg_ctl");
+        // Made before starting, so that the cluster is stopped even if starting fails midway.
+        let postgres = Postgres {
+            url: format!("postgres://flipside@127.0.0.1:{port}/postgres"),
+            pg_ctl: bin.join("pg_ctl"),
+            data,
+            owner,
+            _dir: dir,
+        };
         run(
-            &pg_ctl,
+            &postgres.pg_ctl,
             &[
                 "-D".as_ref(),
-                data.as_os_str(),
+                postgres.data.as_os_str(),
                 "-l".as_ref(),
                 log.as_os_str(),
                 "-o".as_ref(),
@@ -556,13 +566,7 @@ impl Postgres {
                 "start".as_ref(),
             ],
         );
-        Some(Postgres {
-            url: format!("postgres://flipside@127.0.0.1:{port}/postgres"),
-            pg_ctl,
-            data,
-            owner,
-            _dir: dir,
-        })
+        Some(postgres)
     }
 }
 

@@ -7,7 +7,7 @@ import { launchChromium, waitForScoring } from './chromium.mjs';
 const url = process.env.FLIPSIDE_URL;
 const text = process.env.BENCH_TEXT;
 const backend = process.env.BENCH_BACKEND ?? 'cpu';
-const runs = Number(process.env.BENCH_RUNS ?? 30);
+const runs = Number(process.env.BENCH_RUNS ?? 50);
 const warmup = Number(process.env.BENCH_WARMUP ?? 5);
 if (!url || !text) throw new Error('FLIPSIDE_URL and BENCH_TEXT must be set (run `flipside bench browser`)');
 

@@ -110,7 +110,7 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
     let compute = cpu();
     let classifier = load_classifier::<Cpu>(&classifier_dir, &compute.device)?;
     let text = text_of_tokens(&classifier, args.tokens)?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = rayon::current_num_threads();
     println!(
         "browser bench: {} ({}), one text of {} tokens, {} warm-up + {} timed calls per side; \
          app {} ({})",
@@ -159,6 +159,15 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         "the app ran on {} instead of {}",
         browser.backend,
         args.backend.id()
+    );
+    ensure!(
+        browser.millis.len() == args.runs
+            && browser.probabilities.len() == native_probabilities.len(),
+        "the browser script returned {} timings and {} probabilities (expected {} and {})",
+        browser.millis.len(),
+        browser.probabilities.len(),
+        args.runs,
+        native_probabilities.len()
     );
     let max_diff = browser
         .probabilities
@@ -232,17 +241,14 @@ fn time_native(
     Ok((millis, probabilities))
 }
 
-/// The longest prefix of [`REVIEW`]'s words (skipping a word that would overshoot) whose
-/// encoding is exactly `tokens` long.
+/// [`REVIEW`]'s words from the start, skipping any word that would take the encoding past
+/// `tokens`, until the encoding is exactly `tokens` long.
 fn text_of_tokens(classifier: &TextClassifier<Cpu>, tokens: usize) -> Result<String> {
     let max_len = classifier.config.max_len;
     ensure!(
         (3..=max_len).contains(&tokens),
         "--tokens must be between 3 and the classifier's max length {max_len}"
     );
-    let count = |text: &str| -> Result<usize> {
-        Ok(classifier.tokenizer.encode_texts(&[text])?.lengths()[0])
-    };
     let mut text = String::new();
     for word in REVIEW.split_whitespace() {
         let longer = if text.is_empty() {
@@ -250,10 +256,11 @@ fn text_of_tokens(classifier: &TextClassifier<Cpu>, tokens: usize) -> Result<Str
         } else {
             format!("{text} {word}")
         };
-        if count(&longer)? <= tokens {
+        let count = classifier.tokenizer.encode_texts(&[&longer])?.lengths()[0];
+        if count <= tokens {
             text = longer;
         }
-        if count(&text)? == tokens {
+        if count == tokens {
             return Ok(text);
         }
     }
