@@ -155,10 +155,10 @@ fn a_trained_retriever_indexes_searches_and_is_evaluated_against_minilm() {
 
     let pairs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/seed_pairs.jsonl");
     let out = dir.path().join("cf-dpr");
+    // Paraphrases are mined from the test's corpus (by default they come from the home's).
     let train = |extra: &[&str]| {
-        let mut command = flipside();
+        let mut command = in_corpus(&corpus, &["retriever", "train", "--pairs"]);
         command
-            .args(["retriever", "train", "--pairs"])
             .arg(&pairs)
             .arg("--out")
             .arg(&out)
