@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::{EditingSetup, ITEMS, editing_setup, serve};
+use common::{EditingSetup, ITEMS, editing_setup, serve, serve_command, success};
 use reqwest::blocking::{Client, Response, multipart};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -101,11 +101,22 @@ fn upload(server: &Server, name: &str, bytes: Vec<u8>, fields: &[(&str, &str)]) 
 #[test]
 fn demo_endpoints_errors_limits_uploads_and_openapi() {
     let setup = editing_setup();
-    let server = Server::start(
-        &setup,
-        &setup.dir.path().join("server"),
-        &["--max-upload-mb", "1"],
-    );
+    let data_dir = setup.dir.path().join("server");
+
+    // `--prepare-only` (what scripts/serve runs while the app builds) stops before serving.
+    let prepared = success(&mut serve_command(&setup, &data_dir, &["--prepare-only"]));
+    assert!(prepared.contains("3. Classifier"), "{prepared}");
+    assert!(!prepared.contains("listening on"), "{prepared}");
+    // A missing app directory is refused before the (possibly long) preparation starts.
+    let output = serve_command(&setup, &data_dir, &["--static-dir", "no-such-app"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(output.stdout.is_empty(), "prepared before failing");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no-such-app has no index.html"), "{stderr}");
+
+    let server = Server::start(&setup, &data_dir, &["--max-upload-mb", "1"]);
 
     assert_eq!(json_of(server.get("/health"), 200)["status"], "ok");
     let info = json_of(server.get("/info"), 200);

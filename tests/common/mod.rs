@@ -167,21 +167,7 @@ pub fn editing_setup() -> EditingSetup {
 /// Starts `flipside serve` on a free loopback port with the setup's corpus and classifier, the
 /// embedded [`MODEL`] and `data_dir`; returns the process and the base URL (`http://…/`).
 pub fn serve(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> (Child, String) {
-    let mut child = flipside()
-        .args([
-            "serve",
-            "--model",
-            MODEL,
-            "--listen",
-            "127.0.0.1:0",
-            "--corpus",
-        ])
-        .arg(&setup.corpus)
-        .arg("--classifier")
-        .arg(&setup.classifier)
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(extra)
+    let mut child = serve_command(setup, data_dir, extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -201,4 +187,25 @@ pub fn serve(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> (Child, S
     // Keep draining stdout so the server never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
     (child, url)
+}
+
+/// The `flipside serve` command of [`serve`], not started.
+pub fn serve_command(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> Command {
+    let mut command = flipside();
+    command
+        .args([
+            "serve",
+            "--model",
+            MODEL,
+            "--listen",
+            "127.0.0.1:0",
+            "--corpus",
+        ])
+        .arg(&setup.corpus)
+        .arg("--classifier")
+        .arg(&setup.classifier)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(extra);
+    command
 }

