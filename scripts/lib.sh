@@ -61,8 +61,8 @@ add_wasm_target() {
 
 # Trunk and wasm-bindgen-cli, built once from crates.io (no registry ships their binaries). Each
 # builds in a temporary directory of its own (never the project's target directory, which a build
-# running beside it may hold locked) and at opt-level 1: they mostly wait on cargo, and this
-# cuts their build by about a third.
+# running beside it may hold locked) and at opt-level 1, which compiles faster: at run time they
+# mostly wait on cargo.
 # Trunk's release profile also asks for fat LTO in one codegen unit (about 11 minutes on 2 cores);
 # a build tool does not need it.
 install_wasm_tools() {
