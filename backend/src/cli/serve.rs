@@ -69,10 +69,6 @@ pub struct ServeArgs {
     /// sentences; about an hour to index on 2 cores) and a classifier of 2,000 reviews
     #[arg(long)]
     pub full: bool,
-    /// Prepare the defaults (assets, corpus and index, classifier) and exit without serving;
-    /// `scripts/serve` runs this while the browser app builds
-    #[arg(long)]
-    pub prepare_only: bool,
     #[command(flatten)]
     pub llm: LlmArgs,
 }
@@ -80,11 +76,7 @@ pub struct ServeArgs {
 /// Prepares the defaults on first run, loads the models and serves until interrupted.
 pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     // Checked first: a wrong directory should not wait for the first-run preparation.
-    let static_dir = if args.prepare_only {
-        None
-    } else {
-        browser_app_dir(args.static_dir.as_deref())?
-    };
+    let static_dir = browser_app_dir(args.static_dir.as_deref())?;
     println!("Flipside home: {}", home.root().display());
     println!("1. Assets");
     let mut assets = vec!["minilm", "movie-reviews", "lexicons", "pos-lexicon"];
@@ -119,10 +111,6 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         None => imdb_classifier(home, DEFAULT_CLASSIFIER_SIZE)?,
     };
     println!("   {}", classifier_dir.display());
-    if args.prepare_only {
-        println!("Prepared; `flipside serve` starts from here.");
-        return Ok(());
-    }
 
     println!("4. Loading the models");
     let (editor, local_llm): (Arc<dyn Editor>, Option<Arc<dyn Editor>>) = if args.llm.remote() {
