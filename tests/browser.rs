@@ -2,13 +2,10 @@
 //! `scripts/test` builds first), driven in headless Chromium by tests/e2e/app.test.mjs
 //! (playwright-core under `node --test`). Screenshots are saved under the target directory.
 
-#[path = "common/mod.rs"]
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{ITEMS, editing_setup, serve};
+use crate::common::{ITEMS, editing_setup, serve};
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,7 +1,6 @@
 //! Classifier checkpoints: HF key names and layout, and an exact round trip.
 
-#[path = "common/mod.rs"]
-mod common;
+use crate::common;
 
 use flipside_backend::compute::Cpu;
 use flipside_backend::models::{load_classifier, save_classifier};
@@ -31,7 +30,7 @@ fn saved_classifiers_use_hf_keys_and_reload_exactly() {
     let input = Input::Text {
         text: "A checkpoint must reload exactly.".into(),
     };
-    let original = flipside_shared::classifier::TextClassifier {
+    let original = flipside_shared::models::classifier::TextClassifier {
         model,
         tokenizer: files.tokenizer(64).unwrap(),
         config,

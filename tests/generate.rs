@@ -2,8 +2,7 @@
 //! the embedded engine and through `flipside serve`'s OpenAI API, resuming after a kill, the
 //! ablations, and `eval cf`.
 
-#[path = "common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -11,10 +10,10 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{EditingSetup as Setup, editing_setup as setup, failure, flipside, success};
+use crate::common::{EditingSetup as Setup, editing_setup as setup, failure, flipside, success};
 use serde_json::Value;
 
-use common::{ITEMS, MODEL};
+use crate::common::{ITEMS, MODEL};
 
 impl Setup {
     fn generate(&self, method: &str, out: &Path) -> Command {
@@ -83,19 +82,23 @@ fn check_core_record(record: &Value, model: &str) {
     assert_ne!(record["edited"], record["original"]);
     assert!(!record["edited"].as_str().unwrap().trim().is_empty());
     assert_ne!(record["label"], record["target"]);
+    let provenance = &record["provenance"];
+    assert_eq!(provenance["kind"], "core");
     assert!(
-        !record["retrieved"].as_array().unwrap().is_empty(),
+        !provenance["retrieved"].as_array().unwrap().is_empty(),
         "{record}"
     );
     assert!(
-        !record["keywords"].as_array().unwrap().is_empty(),
+        !provenance["keywords"].as_array().unwrap().is_empty(),
         "{record}"
     );
-    assert_eq!(record["prompt"]["id"], "core-sentiment");
-    assert_eq!(record["prompt"]["hash"].as_str().unwrap().len(), 16);
+    assert_eq!(provenance["prompt"]["id"], "core-sentiment");
+    assert_eq!(provenance["prompt"]["hash"].as_str().unwrap().len(), 16);
+    assert!(provenance["reply"].is_string(), "{record}");
     assert_eq!(record["model"], model);
-    assert!((record["sampling"]["temperature"].as_f64().unwrap() - 0.7).abs() < 1e-6);
-    assert!(record["timing"]["llm_ms"].as_f64().unwrap() > 0.0);
+    assert!((provenance["sampling"]["temperature"].as_f64().unwrap() - 0.7).abs() < 1e-6);
+    assert_eq!(provenance["sampling"]["seed"], record["seed"]);
+    assert!(record["timing"]["edit_ms"].as_f64().unwrap() > 0.0);
     assert_eq!(record["flipped"], record["prediction"] == record["target"]);
     let p = record["target_probability"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&p));
@@ -230,15 +233,20 @@ fn a_killed_run_resumes_with_nothing_lost_or_duplicated_and_ablations_run() {
     drop(file);
     let before = lines_lossy(&out);
     let summary = String::from_utf8(s.generate("llm-only", &out).output().unwrap().stderr).unwrap();
-    assert!(summary.contains("jobs done before this run"), "{summary}");
+    assert!(summary.contains("items done before this run"), "{summary}");
     let records = check_complete(&out, 6);
     for earlier in before {
         assert!(records.contains(&earlier), "a record was lost: {earlier}");
     }
     for record in &records {
         assert_eq!(record["method"], "llm-only");
-        assert!(record["keywords"].as_array().unwrap().is_empty());
-        assert_eq!(record["prompt"]["id"], "llm-only-sentiment");
+        assert!(
+            record["provenance"]["keywords"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(record["provenance"]["prompt"]["id"], "llm-only-sentiment");
     }
     // Running it again has nothing left to do.
     let again = String::from_utf8(s.generate("llm-only", &out).output().unwrap().stderr).unwrap();
@@ -264,7 +272,7 @@ fn a_killed_run_resumes_with_nothing_lost_or_duplicated_and_ablations_run() {
     success(&mut s.generate("retrieve-only", &retrieved));
     let records = check_complete(&retrieved, 6);
     for record in &records {
-        let helpers: Vec<&str> = record["retrieved"]
+        let helpers: Vec<&str> = record["provenance"]["retrieved"]
             .as_array()
             .unwrap()
             .iter()

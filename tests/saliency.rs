@@ -1,15 +1,14 @@
 //! Gradient saliency: the gradient is right (finite differences), and a trained classifier
 //! points at the word that carries the label.
 
-#[path = "common/mod.rs"]
-mod common;
+use crate::common;
 
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::tensor::{Tensor, TensorData};
 use flipside_backend::compute::{Batches, Compute, Cpu};
 use flipside_backend::data::{ReadOptions, read_file};
-use flipside_backend::train::{TrainConfig, TrainJob, train_classifier};
+use flipside_backend::train::{TrainConfig, TrainRun, train_classifier};
 use flipside_shared::saliency::label_gradients;
 
 type Ad = Autodiff<Cpu>;
@@ -29,7 +28,7 @@ fn label_gradient_matches_a_finite_difference() {
     let [_, seq, hidden] = grad.dims();
     let grad_rows = grad.into_data().into_vec::<f32>().unwrap();
     let inner = model.valid();
-    let inner_input = flipside_shared::bert::BertInput {
+    let inner_input = flipside_shared::models::bert::BertInput {
         input_ids: input.input_ids.clone().inner(),
         token_type_ids: input.token_type_ids.clone().inner(),
         attention_mask: input.attention_mask.clone().inner(),
@@ -69,7 +68,7 @@ fn a_trained_classifier_finds_the_word_that_carries_the_label() {
     std::fs::write(&csv, common::toy_sentiment_csv()).unwrap();
     let train = read_file(&csv, &ReadOptions::default()).unwrap().dataset;
     let out = dir.path().join("model");
-    let job = TrainJob {
+    let run = TrainRun {
         train: &train,
         encoder_dir: &common::asset("minilm"),
         out: &out,
@@ -87,7 +86,7 @@ fn a_trained_classifier_finds_the_word_that_carries_the_label() {
         device: Default::default(),
         batches: Batches::Parallel,
     };
-    train_classifier(compute.clone(), &job).unwrap();
+    train_classifier(compute.clone(), &run).unwrap();
 
     for (text, label, word) in [
         (

@@ -3,8 +3,7 @@
 //! JSON errors and limits, uploads, the OpenAPI document, and generation jobs (progress events,
 //! cancel, and resuming after the server is killed), on SQLite and on Postgres.
 
-#[path = "common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader};
@@ -14,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::{EditingSetup, ITEMS, editing_setup, serve, serve_command};
+use crate::common::{EditingSetup, ITEMS, editing_setup, serve, serve_command};
 use reqwest::blocking::{Client, Response, multipart};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -123,6 +122,13 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     );
     assert_eq!(info["corpus"]["sentences"], 6);
     assert!(!info["examples"].as_array().unwrap().is_empty());
+    let methods: Vec<&str> = info["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(methods, ["core", "llm-only", "retrieve-only"]);
 
     let text = "The film was wonderful and the cast superb.";
     let retrieved = json_of(
@@ -159,18 +165,47 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         original[1] > 0.5,
         "the classifier reads the original as positive: {edit}"
     );
-    // An edit, or the reason there is none; never both.
-    assert_ne!(
-        edit["edited"].is_string(),
-        edit["failure"].is_string(),
-        "{edit}"
-    );
-    if let Some(edited) = edit["edited"].as_str() {
+    assert_eq!(edit["method"], "core");
+    // An edit after failed attempts, or only failed attempts, each with its reason.
+    let failures = edit["failures"].as_array().unwrap();
+    assert!(failures.iter().all(|f| f["reason"].is_string()), "{edit}");
+    let record = &edit["record"];
+    if record.is_object() {
+        assert!(failures.len() < 3, "{edit}");
+        assert_eq!(record["attempt"], failures.len() + 1);
+        assert_eq!(record["provenance"]["keywords"], edit["keywords"]);
         let p = &edit["edited_probabilities"];
         let flipped = p[0].as_f64().unwrap() > p[1].as_f64().unwrap();
-        assert_eq!(edit["flipped"], flipped, "{edit}");
-        assert_ne!(edited, text);
+        assert_eq!(record["flipped"], flipped, "{edit}");
+        assert_ne!(record["edited"], text);
+    } else {
+        assert_eq!(failures.len(), 3, "{edit}");
     }
+    // Another method by id; an unknown one is refused with the list.
+    let retrieved_only = json_of(
+        server.post(
+            "/edit",
+            &json!({"text": text, "label": "positive", "method": "retrieve-only"}),
+        ),
+        200,
+    );
+    assert_eq!(retrieved_only["model"], "");
+    assert_eq!(
+        retrieved_only["record"]["edited"],
+        retrieved_only["retrieval"]["excerpts"][0]["text"]
+    );
+    let message = check_error(
+        server.post(
+            "/edit",
+            &json!({"text": text, "label": "positive", "method": "magic"}),
+        ),
+        400,
+        "bad_request",
+    );
+    assert!(
+        message.contains("core, llm-only, retrieve-only"),
+        "{message}"
+    );
     // Given keywords are used as given.
     let own = json_of(
         server.post(
@@ -306,12 +341,23 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
             "{path} missing from the OpenAPI document"
         );
     }
-    for schema in ["EditResponse", "Job", "ApiError", "DatasetInfo"] {
+    for schema in [
+        "EditResponse",
+        "Job",
+        "ApiError",
+        "DatasetInfo",
+        "Counterfactual",
+    ] {
         assert!(
             openapi["components"]["schemas"][schema].is_object(),
             "{schema} missing"
         );
     }
+    // The method type is the registry's enum.
+    assert_eq!(
+        openapi["components"]["schemas"]["MethodId"]["enum"],
+        json!(["core", "llm-only", "retrieve-only"])
+    );
 
     // The embedded model's OpenAI-compatible API is served beside.
     let models: Value = server
@@ -451,8 +497,9 @@ fn jobs_scenario(extra: &[&str]) {
     assert!(
         lines
             .iter()
-            .all(|r| r["model"] == common::MODEL && r["retrieved"].is_array())
+            .all(|r| r["model"] == common::MODEL && r["provenance"]["retrieved"].is_array())
     );
+    same_edits_from_generate_and_the_demo(&setup, &server, records);
 
     // Cancel: a queued job stops at once; a finished one cannot be cancelled.
     let second = json_of(
@@ -477,6 +524,67 @@ fn jobs_scenario(extra: &[&str]) {
     let jobs = json_of(server.get("/jobs"), 200);
     assert_eq!(jobs[0]["id"], second_id, "newest first");
     server.kill();
+}
+
+/// `flipside generate` on the job's file, with the job's settings, makes the job's records; and
+/// `POST /api/edit` makes the same edit of each item with the same seed (or fails as the job
+/// did): one pipeline, one seed rule.
+fn same_edits_from_generate_and_the_demo(setup: &EditingSetup, server: &Server, job: &[Value]) {
+    let out = setup.dir.path().join("same.jsonl");
+    common::success(
+        common::flipside()
+            .args([
+                "generate",
+                "--method",
+                "core",
+                "--model",
+                common::MODEL,
+                "--data",
+            ])
+            .arg(&setup.items)
+            .arg("--corpus")
+            .arg(&setup.corpus)
+            .arg("--classifier")
+            .arg(&setup.classifier)
+            .arg("--out")
+            .arg(&out)
+            .args(["--seed", "1", "--limit", "6", "--max-words", "60"]),
+    );
+    let cli: Vec<Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let same = |r: &Value| {
+        (
+            r["key"].clone(),
+            r["edited"].clone(),
+            r["seed"].clone(),
+            r["attempt"].clone(),
+        )
+    };
+    let mut from_cli: Vec<_> = cli.iter().map(same).collect();
+    let mut from_job: Vec<_> = job.iter().map(same).collect();
+    from_cli.sort_by_key(|k| k.0.to_string());
+    from_job.sort_by_key(|k| k.0.to_string());
+    assert_eq!(from_cli, from_job, "generate and the job made other edits");
+
+    for line in ITEMS.lines().skip(1) {
+        let (text, label) = line.rsplit_once(',').unwrap();
+        let demo = json_of(
+            server.post("/edit", &json!({"text": text, "label": label, "seed": 1})),
+            200,
+        );
+        let made = job.iter().find(|r| r["original"] == text);
+        match made {
+            Some(record) => {
+                assert_eq!(demo["record"]["edited"], record["edited"], "{demo}");
+                assert_eq!(demo["record"]["seed"], record["seed"]);
+                assert_eq!(demo["record"]["attempt"], record["attempt"]);
+            }
+            None => assert!(demo["record"].is_null(), "the job gave {text:?} up: {demo}"),
+        }
+    }
 }
 
 /// A throwaway Postgres cluster on a free loopback port with trust authentication, stopped and

@@ -11,30 +11,23 @@ use crate::baseline::BowLogReg;
 use crate::compute::DeviceChoice;
 use crate::data::{BUILTIN_SPLITS, DatasetSpec, ReadOptions};
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, resolve_model_dir, write_atomic};
-use crate::train::{Evaluation, TrainConfig, TrainJob, evaluate_dir, train_classifier};
+use crate::models::{resolve_model_dir, write_atomic};
+use crate::train::{Evaluation, TrainConfig, TrainRun, evaluate_dir, train_classifier};
 use crate::with_backend;
 
 /// The classifier comparison: sizes, encoder, output and training settings.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone)]
 pub struct CompareConfig {
-    /// IMDb training reviews (a label-stratified seeded subset of imdb:train)
-    #[arg(long, default_value_t = 2000)]
+    /// IMDb training reviews (a label-stratified seeded subset of imdb:train).
     pub train_size: usize,
-    /// IMDb test reviews to evaluate on [default: all 2,513 of imdb:test]
-    #[arg(long)]
+    /// IMDb test reviews to evaluate on (all when `None`).
     pub test_size: Option<usize>,
-    /// Rotten Tomatoes sentences to evaluate on [default: all 8,530]
-    #[arg(long)]
+    /// Rotten Tomatoes sentences to evaluate on (all when `None`).
     pub ood_size: Option<usize>,
-    #[arg(long, default_value = DEFAULT_ENCODER)]
     pub encoder: String,
-    /// Where the trained classifier goes [default: <home>/models/imdb-<train-size>]
-    #[arg(long, value_name = "DIR")]
+    /// Where the trained classifier goes [default: `<home>/models/imdb-<train-size>`].
     pub out: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
-    #[command(flatten)]
     pub config: TrainConfig,
 }
 
@@ -100,14 +93,14 @@ pub fn compare(home: &Home, args: &CompareConfig) -> Result<Vec<CompareRow>> {
         train.len(),
         out.display()
     );
-    let job = TrainJob {
+    let run = TrainRun {
         train: &train,
         encoder_dir: &encoder_dir,
         out: &out,
         config: args.config.clone(),
         pause_after: None,
     };
-    let outcome = with_backend!(args.device, train_classifier(&job))?;
+    let outcome = with_backend!(args.device, train_classifier(&run))?;
     let in_domain = with_backend!(args.device, evaluate_dir(&out, &test, 32))?;
     let out_of_domain = with_backend!(args.device, evaluate_dir(&out, &ood, 32))?;
     rows.push(CompareRow {

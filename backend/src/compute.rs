@@ -13,7 +13,7 @@ pub type Cpu = burn::backend::Flex;
 pub type Cuda = burn::backend::Cuda;
 
 /// The device chosen on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DeviceChoice {
     #[default]

@@ -17,7 +17,10 @@ use flipside_shared::sentences::split_sentences;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::data::UNLABELLED;
+use crate::home::Home;
 use crate::models::write_atomic;
+use flipside_shared::data::{Dataset, Input};
 
 const MANIFEST: &str = "corpus.json";
 const FORMAT_VERSION: u32 = 1;
@@ -286,6 +289,74 @@ impl Corpus {
 fn sentence_key(text: &str) -> u64 {
     let normalised: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
     stable_hash(0, &normalised.join(" "))
+}
+
+/// The directory of corpus `name`: a path if it contains a `/`, else `HOME/corpora/NAME`.
+pub fn corpus_dir(home: &Home, name: &str) -> PathBuf {
+    if name.contains('/') {
+        PathBuf::from(name)
+    } else {
+        home.root().join("corpora").join(name)
+    }
+}
+
+/// Adds each of `sources` that the corpus in `dir` does not have yet (creating it), reading
+/// each with `read`; returns the corpus.
+pub fn build_corpus(
+    dir: &Path,
+    sources: &[String],
+    filter: SentenceFilter,
+    read: impl Fn(&str) -> Result<Vec<Document>>,
+) -> Result<Corpus> {
+    anyhow::ensure!(
+        filter.min_words <= filter.max_words,
+        "--min-words {} is above --max-words {}",
+        filter.min_words,
+        filter.max_words
+    );
+    let mut corpus = Corpus::open_or_new(dir)?;
+    for source in sources {
+        if corpus.contains_source(source) {
+            tracing::info!("{source} is already in the corpus");
+            continue;
+        }
+        let documents = read(source)?;
+        let spinner = crate::progress::spinner(format!(
+            "splitting {} documents of {source}",
+            documents.len()
+        ));
+        let entry = corpus.add_source(source, &documents, filter)?;
+        spinner.finish_and_clear();
+        tracing::info!(
+            "{source}: {} documents → {} sentences ({} duplicates and {} outside {}–{} words dropped)",
+            entry.documents,
+            entry.sentences,
+            entry.duplicates,
+            entry.filtered,
+            filter.min_words,
+            filter.max_words
+        );
+    }
+    Ok(corpus)
+}
+
+/// A dataset's texts as corpus documents, with their labels when it has them.
+pub fn dataset_documents(dataset: &Dataset, source: &str) -> Result<Vec<Document>> {
+    dataset
+        .examples
+        .iter()
+        .map(|example| {
+            let Input::Text { text } = &example.input else {
+                bail!("{source}: corpus documents are single texts, not pairs");
+            };
+            let label = dataset.labels.name(example.label);
+            Ok(Document {
+                id: example.id.clone(),
+                text: text.clone(),
+                label: (label != UNLABELLED).then(|| label.to_string()),
+            })
+        })
+        .collect()
 }
 
 /// Reads a plain text file as documents, one per non-blank line (`line-N` ids).

@@ -1,5 +1,9 @@
 //! Flipside's native side: the `flipside` command line, asset fetching, dataset readers,
-//! training, baselines and benchmarks. Models and data types live in `flipside-shared`.
+//! training, retrieval, the counterfactual pipeline and its methods, the web server, baselines
+//! and benchmarks. Models and data types live in `flipside-shared`.
+//!
+//! The library does not know the command line: `cli/` parses arguments and calls it, as the
+//! server does.
 
 pub mod allocator;
 pub mod assets;
@@ -13,7 +17,10 @@ pub mod editing;
 pub mod explain;
 pub mod home;
 pub mod llm;
+pub mod methods;
 pub mod models;
+pub mod pipeline;
+pub mod prepare;
 pub mod progress;
 pub mod retrieval;
 pub mod server;

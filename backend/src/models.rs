@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use burn::tensor::backend::Backend;
-use flipside_shared::bert::{BertConfig, BertModel};
-use flipside_shared::checkpoint::{load_safetensors, save_safetensors};
-use flipside_shared::classifier::{ClassifierConfig, SequenceClassifier, TextClassifier};
-use flipside_shared::encoder::SentenceEncoder;
+use flipside_shared::models::CheckpointFiles;
+use flipside_shared::models::bert::{BertConfig, BertModel};
+use flipside_shared::models::checkpoint::save_safetensors;
+use flipside_shared::models::classifier::{ClassifierConfig, SequenceClassifier, TextClassifier};
+use flipside_shared::models::encoder::SentenceEncoder;
 use flipside_shared::tokenize::TextTokenizer;
 
 use crate::home::Home;
@@ -56,12 +57,7 @@ impl BertFiles {
         let config = BertConfig::from_json(&read_text(&dir.join("config.json"))?)
             .map_err(anyhow::Error::msg)
             .with_context(|| format!("in {}", dir.display()))?;
-        let max_len = match fs::read_to_string(dir.join("sentence_bert_config.json")) {
-            Ok(text) => serde_json::from_str::<serde_json::Value>(&text)?["max_seq_length"]
-                .as_u64()
-                .map_or(config.max_position_embeddings, |n| n as usize),
-            Err(_) => config.max_position_embeddings,
-        };
+        let max_len = sentence_max_len(dir)?.unwrap_or(config.max_position_embeddings);
         Ok(Self {
             dir: dir.to_path_buf(),
             tokenizer_json: read_bytes(&dir.join("tokenizer.json"))?,
@@ -78,23 +74,38 @@ impl BertFiles {
 
     /// The BERT weights (a `bert.` key prefix is accepted too).
     pub fn load_model<B: Backend>(&self, device: &B::Device) -> Result<BertModel<B>> {
-        let mut model = self.config.init::<B>(device);
         let weights = read_bytes(&self.dir.join("model.safetensors"))?;
-        let prefixed = safetensors_has_prefix(&weights, "bert.");
-        load_safetensors(&mut model, weights, prefixed.then_some("bert"))
-            .with_context(|| format!("loading {}", self.dir.display()))?;
-        Ok(model)
+        self.config
+            .load(weights, device)
+            .with_context(|| format!("loading {}", self.dir.display()))
     }
+}
+
+/// sentence-transformers' `max_seq_length`, from the optional `sentence_bert_config.json`.
+fn sentence_max_len(dir: &Path) -> Result<Option<usize>> {
+    Ok(
+        match fs::read_to_string(dir.join("sentence_bert_config.json")) {
+            Ok(text) => serde_json::from_str::<serde_json::Value>(&text)?["max_seq_length"]
+                .as_u64()
+                .map(|n| n as usize),
+            Err(_) => None,
+        },
+    )
+}
+
+/// The `config.json`, `tokenizer.json` and `model.safetensors` of a model directory.
+pub fn read_checkpoint(dir: &Path) -> Result<CheckpointFiles> {
+    Ok(CheckpointFiles {
+        config: read_bytes(&dir.join("config.json"))?,
+        tokenizer: read_bytes(&dir.join("tokenizer.json"))?,
+        weights: read_bytes(&dir.join("model.safetensors"))?,
+    })
 }
 
 /// Loads a sentence encoder from an HF BERT directory.
 pub fn load_encoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<SentenceEncoder<B>> {
-    let files = BertFiles::read(dir)?;
-    Ok(SentenceEncoder {
-        model: files.load_model(device)?,
-        tokenizer: files.tokenizer(files.max_len)?,
-        device: device.clone(),
-    })
+    SentenceEncoder::from_files(read_checkpoint(dir)?, sentence_max_len(dir)?, device)
+        .with_context(|| format!("loading {}", dir.display()))
 }
 
 /// Writes a classifier directory (creating it), replacing any previous files atomically.
@@ -114,30 +125,10 @@ pub fn save_classifier<B: Backend>(
     Ok(())
 }
 
-/// Loads a classifier directory written by [`save_classifier`].
+/// Loads a classifier directory written by [`save_classifier`], for inference.
 pub fn load_classifier<B: Backend>(dir: &Path, device: &B::Device) -> Result<TextClassifier<B>> {
-    let config: ClassifierConfig = serde_json::from_str(&read_text(&dir.join("config.json"))?)
-        .with_context(|| {
-            format!(
-                "{} is not a Flipside classifier config",
-                dir.join("config.json").display()
-            )
-        })?;
-    let mut model = config.init::<B>(device);
-    load_safetensors(
-        &mut model,
-        read_bytes(&dir.join("model.safetensors"))?,
-        None,
-    )
-    .with_context(|| format!("loading {}", dir.display()))?;
-    let tokenizer =
-        TextTokenizer::from_json(&read_bytes(&dir.join("tokenizer.json"))?, config.max_len)?;
-    Ok(TextClassifier {
-        model,
-        tokenizer,
-        config,
-        device: device.clone(),
-    })
+    TextClassifier::from_files(read_checkpoint(dir)?, device)
+        .with_context(|| format!("loading the classifier in {}", dir.display()))
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename.
@@ -154,17 +145,4 @@ fn read_bytes(path: &Path) -> Result<Vec<u8>> {
 
 fn read_text(path: &Path) -> Result<String> {
     fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
-}
-
-/// Whether any tensor key of a safetensors file starts with `prefix`.
-fn safetensors_has_prefix(bytes: &[u8], prefix: &str) -> bool {
-    let Some(len) = bytes
-        .get(..8)
-        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
-    else {
-        return false;
-    };
-    let header = bytes.get(8..8 + len as usize).unwrap_or_default();
-    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(header)
-        .is_ok_and(|keys| keys.keys().any(|k| k.starts_with(prefix)))
 }

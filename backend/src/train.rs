@@ -17,9 +17,9 @@ use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use flipside_shared::classifier::{ClassifierConfig, SequenceClassifier, TextClassifier};
 use flipside_shared::data::{Dataset, Example, stable_hash};
 use flipside_shared::metrics::{accuracy, argmax_rows};
+use flipside_shared::models::classifier::{ClassifierConfig, SequenceClassifier, TextClassifier};
 use flipside_shared::tokenize::TextTokenizer;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -30,41 +30,41 @@ use crate::models::{BertFiles, load_classifier, save_classifier, write_atomic};
 use crate::progress;
 
 /// Training hyper-parameters; saved with every checkpoint and model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, clap::Args)]
-#[command(next_help_heading = "Training")]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainConfig {
     /// Passes over the training data.
-    #[arg(long, default_value_t = 2)]
     pub epochs: usize,
     /// Examples per optimizer step.
-    #[arg(long, default_value_t = 16)]
     pub batch_size: usize,
     /// Peak learning rate (AdamW).
-    #[arg(long, default_value_t = 5e-5)]
     pub lr: f64,
     /// AdamW decoupled weight decay.
-    #[arg(long, default_value_t = 0.01)]
     pub weight_decay: f64,
     /// Fraction of the steps spent warming the learning rate up linearly from zero.
-    #[arg(long, default_value_t = 0.1)]
     pub warmup: f64,
     /// Clip the global L2 norm of the gradient to this value.
-    #[arg(long, default_value_t = 1.0)]
     pub max_grad_norm: f64,
     /// Truncate inputs to this many tokens.
-    #[arg(long, default_value_t = 256)]
     pub max_len: usize,
     /// Seed for the head's initialisation, the data order and dropout.
-    #[arg(long, default_value_t = 42)]
     pub seed: u64,
     /// Save a resumable checkpoint every this many steps.
-    #[arg(long, default_value_t = 50)]
     pub checkpoint_every: usize,
 }
 
 impl Default for TrainConfig {
     fn default() -> Self {
-        crate::cli::defaults()
+        Self {
+            epochs: 2,
+            batch_size: 16,
+            lr: 5e-5,
+            weight_decay: 0.01,
+            warmup: 0.1,
+            max_grad_norm: 1.0,
+            max_len: 256,
+            seed: 42,
+            checkpoint_every: 50,
+        }
     }
 }
 
@@ -122,7 +122,7 @@ pub struct TrainRecord {
 }
 
 impl TrainRecord {
-    /// The record of a job that has not started: `items` training items in batches of
+    /// The record of a run that has not started: `items` training items in batches of
     /// `config.batch_size` for `config.epochs` epochs.
     pub fn new(
         config: &TrainConfig,
@@ -171,12 +171,12 @@ pub struct TrainOutcome {
 }
 
 /// Where training writes: `out/` receives the model, `out/train-state/` the checkpoints.
-pub struct TrainJob<'a> {
+pub struct TrainRun<'a> {
     pub train: &'a Dataset,
     pub encoder_dir: &'a Path,
     pub out: &'a Path,
     pub config: TrainConfig,
-    /// Stop after this many steps in this invocation (resume by running the same job again).
+    /// Stop after this many steps in this invocation (resume by running the same command again).
     pub pause_after: Option<usize>,
 }
 
@@ -202,7 +202,7 @@ pub trait Objective<B: AutodiffBackend> {
 }
 
 /// Runs the optimisation described by `fresh` (its config and total steps), resuming from the
-/// checkpoint in `state_dir` when it holds one of the same job, saving checkpoints there, and
+/// checkpoint in `state_dir` when it holds one of the same run, saving checkpoints there, and
 /// stopping early after `pause_after` steps. Returns the model and the record; the run is
 /// finished when `record.step == record.total_steps`.
 pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
@@ -223,9 +223,9 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
 
     let (mut model, mut record) = match read_record(state_dir)? {
         Some(saved) => {
-            if !same_job(&saved, &fresh) {
+            if !same_run(&saved, &fresh) {
                 bail!(
-                    "{} holds a checkpoint of a different training job (other data or \
+                    "{} holds a checkpoint of a different training run (other data or \
                      hyper-parameters); use another --out, or delete that directory to start over",
                     state_dir.display()
                 );
@@ -307,9 +307,9 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
     Ok((model, record))
 }
 
-/// The record of the finished model in `out` if it comes from the job `fresh` describes
+/// The record of the finished model in `out` if it comes from the run `fresh` describes
 /// (`None` if `out` holds no finished model, i.e. no file `artifact`); an error if it comes
-/// from another job.
+/// from another run.
 pub fn finished_job(
     out: &Path,
     fresh: &TrainRecord,
@@ -318,9 +318,9 @@ pub fn finished_job(
     let Some(done) = read_record(out)? else {
         return Ok(None);
     };
-    if !same_job(&done, fresh) {
+    if !same_run(&done, fresh) {
         bail!(
-            "{} holds a model from a different training job (other data or \
+            "{} holds a model from a different training run (other data or \
              hyper-parameters); use another --out, or delete it to train again",
             out.display()
         );
@@ -335,39 +335,39 @@ pub fn finished_job(
     Ok(Some(done))
 }
 
-/// Writes the record of a finished job into `out` and removes its checkpoints.
+/// Writes the record of a finished run into `out` and removes its checkpoints.
 pub fn finish_job(out: &Path, record: &TrainRecord) -> Result<()> {
     write_atomic(&out.join(RECORD_FILE), &serde_json::to_vec_pretty(record)?)?;
     fs::remove_dir_all(out.join(STATE_DIR)).ok();
     Ok(())
 }
 
-/// The checkpoint directory of a job writing into `out`.
+/// The checkpoint directory of a run writing into `out`.
 pub fn state_dir(out: &Path) -> PathBuf {
     out.join(STATE_DIR)
 }
 
-/// Fine-tunes a classifier on `job.train`, starting from the encoder in `job.encoder_dir`,
-/// resuming from `job.out/train-state` if a checkpoint of the same job is there. On success the
-/// model is saved to `job.out` (see [`crate::models::save_classifier`]) and the state removed.
-pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Result<TrainOutcome> {
-    let config = &job.config;
-    if job.train.is_empty() {
+/// Fine-tunes a classifier on `run.train`, starting from the encoder in `run.encoder_dir`,
+/// resuming from `run.out/train-state` if a checkpoint of the same run is there. On success the
+/// model is saved to `run.out` (see [`crate::models::save_classifier`]) and the state removed.
+pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Result<TrainOutcome> {
+    let config = &run.config;
+    if run.train.is_empty() {
         bail!("the training set is empty");
     }
-    if job.train.labels.len() < 2 {
+    if run.train.labels.len() < 2 {
         bail!(
             "a classifier needs at least two labels, found {:?}",
-            job.train.labels.names()
+            run.train.labels.names()
         );
     }
-    let files = BertFiles::read(job.encoder_dir)?;
+    let files = BertFiles::read(run.encoder_dir)?;
     let objective = ClassifierObjective {
-        train: job.train,
+        train: run.train,
         tokenizer: files.tokenizer(config.max_len)?,
         model_config: ClassifierConfig {
             bert: files.config.clone(),
-            labels: job.train.labels.names().to_vec(),
+            labels: run.train.labels.names().to_vec(),
             max_len: config.max_len,
             head_dropout: 0.1,
         },
@@ -375,23 +375,23 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
     };
     let fresh = TrainRecord::new(
         config,
-        job.encoder_dir,
-        &job.train.name,
-        fingerprint(job.train),
+        run.encoder_dir,
+        &run.train.name,
+        fingerprint(run.train),
         objective.model_config.labels.clone(),
-        job.train.len(),
+        run.train.len(),
         std::any::type_name::<B>(),
     );
-    run_job::<Autodiff<B>, _>(
+    run_training::<Autodiff<B>, _>(
         &objective,
         &compute.device,
         fresh,
-        job.out,
+        run.out,
         "model.safetensors",
-        job.pause_after,
+        run.pause_after,
         |model| {
             save_classifier(
-                job.out,
+                run.out,
                 &model.valid(),
                 &objective.model_config,
                 &files.tokenizer_json,
@@ -400,10 +400,10 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, job: &TrainJob) -> Resu
     )
 }
 
-/// A whole training job writing into `out`: reuses a finished model of the same job (one whose
+/// A whole training run writing into `out`: reuses a finished model of the same run (one whose
 /// `artifact` file exists), otherwise runs or resumes [`optimise`]; when the run finishes,
 /// `save` writes the model and the record is written beside it.
-pub fn run_job<B: AutodiffBackend, O: Objective<B>>(
+pub fn run_training<B: AutodiffBackend, O: Objective<B>>(
     objective: &O,
     device: &B::Device,
     fresh: TrainRecord,
@@ -472,8 +472,8 @@ impl<B: AutodiffBackend> Objective<B> for ClassifierObjective<'_> {
     }
 }
 
-/// Whether two records describe the same training job (data, encoder and hyper-parameters).
-fn same_job(a: &TrainRecord, b: &TrainRecord) -> bool {
+/// Whether two records describe the same training run (data, encoder and hyper-parameters).
+fn same_run(a: &TrainRecord, b: &TrainRecord) -> bool {
     a.config == b.config
         && a.train_fingerprint == b.train_fingerprint
         && a.labels == b.labels

@@ -131,6 +131,7 @@ fn Demo(info: ServerInfo) -> impl IntoView {
             text: text.get_untracked(),
             label: label.get_untracked(),
             target: Some(target.get_untracked()),
+            method: None,
             keywords: None,
             seed: Some(0),
         });
@@ -294,7 +295,7 @@ fn EditOutcome(edit: EditState) -> impl IntoView {
                     .into_any()
             }
             Some(Ok(response)) => {
-                let retrieval = response.retrieval.clone();
+                let retrieval = response.retrieval.clone().map(|retrieval| view! { <Retrieved retrieval /> });
                 let seed = edit
                     .request
                     .with_untracked(|r| r.as_ref().and_then(|r| r.seed).unwrap_or(0));
@@ -303,7 +304,7 @@ fn EditOutcome(edit: EditState) -> impl IntoView {
                         <EditResult response try_another pending seed />
                         <section class="card">
                             <h2>"How it was made"</h2>
-                            <Retrieved retrieval />
+                            {retrieval}
                             <KeywordEditor keywords=edit.keywords rerun pending />
                         </section>
                     </div>

@@ -28,17 +28,17 @@ pub fn EditResult(
     let target_index = response.labels.iter().position(|l| *l == response.target);
     let p_target = |probabilities: &[f32]| target_index.map_or(0.0, |i| probabilities[i]);
     let original_p = p_target(&response.original_probabilities);
-    let timing = response.timing;
+    let timing = &response.timing;
     let small_print = format!(
         "retrieval {} · LLM {} · classifier {} · model {} · seed {}",
-        format_millis(timing.retrieve_ms),
-        format_millis(timing.llm_ms),
-        format_millis(timing.classify_ms),
+        format_millis(timing.context_ms),
+        format_millis(timing.edit_ms),
+        format_millis(timing.judge_ms),
         response.model,
         seed,
     );
-    let body = match (&response.edited, &response.edited_probabilities) {
-        (Some(edited), Some(probabilities)) => {
+    let body = match (&response.record, &response.edited_probabilities) {
+        (Some(record), Some(probabilities)) => {
             let edited_p = p_target(probabilities);
             view! {
                 <div class="scores">
@@ -59,28 +59,29 @@ pub fn EditResult(
                             )}
                         </span>
                     </div>
-                    <FlippedBadge flipped=response.flipped target=response.target.clone() />
+                    <FlippedBadge flipped=record.flipped target=response.target.clone() />
                 </div>
                 <LiveEdit
                     original=response.original.clone()
-                    edited=edited.clone()
+                    edited=record.edited.clone()
                     target=response.target.clone()
                 />
             }
             .into_any()
         }
         _ => {
-            let failure = response
-                .failure
-                .clone()
+            let last = response.failures.last();
+            let failure = last
+                .map(|f| f.reason.clone())
                 .unwrap_or_else(|| "the model's reply held no usable edit".into());
+            let reply = last.and_then(|f| f.reply.clone()).unwrap_or_default();
             view! {
                 <p class="warning" data-testid="demo-failure">
                     {format!("No edit: {failure}")}
                 </p>
                 <details class="reply">
                     <summary>"The model's reply"</summary>
-                    <pre>{response.reply.clone()}</pre>
+                    <pre>{reply}</pre>
                 </details>
             }
             .into_any()

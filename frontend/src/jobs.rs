@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use flipside_shared::api::{DatasetInfo, Job, JobMethod, JobRequest};
+use flipside_shared::api::{DatasetInfo, Job, JobRequest, MethodId};
 use futures::StreamExt;
 use gloo_net::eventsource::futures::EventSource;
 use leptos::prelude::*;
@@ -103,7 +103,9 @@ pub fn JobsPage(#[prop(into)] selected: Signal<Option<String>>) -> impl IntoView
 /// The form that starts a job.
 #[component]
 fn StartJob(datasets: DatasetsResource, dataset: RwSignal<String>, jobs: JobList) -> impl IntoView {
-    let method = RwSignal::new(JobMethod::Core);
+    // The server's methods (the first is its default); the picker is built from them.
+    let info = LocalResource::new(api::info);
+    let method = RwSignal::new(None::<MethodId>);
     let limit = RwSignal::new("10".to_string());
     let seed = RwSignal::new("0".to_string());
     let verify = RwSignal::new(false);
@@ -192,22 +194,37 @@ fn StartJob(datasets: DatasetsResource, dataset: RwSignal<String>, jobs: JobList
                         <span>"Method"</span>
                         <select
                             data-testid="job-method"
-                            on:change=move |ev| {
-                                if let Some(m) = parse_method(&event_target_value(&ev)) {
-                                    method.set(m);
-                                }
-                            }
+                            on:change=move |ev| method.set(Some(MethodId(event_target_value(&ev))))
                         >
-                            {[JobMethod::Core, JobMethod::LlmOnly, JobMethod::RetrieveOnly]
-                                .into_iter()
-                                .map(|m| {
-                                    view! {
-                                        <option value=method_id(m) prop:selected=move || method.get() == m>
-                                            {method_label(m)}
-                                        </option>
-                                    }
-                                })
-                                .collect_view()}
+                            {move || match info.get() {
+                                Some(Ok(info)) => {
+                                    info.methods
+                                        .into_iter()
+                                        .enumerate()
+                                        .map(|(i, m)| {
+                                            let id = m.id.clone();
+                                            let selected = move || {
+                                                method.with(|chosen| match chosen {
+                                                    Some(chosen) => *chosen == id,
+                                                    None => i == 0,
+                                                })
+                                            };
+                                            view! {
+                                                <option
+                                                    value=m.id.to_string()
+                                                    title=m.description.clone()
+                                                    prop:selected=selected
+                                                >
+                                                    {m.label.clone()}
+                                                </option>
+                                            }
+                                        })
+                                        .collect_view()
+                                        .into_any()
+                                }
+                                Some(Err(_)) => view! { <option value="">"Server default"</option> }.into_any(),
+                                None => view! { <option value="">"Loading…"</option> }.into_any(),
+                            }}
                         </select>
                     </label>
                     <label class="field compact">
@@ -263,7 +280,7 @@ fn StartJob(datasets: DatasetsResource, dataset: RwSignal<String>, jobs: JobList
 /// A [`JobRequest`] from the form's fields, or what is wrong with them.
 fn job_request(
     dataset: String,
-    method: JobMethod,
+    method: Option<MethodId>,
     limit: &str,
     seed: &str,
     verify: bool,
@@ -293,26 +310,11 @@ fn job_request(
     })
 }
 
-fn method_id(method: JobMethod) -> &'static str {
-    match method {
-        JobMethod::Core => "core",
-        JobMethod::LlmOnly => "llm-only",
-        JobMethod::RetrieveOnly => "retrieve-only",
-    }
-}
-
-fn method_label(method: JobMethod) -> &'static str {
-    match method {
-        JobMethod::Core => "CORE (retrieve + LLM)",
-        JobMethod::LlmOnly => "LLM only",
-        JobMethod::RetrieveOnly => "Retrieve only",
-    }
-}
-
-fn parse_method(id: &str) -> Option<JobMethod> {
-    [JobMethod::Core, JobMethod::LlmOnly, JobMethod::RetrieveOnly]
-        .into_iter()
-        .find(|&m| method_id(m) == id)
+/// A job's method as shown in lists: its id, or the server's default.
+fn method_name(method: &Option<MethodId>) -> String {
+    method
+        .as_ref()
+        .map_or_else(|| "default method".to_string(), MethodId::to_string)
 }
 
 /// Every job, newest first, with its status and progress.
@@ -367,7 +369,7 @@ fn JobRow(job: Job, selected: Signal<Option<String>>) -> impl IntoView {
                 <span class=format!("badge status status-{status}")>{status}</span>
                 <span class="job-title">
                     <strong>{job.request.dataset.clone()}</strong>
-                    {format!(" · {} · {} examples", method_label(job.request.method), job.request.limit)}
+                    {format!(" · {} · {} examples", method_name(&job.request.method), job.request.limit)}
                 </span>
                 <span class="small muted job-time">{format_time(&job.created_at)}</span>
                 <ProgressBar done=job.done total=job.total />
@@ -452,7 +454,7 @@ fn JobDetail(id: String, jobs: JobList) -> impl IntoView {
                                 {format!(
                                     "{} · {} · {} examples · seed {}{} · started {}",
                                     r.dataset,
-                                    method_label(r.method),
+                                    method_name(&r.method),
                                     r.limit,
                                     r.seed,
                                     if r.verify { " · verified" } else { "" },

@@ -10,7 +10,6 @@ mod datasets;
 mod demo;
 mod diff_view;
 mod edit_result;
-mod highlight;
 mod jobs;
 mod records;
 mod retrieved;

@@ -2,11 +2,12 @@
 //! text (with the keywords taken from them highlighted), and the keywords themselves as chips
 //! the user can change before asking for the edit again.
 
-use flipside_shared::api::{Excerpt, RetrieveResponse};
+use flipside_shared::api::RetrieveResponse;
+use flipside_shared::records::Excerpt;
 use leptos::prelude::*;
 
-use crate::highlight::keyword_segments;
 use crate::ui::format_millis;
+use flipside_shared::highlight::keyword_segments;
 
 /// The helpers, grouped by the query sentence that found them.
 #[component]

@@ -13,10 +13,9 @@ use std::rc::Rc;
 use burn::backend::wgpu::{RuntimeOptions, WgpuDevice, graphics, init_setup_async};
 use burn::backend::{NdArray, WebGpu};
 use burn::tensor::backend::Backend;
-use flipside_shared::checkpoint::load_safetensors;
-use flipside_shared::classifier::{ClassifierConfig, TextClassifier};
 use flipside_shared::data::Input;
-use flipside_shared::tokenize::TextTokenizer;
+use flipside_shared::models::CheckpointFiles;
+use flipside_shared::models::classifier::TextClassifier;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use serde::Serialize;
@@ -191,10 +190,11 @@ async fn load(forced: Option<Device>, status: RwSignal<Status>) -> Result<Scorer
         api::get_bytes(api::CLASSIFIER_WEIGHTS),
     )
     .map_err(|e| format!("could not download the classifier: {e}"))?;
-    let config: ClassifierConfig = serde_json::from_slice(&config)
-        .map_err(|e| format!("the classifier's config.json is invalid: {e}"))?;
-    let tokenizer = TextTokenizer::from_json(&tokenizer, config.max_len)
-        .map_err(|e| format!("the classifier's tokenizer.json is invalid: {e}"))?;
+    let files = CheckpointFiles {
+        config,
+        tokenizer,
+        weights,
+    };
 
     let has_webgpu = webgpu_available().await;
     let device = match forced {
@@ -212,25 +212,23 @@ async fn load(forced: Option<Device>, status: RwSignal<Status>) -> Result<Scorer
     status.set(Status::Loading(format!(
         "Building the model ({}, {:.0} MB of weights)…",
         device.label(),
-        weights.len() as f64 / 1e6
+        files.weights.len() as f64 / 1e6
     )));
     // Let the page show that before the (blocking) weight loading starts.
     yield_to_browser().await;
 
-    let labels = config.labels.clone();
     let engine = match device {
         Device::WebGpu => {
             let device = WgpuDevice::default();
             // Must run before any tensor op: burn's synchronous setup panics in the browser.
             init_setup_async::<graphics::WebGpu>(&device, RuntimeOptions::default()).await;
-            Engine::Gpu(Box::new(build(config, tokenizer, weights, device)?))
+            Engine::Gpu(Box::new(build(files, &device)?))
         }
-        Device::Cpu => Engine::Cpu(Box::new(build(
-            config,
-            tokenizer,
-            weights,
-            Default::default(),
-        )?)),
+        Device::Cpu => Engine::Cpu(Box::new(build(files, &Default::default())?)),
+    };
+    let labels = match &engine {
+        Engine::Gpu(classifier) => classifier.config.labels.clone(),
+        Engine::Cpu(classifier) => classifier.config.labels.clone(),
     };
     let scorer = Scorer { engine, labels };
     // A first prediction compiles WebGPU's shaders, so that the user's first one is fast.
@@ -244,20 +242,11 @@ async fn load(forced: Option<Device>, status: RwSignal<Status>) -> Result<Scorer
 }
 
 fn build<B: Backend>(
-    config: ClassifierConfig,
-    tokenizer: TextTokenizer,
-    weights: Vec<u8>,
-    device: B::Device,
+    files: CheckpointFiles,
+    device: &B::Device,
 ) -> Result<TextClassifier<B>, String> {
-    let mut model = config.init::<B>(&device);
-    load_safetensors(&mut model, weights, None)
-        .map_err(|e| format!("could not load the classifier's weights: {e}"))?;
-    Ok(TextClassifier {
-        model: model.without_dropout(),
-        tokenizer,
-        config,
-        device,
-    })
+    TextClassifier::from_files(files, device)
+        .map_err(|e| format!("could not load the classifier: {e}"))
 }
 
 /// Whether the browser can give WebGPU an adapter (burn's setup panics when it cannot, and a

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::records::{Counterfactual, Excerpt, FailedAttempt, Timing};
+
 /// Every error response: a stable machine-readable code and a message for people.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -32,6 +34,46 @@ pub struct ServerInfo {
     pub corpus: CorpusInfo,
     /// Examples to try in the demo.
     pub examples: Vec<Example>,
+    /// The methods jobs and edits can use (the first is the default).
+    pub methods: Vec<MethodInfo>,
+}
+
+/// A counterfactual method.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MethodInfo {
+    pub id: MethodId,
+    /// A short name for pickers.
+    pub label: String,
+    pub description: String,
+    /// Whether it retrieves helpers from the corpus.
+    pub retrieves: bool,
+    /// Whether it calls the LLM.
+    pub uses_llm: bool,
+}
+
+/// A method's id (`GET /api/info` lists them; the OpenAPI document enumerates them).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(transparent)]
+pub struct MethodId(pub String);
+
+impl MethodId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for MethodId {
+    fn from(id: &str) -> Self {
+        MethodId(id.to_string())
+    }
+}
+
+impl std::fmt::Display for MethodId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
 }
 
 /// The classifier that scores edits (and that the browser can download).
@@ -87,25 +129,7 @@ pub struct RetrieveResponse {
     pub millis: f64,
 }
 
-/// One retrieved helper sentence.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct Excerpt {
-    /// Which query found it (an index into `queries`).
-    pub query: usize,
-    /// Its sentence id in the corpus.
-    pub id: usize,
-    pub text: String,
-    /// Cosine similarity to the query.
-    pub score: f32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rerank_score: Option<f32>,
-    /// The label of the review it comes from, when the corpus knows it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-}
-
-/// `POST /api/edit`: one CORE edit.
+/// `POST /api/edit`: one counterfactual, made as `flipside generate` and jobs make them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EditRequest {
@@ -113,11 +137,14 @@ pub struct EditRequest {
     pub label: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// The method [default: the first of `GET /api/info`'s methods, CORE].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<MethodId>,
     /// Use these keywords instead of the retrieved ones (retrieval still runs and is shown).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keywords: Option<Vec<String>>,
-    /// Sampling seed [default: 0]; another seed gives another edit (an unusable reply is
-    /// retried with the next seeds, up to three tries).
+    /// Seed [default: 0]; each attempt's sampling seed is derived from it, the text and the
+    /// target, as in `flipside generate --seed` and jobs, so all three make the same edit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
 }
@@ -126,38 +153,30 @@ pub struct EditRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EditResponse {
+    pub method: MethodId,
     pub original: String,
     pub label: String,
     pub target: String,
-    pub retrieval: RetrieveResponse,
-    /// The keywords the prompt used.
+    /// What retrieval found (methods that retrieve).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrieval: Option<RetrieveResponse>,
+    /// The retrieved helpers' keywords (given to CORE's prompt; the request's, if it named some).
     pub keywords: Vec<String>,
-    /// The LLM's raw reply.
-    pub reply: String,
-    /// The edited text; absent when the reply held no usable edit (see `failure`).
+    /// The counterfactual with its provenance; absent when every attempt failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub edited: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure: Option<String>,
+    pub record: Option<Counterfactual>,
+    /// The attempts that made no counterfactual: why, and the model's reply.
+    pub failures: Vec<FailedAttempt>,
     pub labels: Vec<String>,
     /// Label probabilities of the original text, in `labels` order.
     pub original_probabilities: Vec<f32>,
     /// Label probabilities of the edit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub edited_probabilities: Option<Vec<f32>>,
-    /// Whether the classifier gives the edit the target label.
-    pub flipped: bool,
+    /// The model that edits (empty for methods without one).
     pub model: String,
-    pub timing: EditTiming,
-}
-
-/// Milliseconds per stage of an edit.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct EditTiming {
-    pub retrieve_ms: f64,
-    pub llm_ms: f64,
-    pub classify_ms: f64,
+    /// Time spent in each stage, over every attempt.
+    pub timing: Timing,
 }
 
 /// `POST /api/classify`.
@@ -194,24 +213,15 @@ pub struct DatasetInfo {
     pub created_at: Option<String>,
 }
 
-/// How a job edits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "kebab-case")]
-pub enum JobMethod {
-    Core,
-    LlmOnly,
-    RetrieveOnly,
-}
-
 /// `POST /api/jobs`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobRequest {
     /// A dataset id from `GET /api/datasets`.
     pub dataset: String,
-    #[serde(default = "default_method")]
-    pub method: JobMethod,
+    /// The method [default: the first of `GET /api/info`'s methods, CORE].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<MethodId>,
     /// Edit the first N examples after a seeded shuffle [default: 20].
     #[serde(default = "default_limit")]
     pub limit: usize,
@@ -226,10 +236,6 @@ pub struct JobRequest {
     /// Tries per example [default: 3].
     #[serde(default = "default_max_attempts")]
     pub max_attempts: usize,
-}
-
-fn default_method() -> JobMethod {
-    JobMethod::Core
 }
 
 fn default_limit() -> usize {
@@ -311,26 +317,11 @@ pub struct Job {
     pub updated_at: String,
 }
 
-/// One counterfactual a job made (the JSONL download has every field).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct JobRecord {
-    pub key: String,
-    pub original: String,
-    pub edited: String,
-    pub label: String,
-    pub target: String,
-    pub prediction: String,
-    pub target_probability: f32,
-    pub flipped: bool,
-    pub keywords: Vec<String>,
-}
-
 /// A page of a longer list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RecordPage {
-    pub records: Vec<JobRecord>,
+    pub records: Vec<Counterfactual>,
     /// Records matching the filter, over all pages.
     pub total: usize,
 }

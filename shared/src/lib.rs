@@ -6,16 +6,13 @@
 
 pub mod api;
 pub mod batching;
-pub mod bert;
-pub mod biencoder;
-pub mod checkpoint;
-pub mod classifier;
 pub mod data;
 pub mod diff;
-pub mod encoder;
+pub mod highlight;
 pub mod metrics;
-pub mod pooling;
+pub mod models;
 pub mod pos;
+pub mod records;
 pub mod saliency;
 pub mod sentences;
 pub mod tokenize;

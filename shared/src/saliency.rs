@@ -7,9 +7,9 @@
 use burn::tensor::backend::AutodiffBackend;
 use burn::tensor::{Tensor, TensorData};
 
-use crate::bert::BertInput;
-use crate::classifier::SequenceClassifier;
 use crate::data::Input;
+use crate::models::bert::BertInput;
+use crate::models::classifier::SequenceClassifier;
 use crate::tokenize::{TextTokenizer, TokenizeError, whitespace_words};
 
 /// One word of an input with its saliency score.

@@ -10,8 +10,8 @@ use tokenizers::{
     EncodeInput, PaddingParams, PaddingStrategy, Tokenizer, TruncationParams, TruncationStrategy,
 };
 
-use crate::bert::BertInput;
 use crate::data::Input;
+use crate::models::bert::BertInput;
 
 /// Why text could not be tokenised.
 #[derive(Debug, thiserror::Error)]

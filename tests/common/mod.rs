@@ -4,11 +4,12 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
 
 use burn::tensor::backend::Backend;
 use flipside_backend::home::Home;
 use flipside_backend::models::BertFiles;
-use flipside_shared::classifier::{ClassifierConfig, SequenceClassifier};
+use flipside_shared::models::classifier::{ClassifierConfig, SequenceClassifier};
 
 /// The Flipside home the test command fetched assets into (`FLIPSIDE_HOME` or `~/.flipside`).
 pub fn home() -> Home {
@@ -123,7 +124,8 @@ An excellent show with a brilliant script.,positive
 A terrible film and an awful waste of time.,negative
 ";
 
-/// A corpus indexed with MiniLM, a small trained classifier, and the items file.
+/// A test's own directory and items file, with the corpus (indexed with MiniLM) and the small
+/// trained classifier that the editing tests share.
 pub struct EditingSetup {
     pub dir: tempfile::TempDir,
     pub corpus: PathBuf,
@@ -131,37 +133,63 @@ pub struct EditingSetup {
     pub items: PathBuf,
 }
 
+/// A fresh setup; the corpus and classifier are made by the first test that asks, once per run.
 pub fn editing_setup() -> EditingSetup {
+    static SHARED: OnceLock<PathBuf> = OnceLock::new();
+    let shared = SHARED.get_or_init(shared_editing_models);
     let dir = tempfile::tempdir().unwrap();
-    let helpers = dir.path().join("helpers.txt");
-    std::fs::write(&helpers, CORPUS).unwrap();
-    let corpus = dir.path().join("corpus");
+    let items = dir.path().join("items.csv");
+    std::fs::write(&items, ITEMS).unwrap();
+    EditingSetup {
+        dir,
+        corpus: shared.join("corpus"),
+        classifier: shared.join("classifier"),
+        items,
+    }
+}
+
+/// Builds the shared corpus, index and classifier in a directory of this test process under
+/// the target directory, first removing those of earlier runs (whose processes are gone).
+fn shared_editing_models() -> PathBuf {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_prefix("editing-")
+            && !Path::new("/proc").join(pid).exists()
+        {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let dir = root.join(format!("editing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Helper ids of their own: the corpus never holds an item's "own review", so retrieval
+    // finds the same helpers for a dataset's item and for the same text in the demo.
+    let helpers = dir.join("helpers.csv");
+    let rows: Vec<String> = CORPUS
+        .lines()
+        .enumerate()
+        .map(|(i, text)| format!("helper-{i},\"{text}\""))
+        .collect();
+    std::fs::write(&helpers, format!("id,text\n{}\n", rows.join("\n"))).unwrap();
+    let corpus = dir.join("corpus");
     success(
         flipside()
-            .args(["corpus", "build", "--corpus"])
+            .args(["corpus", "build", "--id-col", "id", "--corpus"])
             .arg(&corpus)
             .arg(&helpers),
     );
     success(flipside().args(["index", "build", "--corpus"]).arg(&corpus));
-    let toy = dir.path().join("toy.csv");
+    let toy = dir.join("toy.csv");
     std::fs::write(&toy, toy_sentiment_csv()).unwrap();
-    let classifier = dir.path().join("classifier");
     success(
         flipside()
             .args(["classifier", "train", "--data"])
             .arg(&toy)
             .arg("--out")
-            .arg(&classifier)
+            .arg(dir.join("classifier"))
             .args(["--epochs", "2", "--batch-size", "8", "--max-len", "24"]),
     );
-    let items = dir.path().join("items.csv");
-    std::fs::write(&items, ITEMS).unwrap();
-    EditingSetup {
-        dir,
-        corpus,
-        classifier,
-        items,
-    }
+    dir
 }
 
 /// Starts `flipside serve` on a free loopback port with the setup's corpus and classifier, the

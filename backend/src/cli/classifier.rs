@@ -14,7 +14,7 @@ use crate::compute::{Compute, DeviceChoice};
 use crate::explain::{explain, print_explanation};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_classifier, resolve_model_dir};
-use crate::train::{Evaluation, TrainConfig, TrainJob, evaluate_dir, train_classifier};
+use crate::train::{Evaluation, TrainConfig, TrainRun, evaluate_dir, train_classifier};
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -28,7 +28,7 @@ pub enum ClassifierCommand {
     /// Which words drive a prediction: gradient-norm saliency (AutoCAD §3.2)
     Saliency(SaliencyArgs),
     /// Train on an IMDb subset and compare with a bag-of-words baseline, in and out of domain
-    Compare(CompareConfig),
+    Compare(CompareArgs),
 }
 
 #[derive(Debug, Args)]
@@ -54,9 +54,82 @@ pub struct TrainArgs {
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
     #[command(flatten)]
-    pub config: TrainConfig,
+    pub config: TrainConfigArgs,
     #[command(flatten)]
     pub read: ReadArgs,
+}
+
+/// Training hyper-parameters ([`TrainConfig`]'s fields, with its defaults).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Training")]
+pub struct TrainConfigArgs {
+    /// Passes over the training data
+    #[arg(long, default_value_t = TrainConfig::default().epochs)]
+    pub epochs: usize,
+    /// Examples per optimizer step
+    #[arg(long, default_value_t = TrainConfig::default().batch_size)]
+    pub batch_size: usize,
+    /// Peak learning rate (AdamW)
+    #[arg(long, default_value_t = TrainConfig::default().lr)]
+    pub lr: f64,
+    /// AdamW decoupled weight decay
+    #[arg(long, default_value_t = TrainConfig::default().weight_decay)]
+    pub weight_decay: f64,
+    /// Fraction of the steps spent warming the learning rate up linearly from zero
+    #[arg(long, default_value_t = TrainConfig::default().warmup)]
+    pub warmup: f64,
+    /// Clip the global L2 norm of the gradient to this value
+    #[arg(long, default_value_t = TrainConfig::default().max_grad_norm)]
+    pub max_grad_norm: f64,
+    /// Truncate inputs to this many tokens
+    #[arg(long, default_value_t = TrainConfig::default().max_len)]
+    pub max_len: usize,
+    /// Seed for the head's initialisation, the data order and dropout
+    #[arg(long, default_value_t = TrainConfig::default().seed)]
+    pub seed: u64,
+    /// Save a resumable checkpoint every this many steps
+    #[arg(long, default_value_t = TrainConfig::default().checkpoint_every)]
+    pub checkpoint_every: usize,
+}
+
+impl TrainConfigArgs {
+    /// The hyper-parameters these options give.
+    pub fn config(&self) -> TrainConfig {
+        TrainConfig {
+            epochs: self.epochs,
+            batch_size: self.batch_size,
+            lr: self.lr,
+            weight_decay: self.weight_decay,
+            warmup: self.warmup,
+            max_grad_norm: self.max_grad_norm,
+            max_len: self.max_len,
+            seed: self.seed,
+            checkpoint_every: self.checkpoint_every,
+        }
+    }
+}
+
+/// `classifier compare`'s options.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// IMDb training reviews (a label-stratified seeded subset of imdb:train)
+    #[arg(long, default_value_t = 2000)]
+    pub train_size: usize,
+    /// IMDb test reviews to evaluate on [default: all 2,513 of imdb:test]
+    #[arg(long)]
+    pub test_size: Option<usize>,
+    /// Rotten Tomatoes sentences to evaluate on [default: all 8,530]
+    #[arg(long)]
+    pub ood_size: Option<usize>,
+    #[arg(long, default_value = DEFAULT_ENCODER)]
+    pub encoder: String,
+    /// Where the trained classifier goes [default: <home>/models/imdb-<train-size>]
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub config: TrainConfigArgs,
 }
 
 #[derive(Debug, Args)]
@@ -120,7 +193,16 @@ pub fn run(home: &Home, command: ClassifierCommand) -> Result<()> {
         ClassifierCommand::Eval(args) => eval(home, args),
         ClassifierCommand::Predict(args) => predict(args),
         ClassifierCommand::Saliency(args) => saliency(args),
-        ClassifierCommand::Compare(config) => {
+        ClassifierCommand::Compare(args) => {
+            let config = CompareConfig {
+                train_size: args.train_size,
+                test_size: args.test_size,
+                ood_size: args.ood_size,
+                encoder: args.encoder,
+                out: args.out,
+                device: args.device,
+                config: args.config.config(),
+            };
             let rows = compare(home, &config)?;
             print_table(&rows);
             Ok(())
@@ -149,14 +231,14 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         data.labels.names(),
         out.display()
     );
-    let job = TrainJob {
+    let run = TrainRun {
         train: &data,
         encoder_dir: &encoder_dir,
         out: &out,
-        config: args.config.clone(),
+        config: args.config.config(),
         pause_after: args.pause_after,
     };
-    let outcome = with_backend!(args.device, train_classifier(&job))?;
+    let outcome = with_backend!(args.device, train_classifier(&run))?;
     let record = &outcome.record;
     if outcome.paused {
         println!(

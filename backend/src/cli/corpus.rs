@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use flipside_shared::data::Input;
 
 use super::data::ReadArgs;
-use crate::corpus::{Corpus, Document, SentenceFilter, read_text_documents};
-use crate::data::UNLABELLED;
+use crate::corpus::{
+    Corpus, SentenceFilter, build_corpus, corpus_dir, dataset_documents, read_text_documents,
+};
 use crate::home::Home;
 
 /// The corpus `corpus build` makes when given no sources.
@@ -46,15 +46,6 @@ impl CorpusArg {
     /// The corpus directory.
     pub fn dir(&self, home: &Home) -> PathBuf {
         corpus_dir(home, &self.corpus)
-    }
-}
-
-/// The directory of corpus `name`: a path if it contains a `/`, else `HOME/corpora/NAME`.
-pub fn corpus_dir(home: &Home, name: &str) -> PathBuf {
-    if name.contains('/') {
-        PathBuf::from(name)
-    } else {
-        home.root().join("corpora").join(name)
     }
 }
 
@@ -115,61 +106,16 @@ pub fn build(home: &Home, args: BuildArgs) -> Result<()> {
         min_words: args.min_words,
         max_words: args.max_words,
     };
-    anyhow::ensure!(
-        filter.min_words <= filter.max_words,
-        "--min-words {} is above --max-words {}",
-        filter.min_words,
-        filter.max_words
-    );
-    let dir = args.corpus.dir(home);
-    let mut corpus = Corpus::open_or_new(&dir)?;
-    for source in &sources {
-        if corpus.contains_source(source) {
-            tracing::info!("{source} is already in the corpus");
-            continue;
+    let read = |source: &str| {
+        let path = Path::new(source);
+        if path.is_file() && path.extension().is_some_and(|e| e == "txt") {
+            return read_text_documents(path);
         }
-        let documents = read_documents(home, &args.read, source)?;
-        let spinner = crate::progress::spinner(format!(
-            "splitting {} documents of {source}",
-            documents.len()
-        ));
-        let entry = corpus.add_source(source, &documents, filter)?;
-        spinner.finish_and_clear();
-        tracing::info!(
-            "{source}: {} documents → {} sentences ({} duplicates and {} outside {}–{} words dropped)",
-            entry.documents,
-            entry.sentences,
-            entry.duplicates,
-            entry.filtered,
-            filter.min_words,
-            filter.max_words
-        );
-    }
+        dataset_documents(&args.read.load_unlabelled(home, source)?, source)
+    };
+    let corpus = build_corpus(&args.corpus.dir(home), &sources, filter, read)?;
     print_info(&corpus);
     Ok(())
-}
-
-fn read_documents(home: &Home, read: &ReadArgs, source: &str) -> Result<Vec<Document>> {
-    let path = Path::new(source);
-    if path.is_file() && path.extension().is_some_and(|e| e == "txt") {
-        return read_text_documents(path);
-    }
-    let dataset = read.load_unlabelled(home, source)?;
-    dataset
-        .examples
-        .iter()
-        .map(|example| {
-            let Input::Text { text } = &example.input else {
-                anyhow::bail!("{source}: corpus documents are single texts, not pairs");
-            };
-            let label = dataset.labels.name(example.label);
-            Ok(Document {
-                id: example.id.clone(),
-                text: text.clone(),
-                label: (label != UNLABELLED).then(|| label.to_string()),
-            })
-        })
-        .collect()
 }
 
 fn print_info(corpus: &Corpus) {

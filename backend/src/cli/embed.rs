@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
 use clap::Args;
-use flipside_shared::encoder::cosine;
+use flipside_shared::models::encoder::cosine;
 
 use crate::compute::{Compute, DeviceChoice};
 use crate::home::Home;

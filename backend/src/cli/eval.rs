@@ -10,11 +10,12 @@ use serde_json::json;
 use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
 use crate::editing::evaluate::{CfMetrics, cf_metrics, flip_rate_under, record_labels};
-use crate::editing::records::{Counterfactual, read_repairing};
 use crate::home::Home;
 use crate::llm::LocalEngine;
 use crate::models::resolve_model_dir;
+use crate::pipeline::store::read_repairing;
 use crate::with_backend;
+use flipside_shared::records::Counterfactual;
 
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
@@ -108,7 +109,7 @@ pub fn run(home: &Home, command: EvalCommand) -> Result<()> {
     if !args.json {
         print_tables(
             &rows,
-            engine.as_ref().map(crate::llm::Editor::model),
+            engine.as_ref().map(crate::llm::LlmClient::model),
             classifier.as_deref(),
         );
     }

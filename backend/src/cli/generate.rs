@@ -1,6 +1,7 @@
 //! `flipside generate`
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Result, bail};
 use clap::Args;
@@ -10,14 +11,14 @@ use super::corpus::CorpusArg;
 use super::data::ReadArgs;
 use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
-use crate::editing::generate::{GenerateJob, Method, generate};
-use crate::editing::items::{Selection, Unit, select_items};
+use crate::editing::items::{Selection, Unit, select_items, task_of};
 use crate::editing::keywords::Lexicons;
-use crate::editing::prompts::{PromptTemplate, Task};
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
 use crate::llm::Sampling;
+use crate::methods::{self, EditSettings, ModelsConfig, load_models};
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir, write_atomic};
+use crate::pipeline::batch::{BatchRun, generate};
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::index_dir;
 use crate::retrieval::reranker::DEFAULT_RERANKER;
@@ -31,8 +32,9 @@ pub struct GenerateArgs {
     /// Dataset: imdb[:split], rotten-tomatoes, or a CSV/TSV/JSONL file[:split]
     #[arg(long, default_value = "imdb:test")]
     pub data: String,
-    #[arg(long, value_enum, default_value = "core")]
-    pub method: Method,
+    /// How counterfactuals are made
+    #[arg(long, default_value = methods::METHODS[0].id(), value_parser = super::method_parser())]
+    pub method: String,
     /// Target label, or "flip": the other label of a binary task, each other label otherwise
     #[arg(long, default_value = "flip", value_name = "LABEL|flip")]
     pub target: String,
@@ -59,7 +61,7 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
     /// Tries per item before it is given up (bad or empty replies are retried)
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = EditSettings::default().max_attempts)]
     pub max_attempts: usize,
     /// Keep only verified counterfactuals: an edit the classifier does not flip is a failed
     /// attempt, retried up to --max-attempts (by default edits are kept and marked `flipped`)
@@ -94,10 +96,10 @@ pub struct PromptArgs {
     #[arg(long, default_value_t = Sampling::default().top_p)]
     pub top_p: f32,
     /// Most tokens per reply (each item also gets at most 2 × its words + 48)
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = Sampling::default().max_tokens)]
     pub max_tokens: usize,
     /// Most keywords in a prompt
-    #[arg(long, default_value_t = 12)]
+    #[arg(long, default_value_t = EditSettings::default().max_keywords)]
     pub max_keywords: usize,
 }
 
@@ -132,7 +134,7 @@ pub struct RetrievalArgs {
 #[derive(Debug, Serialize)]
 struct RunConfig {
     data: String,
-    method: Method,
+    method: String,
     target: String,
     limit: Option<usize>,
     max_words: Option<usize>,
@@ -150,8 +152,9 @@ struct RunConfig {
 }
 
 pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
+    let method = methods::method(&args.method)?;
     let dataset = args.read.load(home, &args.data)?;
-    let lexicons = Lexicons::load(home)?;
+    let lexicons = Arc::new(Lexicons::load(home)?);
     let selection = Selection {
         target: args.target.clone(),
         limit: args.limit,
@@ -166,47 +169,21 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
             args.data
         );
     }
-    let task = if items.iter().any(|i| i.premise.is_some()) {
-        Task::Nli
-    } else {
-        Task::Sentiment
+    let settings = EditSettings {
+        prompt: args.prompt.prompt.clone(),
+        task: task_of(&items),
+        sampling: Sampling {
+            temperature: args.prompt.temperature,
+            top_p: args.prompt.top_p,
+            max_tokens: args.prompt.max_tokens,
+            seed: args.seed,
+        },
+        max_keywords: args.prompt.max_keywords,
+        max_attempts: args.max_attempts,
+        verify: args.verify,
     };
-    let template = match args.method {
-        Method::RetrieveOnly => None,
-        method => Some(PromptTemplate::load(
-            &args.prompt.prompt.clone().unwrap_or_else(|| {
-                let kind = if method == Method::Core {
-                    "core"
-                } else {
-                    "llm-only"
-                };
-                let task = if task == Task::Nli {
-                    "nli"
-                } else {
-                    "sentiment"
-                };
-                format!("{kind}-{task}")
-            }),
-        )?),
-    };
-    if let Some(template) = &template {
-        if template.task != task {
-            bail!(
-                "template {} is for {:?} data, but {} is {:?} data",
-                template.id,
-                template.task,
-                args.data,
-                task
-            );
-        }
-        if args.method == Method::Core && !template.uses_keywords() {
-            bail!(
-                "template {} has no {{keywords}}: CORE needs them",
-                template.id
-            );
-        }
-    }
-    let retrieval = if args.method.retrieves() {
+    method.check(&settings)?;
+    let retrieval = if method.retrieves() {
         let r = &args.retrieval;
         let corpus_dir = r.corpus.dir(home);
         Some(RetrievalSetup {
@@ -234,16 +211,27 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         home.root().join("runs").join(format!(
             "{}-{}.jsonl",
             args.data.replace([':', '/'], "-"),
-            args.method.name()
+            method.id()
         ))
     });
-    let editor = match template {
-        Some(_) => Some(args.llm.editor(home)?),
-        None => None,
+    let llm = if method.uses_llm() {
+        Some(args.llm.client(home)?)
+    } else {
+        None
     };
+    let models = with_backend!(
+        args.device,
+        load_models(ModelsConfig {
+            classifier_dir: classifier.clone(),
+            retrieval,
+            llm,
+            lexicons,
+        })
+    )?;
+    let pipeline = methods::pipeline(method, &models, &settings)?;
     let config = RunConfig {
         data: args.data.clone(),
-        method: args.method,
+        method: method.id().to_string(),
         target: args.target.clone(),
         limit: args.limit,
         max_words: args.max_words,
@@ -252,50 +240,34 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         max_attempts: args.max_attempts,
         verify: args.verify,
         classifier: classifier.display().to_string(),
-        prompt: template.as_ref().map(|t| (t.id.clone(), t.hash.clone())),
-        model: editor.as_ref().map(|e| e.model().to_string()),
+        prompt: pipeline.editor.prompt().map(|p| (p.id, p.hash)),
+        model: pipeline.editor.model().map(str::to_string),
         sampling: args.prompt.clone(),
-        retrieval: args.method.retrieves().then(|| args.retrieval.clone()),
+        retrieval: method.retrieves().then(|| args.retrieval.clone()),
     };
     check_config(&output, &config)?;
 
-    let job = GenerateJob {
-        method: args.method,
+    let run = BatchRun {
+        pipeline: &pipeline,
         items,
-        editor: editor.as_deref().zip(template),
-        retrieval,
-        lexicons,
-        classifier,
-        sampling: Sampling {
-            temperature: args.prompt.temperature,
-            top_p: args.prompt.top_p,
-            max_tokens: args.prompt.max_tokens,
-            seed: args.seed,
-        },
-        max_keywords: args.prompt.max_keywords,
-        max_attempts: args.max_attempts,
-        verify: args.verify,
+        seed: args.seed,
         concurrency: args
             .concurrency
             .unwrap_or(if args.llm.remote() { 4 } else { 1 }),
-        seed: args.seed,
         output: output.clone(),
     };
-    let bar = crate::progress::items(job.items.len() as u64, "editing");
-    let summary = with_backend!(
-        args.device,
-        generate(&job, &|_| {
-            bar.inc(1);
-            std::ops::ControlFlow::Continue(())
-        })
-    )?;
+    let bar = crate::progress::items(run.items.len() as u64, "editing");
+    let summary = generate(&run, &|_| {
+        bar.inc(1);
+        std::ops::ControlFlow::Continue(())
+    })?;
     bar.finish_and_clear();
     let rate = |n: usize, of: usize| 100.0 * n as f64 / of.max(1) as f64;
     eprintln!(
-        "{} of {} jobs done before this run; {} counterfactuals written, {} flipped ({:.1}%); \
-         {} failed attempts; {} jobs given up",
+        "{} of {} items done before this run; {} counterfactuals written, {} flipped ({:.1}%); \
+         {} failed attempts; {} items given up",
         summary.already_done,
-        summary.jobs,
+        summary.items,
         summary.written,
         summary.flipped,
         rate(summary.flipped, summary.written),

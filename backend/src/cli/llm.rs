@@ -12,7 +12,7 @@ use crate::editing::prompts::{BUILTIN_TEMPLATES, PromptTemplate};
 use crate::home::Home;
 use crate::llm::local::EngineOptions;
 use crate::llm::openai::ClientOptions;
-use crate::llm::{Api, DEFAULT_EDITOR_MODEL, Editor, LocalEngine, OpenAiClient};
+use crate::llm::{Api, DEFAULT_EDITOR_MODEL, LlmClient, LocalEngine, OpenAiClient};
 
 /// Which LLM: the embedded engine (default) or an OpenAI-compatible server.
 #[derive(Debug, Clone, Args)]
@@ -85,8 +85,8 @@ impl LlmArgs {
         engine
     }
 
-    /// The editor these options name.
-    pub fn editor(&self, home: &Home) -> Result<Arc<dyn Editor>> {
+    /// The LLM these options name.
+    pub fn client(&self, home: &Home) -> Result<Arc<dyn LlmClient>> {
         let Some(base_url) = &self.api_base else {
             return Ok(Arc::new(self.local(home)?));
         };

@@ -11,11 +11,11 @@ mod generate;
 mod index;
 mod llm;
 mod pairs;
-mod prepare;
 mod quickstart;
 mod reranker;
 mod retriever;
 mod serve;
+mod values;
 
 use std::path::PathBuf;
 
@@ -23,6 +23,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 use crate::home::Home;
+pub(crate) use values::method_parser;
 
 /// Flipside: counterfactual training data — minimal edits of labelled text that flip the label.
 ///

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 
-use crate::editing::records::{Counterfactual, read_repairing};
+use crate::pipeline::store::read_repairing;
 use crate::retrieval::cfdpr::SeedPair;
+use flipside_shared::records::Counterfactual;
 
 #[derive(Debug, Subcommand)]
 pub enum PairsCommand {

@@ -5,14 +5,16 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use clap::Args;
 
+use super::corpus::CorpusArg;
 use super::generate::GenerateArgs;
-use super::prepare::{SMALL_CORPUS, corpus_with_index, default_train_config, fetch_assets};
 use crate::compare::{CompareConfig, compare, print_table};
-use crate::editing::records::{Counterfactual, read_repairing};
 use crate::explain::{explain, print_explanation};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::pipeline::store::read_repairing;
+use crate::prepare::{SMALL_CORPUS, corpus_with_index, default_train_config, fetch_assets};
 use crate::with_backend;
+use flipside_shared::records::Counterfactual;
 
 /// The assets the quickstart needs.
 const QUICKSTART_ASSETS: [&str; 5] = [
@@ -58,7 +60,7 @@ pub fn run(home: &Home, args: QuickstartArgs) -> Result<()> {
         super::embed::embed_texts(&encoder, &texts, 8)
     )?;
     for (text, vector) in others.iter().zip(&vectors[1..]) {
-        let score = flipside_shared::encoder::cosine(&vectors[0], vector);
+        let score = flipside_shared::models::encoder::cosine(&vectors[0], vector);
         println!("   {score:.3}  {query:?} ~ {text:?}");
     }
 
@@ -104,7 +106,11 @@ pub fn run(home: &Home, args: QuickstartArgs) -> Result<()> {
 /// Builds and indexes the small corpus if needed, generates `n` CORE counterfactuals of short
 /// IMDb test reviews and prints them; returns the output file.
 fn core_counterfactuals(home: &Home, classifier: &Path, n: usize) -> Result<PathBuf> {
-    let corpus = corpus_with_index(home, SMALL_CORPUS, &["rotten-tomatoes"])?;
+    let corpus = CorpusArg {
+        corpus: corpus_with_index(home, SMALL_CORPUS, &["rotten-tomatoes"])?
+            .display()
+            .to_string(),
+    };
 
     let name = classifier.file_name().unwrap_or_default().to_string_lossy();
     let out = home
@@ -133,7 +139,7 @@ fn core_counterfactuals(home: &Home, classifier: &Path, n: usize) -> Result<Path
         );
         println!("     original: {}", record.original);
         println!("     edited:   {}", record.edited);
-        println!("     keywords: {}", record.keywords.join(", "));
+        println!("     keywords: {}", record.keywords().join(", "));
     }
     Ok(out)
 }

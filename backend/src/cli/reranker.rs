@@ -8,7 +8,7 @@ use crate::home::Home;
 use crate::models::resolve_model_dir;
 use crate::retrieval::cfdpr::write_training_pairs;
 use crate::retrieval::reranker::reranker_dataset;
-use crate::train::{TrainJob, train_classifier};
+use crate::train::{TrainRun, train_classifier};
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -61,14 +61,14 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         counts[0],
         out.display()
     );
-    let job = TrainJob {
+    let run = TrainRun {
         train: &data,
         encoder_dir: &resolve_model_dir(home, &training.encoder)?,
         out: &out,
-        config: training.config.clone(),
+        config: training.config.config(),
         pause_after: training.pause_after,
     };
-    let outcome = with_backend!(training.device, train_classifier(&job))?;
+    let outcome = with_backend!(training.device, train_classifier(&run))?;
     if report_training(&outcome) {
         write_training_pairs(&out, &pairs)?;
         println!(

@@ -12,7 +12,7 @@ use crate::compute::DeviceChoice;
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::retrieval::cfdpr::{
-    RetrieverJob, SeedPair, read_pairs, sentence_pairs, train_retriever, with_reverses,
+    RetrieverRun, SeedPair, read_pairs, sentence_pairs, train_retriever, with_reverses,
     write_training_pairs,
 };
 use crate::retrieval::encoders::RetrieverEncoders;
@@ -22,7 +22,7 @@ use crate::retrieval::evaluate::{
 };
 use crate::retrieval::index::{SentenceIndex, embed_queries, index_dir};
 use crate::retrieval::negatives::mine_paraphrases;
-use crate::train::{TrainConfig, TrainOutcome};
+use crate::train::TrainOutcome;
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -225,7 +225,7 @@ pub struct PairTrainingArgs {
     #[arg(long, value_name = "STEPS")]
     pub pause_after: Option<usize>,
     #[command(flatten)]
-    pub config: TrainConfig,
+    pub config: super::classifier::TrainConfigArgs,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
 }
@@ -318,17 +318,17 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         validation.len(),
         out.display()
     );
-    let job = RetrieverJob {
+    let run = RetrieverRun {
         pairs: &pairs,
         pairs_name: source,
         encoder_dir: &encoder_dir,
         out: &out,
-        config: training.config.clone(),
+        config: training.config.config(),
         shared: args.shared,
         scale: args.scale,
         pause_after: training.pause_after,
     };
-    let outcome = with_backend!(training.device, train_retriever(&job))?;
+    let outcome = with_backend!(training.device, train_retriever(&run))?;
     if report_training(&outcome) {
         write_training_pairs(&out, &pairs)?;
         println!(

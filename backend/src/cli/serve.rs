@@ -7,13 +7,15 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::Args;
 
-use super::corpus::CorpusArg;
 use super::llm::LlmArgs;
-use super::prepare::{SMALL_CORPUS, corpus_with_index, fetch_assets, imdb_classifier};
+use crate::corpus::corpus_dir;
+use crate::editing::prompts::PromptTemplate;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
-use crate::llm::{DEFAULT_EDITOR_MODEL, Editor};
+use crate::llm::{DEFAULT_EDITOR_MODEL, LlmClient};
+use crate::methods::EditSettings;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::prepare::{SMALL_CORPUS, corpus_with_index, fetch_assets, imdb_classifier};
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::index_dir;
 use crate::server::resources::{ResourceConfig, Resources};
@@ -62,9 +64,10 @@ pub struct ServeArgs {
     /// Retriever whose index is searched (minilm, or a trained CF-DPR name)
     #[arg(long, default_value = DEFAULT_ENCODER)]
     pub encoder: String,
-    /// CORE prompt template (a built-in id or a TOML file)
-    #[arg(long, default_value = "core-sentiment", value_name = "ID|FILE")]
-    pub prompt: String,
+    /// Prompt template of the LLM methods, for jobs and the demo (a built-in id or a TOML
+    /// file) [default: each method's own]
+    #[arg(long, value_name = "ID|FILE")]
+    pub prompt: Option<String>,
     /// First run builds the full defaults: the IMDb + Rotten Tomatoes corpus (238,203
     /// sentences; about an hour to index on 2 cores) and a classifier of 2,000 reviews
     #[arg(long)]
@@ -86,14 +89,17 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     fetch_assets(home, &assets)?;
 
     println!("2. Retrieval corpus and index");
-    let corpus = match (&args.corpus, args.full) {
-        (Some(name), _) => CorpusArg {
-            corpus: name.clone(),
-        },
-        (None, false) => corpus_with_index(home, SMALL_CORPUS, &["rotten-tomatoes"])?,
-        (None, true) => corpus_with_index(home, FULL_CORPUS, &["imdb:train", "rotten-tomatoes"])?,
+    let (corpus, corpus_dir) = match (&args.corpus, args.full) {
+        (Some(name), _) => (name.as_str(), corpus_dir(home, name)),
+        (None, false) => (
+            SMALL_CORPUS,
+            corpus_with_index(home, SMALL_CORPUS, &["rotten-tomatoes"])?,
+        ),
+        (None, true) => (
+            FULL_CORPUS,
+            corpus_with_index(home, FULL_CORPUS, &["imdb:train", "rotten-tomatoes"])?,
+        ),
     };
-    let corpus_dir = corpus.dir(home);
     let retrieval = RetrievalSetup {
         index_dir: index_dir(&corpus_dir, &args.encoder),
         corpus_dir,
@@ -112,21 +118,27 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     };
     println!("   {}", classifier_dir.display());
 
+    if let Some(prompt) = &args.prompt {
+        PromptTemplate::load(prompt)?;
+    }
     println!("4. Loading the models");
-    let (editor, local_llm): (Arc<dyn Editor>, Option<Arc<dyn Editor>>) = if args.llm.remote() {
-        (args.llm.editor(home)?, None)
+    let (llm, local_llm): (Arc<dyn LlmClient>, Option<Arc<dyn LlmClient>>) = if args.llm.remote() {
+        (args.llm.client(home)?, None)
     } else {
-        let engine: Arc<dyn Editor> = Arc::new(args.llm.local(home)?);
+        let engine: Arc<dyn LlmClient> = Arc::new(args.llm.local(home)?);
         (engine.clone(), Some(engine))
     };
     let resources = Resources::load(
         home,
         ResourceConfig {
             retrieval,
-            corpus: corpus.corpus.clone(),
+            corpus: corpus.to_string(),
             classifier_dir,
-            editor,
-            prompt: args.prompt.clone(),
+            llm,
+            settings: EditSettings {
+                prompt: args.prompt.clone(),
+                ..EditSettings::default()
+            },
         },
     )?;
 

@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use flipside_shared::data::{Dataset, Example, Input, LabelVocab};
 
 /// A file format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Comma-separated, with a header row and RFC 4180 quoting.
     Csv,

@@ -12,9 +12,9 @@ use burn::tensor::backend::Backend;
 use flipside_shared::data::Input;
 use serde::Serialize;
 
-use super::records::Counterfactual;
 use crate::compute::Compute;
 use crate::models::load_classifier;
+use flipside_shared::records::Counterfactual;
 
 /// Significance level of the z-statistics test.
 pub const Z_ALPHA: f64 = 0.01;
@@ -92,7 +92,7 @@ pub fn cf_metrics(records: &[Counterfactual], labels: &[String]) -> (CfMetrics, 
         levenshtein: mean(&|r| normalised_levenshtein(&r.edited, &r.original)),
         distinct: [1, 2, 3, 4].map(|k| distinct_n(&edits, k)),
         seconds_per_item: mean(&|r| {
-            (r.timing.retrieve_ms + r.timing.llm_ms + r.timing.classify_ms) / 1e3
+            (r.timing.context_ms + r.timing.edit_ms + r.timing.judge_ms) / 1e3
         }),
         perturbations,
         z_significant_originals: z_originals.significant().len(),

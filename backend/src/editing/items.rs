@@ -6,10 +6,11 @@ use flipside_shared::data::{Dataset, Input};
 use serde::Serialize;
 
 use super::keywords::{Lexicons, labelled_sentence};
-use super::retrieve::Item;
+use super::prompts::Task;
+use crate::pipeline::Item;
 
 /// The part of each example that is edited.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Unit {
     #[default]
@@ -39,6 +40,15 @@ pub struct Selection {
     pub max_words: Option<usize>,
     pub unit: Unit,
     pub seed: u64,
+}
+
+/// What the items are: NLI pairs when any has a premise, else sentiment texts.
+pub fn task_of(items: &[Item]) -> Task {
+    if items.iter().any(|item| item.premise.is_some()) {
+        Task::Nli
+    } else {
+        Task::Sentiment
+    }
 }
 
 /// One item per example and target label, in a seeded order.

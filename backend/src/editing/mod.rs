@@ -1,11 +1,10 @@
-//! Counterfactual editing: prompt templates, keyword and sentence selection, retrieval for a
-//! batch of items, reading LLM replies, and the resumable `generate` pipeline.
+//! CORE's editing parts: prompt templates, keyword and sentence selection, retrieval of helpers,
+//! reading LLM replies, which items a run edits, and the metrics of counterfactuals. The
+//! pipeline that composes them is [`crate::pipeline`]; the methods are [`crate::methods`].
 
 pub mod evaluate;
-pub mod generate;
 pub mod items;
 pub mod keywords;
 pub mod prompts;
-pub mod records;
 pub mod reply;
 pub mod retrieve;

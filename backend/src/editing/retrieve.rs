@@ -1,45 +1,23 @@
-//! CORE's first stage for a batch of items: pick the sentences to query with, retrieve their
-//! counterfactual candidates (optionally re-ranked), and keep those usable as helpers: the
-//! target label when the corpus knows it, never the item's own review or the query itself.
+//! CORE's first stage: pick an item's sentences to query with, retrieve their counterfactual
+//! candidates (optionally re-ranked), and keep those usable as helpers: the target label when
+//! the corpus knows it, never the item's own review or the query itself.
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use burn::tensor::backend::Backend;
 use flipside_shared::data::Input;
+use flipside_shared::models::encoder::SentenceEncoder;
+use flipside_shared::records::Excerpt;
 
 use super::keywords::{Lexicons, polar_sentences};
-use super::records::Excerpt;
 use crate::compute::Compute;
 use crate::models::load_encoder;
+use crate::pipeline::Item;
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::SentenceIndex;
 use crate::retrieval::reranker::Reranker;
-use flipside_shared::encoder::SentenceEncoder;
-
-/// The item to edit.
-#[derive(Debug, Clone)]
-pub struct Item {
-    pub id: String,
-    /// The text to edit (the hypothesis for NLI).
-    pub text: String,
-    pub premise: Option<String>,
-    pub label: String,
-    pub target: String,
-}
-
-impl Item {
-    /// `ITEM→TARGET`, the job's key in the output.
-    pub fn key(&self) -> String {
-        format!("{}→{}", self.id, self.target)
-    }
-
-    /// The classifier input for `text` in this item's place.
-    pub fn input(&self, text: &str) -> Input {
-        Input::with_premise(self.premise.as_deref(), text)
-    }
-}
 
 /// How to retrieve.
 #[derive(Debug, Clone)]
@@ -58,11 +36,34 @@ pub struct RetrievalSetup {
 }
 
 /// What retrieval found for one item.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Retrieval {
+    /// The item's sentences used as queries.
     pub queries: Vec<String>,
     pub excerpts: Vec<Excerpt>,
-    pub millis: f64,
+    /// The excerpts' keywords (filled by the context stage that extracts them).
+    pub keywords: Vec<String>,
+}
+
+/// A loaded retriever, whatever backend its encoders run on.
+pub trait Retrieve: Send + Sync {
+    /// Helpers for `item`: up to `per_query` excerpts for each of its query sentences (the
+    /// retriever's default when `None`).
+    fn retrieve(&self, item: &Item, per_query: Option<usize>) -> Result<Retrieval>;
+
+    /// Sentences in the index.
+    fn sentences(&self) -> usize;
+}
+
+impl<B: Backend> Retrieve for Mutex<Retriever<B>> {
+    fn retrieve(&self, item: &Item, per_query: Option<usize>) -> Result<Retrieval> {
+        let retriever = self.lock().unwrap();
+        retriever.retrieve(item, per_query.unwrap_or(retriever.setup.per_query))
+    }
+
+    fn sentences(&self) -> usize {
+        self.lock().unwrap().index.sentences.len()
+    }
 }
 
 /// A retriever ready for many calls: the index, its query encoder and the optional re-ranker.
@@ -72,11 +73,17 @@ pub struct Retriever<B: Backend> {
     pub index: SentenceIndex,
     encoder: SentenceEncoder<B>,
     reranker: Option<Reranker<B>>,
+    /// Opinion words, to pick the query sentences of long texts.
+    lexicons: Arc<Lexicons>,
 }
 
 impl<B: Backend> Retriever<B> {
     /// Loads the index and the models `setup` names.
-    pub fn open(compute: Compute<B>, setup: RetrievalSetup) -> Result<Self> {
+    pub fn open(
+        compute: Compute<B>,
+        setup: RetrievalSetup,
+        lexicons: Arc<Lexicons>,
+    ) -> Result<Self> {
         let index = SentenceIndex::open(&setup.corpus_dir, &setup.index_dir, &setup.encoders)?;
         let encoder = load_encoder::<B>(&setup.encoders.query_dir, &compute.device)?;
         let reranker = match &setup.reranker {
@@ -89,44 +96,27 @@ impl<B: Backend> Retriever<B> {
             index,
             encoder,
             reranker,
+            lexicons,
         })
     }
 
-    /// Retrieves helpers for every item (one batch through the encoder).
-    pub fn retrieve(&self, items: &[Item], lexicons: &Lexicons) -> Result<Vec<Retrieval>> {
-        self.retrieve_top(items, lexicons, self.setup.per_query)
-    }
-
-    /// [`Retriever::retrieve`] keeping `per_query` helpers per query sentence.
-    pub fn retrieve_top(
-        &self,
-        items: &[Item],
-        lexicons: &Lexicons,
-        per_query: usize,
-    ) -> Result<Vec<Retrieval>> {
-        let started = Instant::now();
+    /// Helpers for `item`, `per_query` per query sentence. The item's queries are encoded as
+    /// one batch of their own, so its helpers do not depend on what else is being retrieved.
+    pub fn retrieve(&self, item: &Item, per_query: usize) -> Result<Retrieval> {
         let setup = &RetrievalSetup {
             per_query,
             ..self.setup.clone()
         };
-        let queries: Vec<Vec<String>> = items
-            .iter()
-            .map(|item| match item.premise {
-                Some(_) => vec![item.text.clone()],
-                None => polar_sentences(&item.text, lexicons, setup.max_queries)
-                    .into_iter()
-                    .map(str::to_string)
-                    .collect(),
-            })
-            .collect();
-        let inputs: Vec<(usize, Input)> = items
-            .iter()
-            .zip(&queries)
-            .enumerate()
-            .flat_map(|(i, (item, queries))| queries.iter().map(move |q| (i, item.input(q))))
-            .collect();
+        let queries: Vec<String> = match item.premise {
+            Some(_) => vec![item.text.clone()],
+            None => polar_sentences(&item.text, &self.lexicons, setup.max_queries)
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
+        };
+        let inputs: Vec<Input> = queries.iter().map(|q| item.input(q)).collect();
         let vectors = self.encoder.embed_inputs(
-            &inputs.iter().map(|(_, input)| input).collect::<Vec<_>>(),
+            &inputs.iter().collect::<Vec<_>>(),
             32,
             &self.compute.batches,
             &|_| {},
@@ -134,16 +124,11 @@ impl<B: Backend> Retriever<B> {
         let rerank_depth = setup.reranker.as_ref().map_or(0, |(_, k)| *k);
         let depth = (setup.per_query * 20).max(rerank_depth * 2).max(50);
         let hits = self.index.search(&vectors, depth, depth);
-        let mut results: Vec<Retrieval> = queries
-            .iter()
-            .map(|q| Retrieval {
-                queries: q.clone(),
-                ..Default::default()
-            })
-            .collect();
-        let mut query_number = vec![0usize; items.len()];
-        for ((i, input), hits) in inputs.iter().zip(hits) {
-            let item = &items[*i];
+        let mut retrieval = Retrieval {
+            queries,
+            ..Retrieval::default()
+        };
+        for (q, (input, hits)) in inputs.iter().zip(hits).enumerate() {
             let query_text = input
                 .texts()
                 .last()
@@ -165,9 +150,7 @@ impl<B: Backend> Retriever<B> {
             if let (Some(reranker), Some((_, k))) = (&self.reranker, &setup.reranker) {
                 usable = reranker.rerank(input, usable, *k)?;
             }
-            let q = query_number[*i];
-            query_number[*i] += 1;
-            results[*i]
+            retrieval
                 .excerpts
                 .extend(usable.into_iter().take(setup.per_query).map(|hit| Excerpt {
                     query: q,
@@ -178,10 +161,6 @@ impl<B: Backend> Retriever<B> {
                     label: hit.sentence.label.clone(),
                 }));
         }
-        let per_item = started.elapsed().as_secs_f64() * 1e3 / items.len().max(1) as f64;
-        for result in &mut results {
-            result.millis = per_item;
-        }
-        Ok(results)
+        Ok(retrieval)
     }
 }

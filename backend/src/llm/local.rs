@@ -22,7 +22,7 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use serde::Serialize;
 
-use super::{Completion, Editor, FinishReason, Prompt, Rejected, Request, cut_at_stop};
+use super::{Completion, FinishReason, LlmClient, Prompt, Rejected, Request, cut_at_stop};
 
 /// Engine settings.
 #[derive(Debug, Clone, Copy)]
@@ -307,7 +307,7 @@ impl LocalEngine {
     }
 }
 
-impl Editor for LocalEngine {
+impl LlmClient for LocalEngine {
     fn model(&self) -> &str {
         &self.name
     }

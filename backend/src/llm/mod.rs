@@ -9,6 +9,7 @@ pub mod server;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
+pub use flipside_shared::records::Sampling;
 pub use local::LocalEngine;
 pub use openai::{Api, OpenAiClient};
 
@@ -37,28 +38,6 @@ impl Message {
 pub enum Prompt {
     Chat(Vec<Message>),
     Text(String),
-}
-
-/// Sampling settings, recorded with every output.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Sampling {
-    /// 0 samples greedily.
-    pub temperature: f32,
-    pub top_p: f32,
-    pub max_tokens: usize,
-    pub seed: u64,
-}
-
-impl Default for Sampling {
-    /// CORE's settings (App. A): temperature 0.7, top-p 1.
-    fn default() -> Self {
-        Sampling {
-            temperature: 0.7,
-            top_p: 1.0,
-            max_tokens: 256,
-            seed: 0,
-        }
-    }
 }
 
 /// A completion request.
@@ -103,8 +82,9 @@ impl std::fmt::Display for Rejected {
 
 impl std::error::Error for Rejected {}
 
-/// Anything that completes prompts. Implementations are shared between worker threads.
-pub trait Editor: Send + Sync {
+/// A language model that completes prompts: the embedded engine or a server's client.
+/// Implementations are shared between worker threads.
+pub trait LlmClient: Send + Sync {
     /// The model's name, recorded with every output.
     fn model(&self) -> &str;
 

@@ -15,10 +15,10 @@ use reqwest::blocking::{Client, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Completion, Editor, FinishReason, Prompt, Rejected, Request};
+use super::{Completion, FinishReason, LlmClient, Prompt, Rejected, Request};
 
 /// Which endpoint requests go to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Api {
     /// `/v1/chat/completions` (prompts are sent as messages)
     Chat,
@@ -150,7 +150,7 @@ impl OpenAiClient {
     }
 }
 
-impl Editor for OpenAiClient {
+impl LlmClient for OpenAiClient {
     fn model(&self) -> &str {
         &self.options.model
     }

@@ -14,7 +14,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Completion, Editor, Message, Prompt, Request, Sampling};
+use super::{Completion, LlmClient, Message, Prompt, Request, Sampling};
 
 /// The body of a chat or text completion request: the fields Flipside honours (any `model`
 /// name is accepted, since one model is served).
@@ -67,7 +67,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-type Engine = Arc<dyn Editor>;
+type Engine = Arc<dyn LlmClient>;
 
 /// The router serving `editor` under `/v1`.
 pub fn router(editor: Engine) -> Router {

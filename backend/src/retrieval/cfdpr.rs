@@ -11,9 +11,9 @@ use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::tensor::Tensor;
 use burn::tensor::backend::{AutodiffBackend, Backend};
-use flipside_shared::biencoder::{BiEncoder, contrastive_loss};
-use flipside_shared::checkpoint::save_safetensors;
 use flipside_shared::data::{Input, stable_hash};
+use flipside_shared::models::biencoder::{BiEncoder, contrastive_loss};
+use flipside_shared::models::checkpoint::save_safetensors;
 use flipside_shared::sentences::split_sentences;
 use flipside_shared::tokenize::TextTokenizer;
 use serde::{Deserialize, Serialize};
@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::encoders::{RETRIEVER_FILE, RetrieverLayout};
 use crate::compute::Compute;
 use crate::models::{BertFiles, write_atomic};
-use crate::train::{Objective, TrainConfig, TrainOutcome, TrainRecord, run_job};
+use crate::train::{Objective, TrainConfig, TrainOutcome, TrainRecord, run_training};
 
 /// The seed pairs printed in the CORE and LASS papers (CORE Table 11; LASS Appendix D and
 /// Table 5): human-written or human-checked minimal sentiment flips of reviews.
@@ -180,7 +180,7 @@ fn fingerprint(pairs: &[SeedPair]) -> String {
 }
 
 /// How to train a retriever.
-pub struct RetrieverJob<'a> {
+pub struct RetrieverRun<'a> {
     pub pairs: &'a [SeedPair],
     /// What the pairs are called in the training record.
     pub pairs_name: &'a str,
@@ -194,66 +194,67 @@ pub struct RetrieverJob<'a> {
     pub pause_after: Option<usize>,
 }
 
-/// Trains CF-DPR and saves it to `job.out` as a retriever directory: `retriever.json` and one
+/// Trains CF-DPR and saves it to `run.out` as a retriever directory: `retriever.json` and one
 /// BERT directory per encoder (`query/`, `document/`), each loadable as a sentence encoder.
 pub fn train_retriever<B: Backend>(
     compute: Compute<B>,
-    job: &RetrieverJob,
+    run: &RetrieverRun,
 ) -> Result<TrainOutcome> {
-    if job.pairs.len() < 2 {
+    if run.pairs.len() < 2 {
         bail!(
             "CF-DPR needs at least 2 seed pairs (in-batch negatives), got {}",
-            job.pairs.len()
+            run.pairs.len()
         );
     }
-    if job.config.batch_size < 2 {
+    if run.config.batch_size < 2 {
         bail!("--batch-size must be at least 2: the other items of a batch are the negatives");
     }
-    let files = BertFiles::read(job.encoder_dir)?;
+    let files = BertFiles::read(run.encoder_dir)?;
     let objective = DprObjective {
-        pairs: job.pairs,
-        tokenizer: files.tokenizer(job.config.max_len)?,
+        pairs: run.pairs,
+        tokenizer: files.tokenizer(run.config.max_len)?,
         files: &files,
-        shared: job.shared,
-        scale: job.scale,
+        shared: run.shared,
+        scale: run.scale,
     };
     // The data fingerprint also covers the model options, so that a checkpoint is never resumed
     // under others.
-    let encoders = if job.shared { "shared" } else { "two" };
+    let encoders = if run.shared { "shared" } else { "two" };
     let fresh = TrainRecord::new(
-        &job.config,
-        job.encoder_dir,
-        job.pairs_name,
-        format!("{}-{encoders}-scale{}", fingerprint(job.pairs), job.scale),
+        &run.config,
+        run.encoder_dir,
+        run.pairs_name,
+        format!("{}-{encoders}-scale{}", fingerprint(run.pairs), run.scale),
         Vec::new(),
-        job.pairs.len(),
+        run.pairs.len(),
         std::any::type_name::<B>(),
     );
-    run_job::<Autodiff<B>, _>(
+    run_training::<Autodiff<B>, _>(
         &objective,
         &compute.device,
         fresh,
-        job.out,
+        run.out,
         RETRIEVER_FILE,
-        job.pause_after,
-        |model| save_retriever(job.out, &model.valid(), &files),
+        run.pause_after,
+        |model| save_retriever(run.out, &model.valid(), &files),
     )
 }
 
 /// Writes `retriever.json` and the encoder directories.
 fn save_retriever<B: Backend>(out: &Path, model: &BiEncoder<B>, files: &BertFiles) -> Result<()> {
-    let write_encoder = |name: &str, bert: &flipside_shared::bert::BertModel<B>| -> Result<()> {
-        let dir = out.join(name);
-        std::fs::create_dir_all(&dir)?;
-        for file in ["config.json", "tokenizer.json", "sentence_bert_config.json"] {
-            let source = files.dir.join(file);
-            if source.is_file() {
-                std::fs::copy(&source, dir.join(file))
-                    .with_context(|| format!("cannot copy {}", source.display()))?;
+    let write_encoder =
+        |name: &str, bert: &flipside_shared::models::bert::BertModel<B>| -> Result<()> {
+            let dir = out.join(name);
+            std::fs::create_dir_all(&dir)?;
+            for file in ["config.json", "tokenizer.json", "sentence_bert_config.json"] {
+                let source = files.dir.join(file);
+                if source.is_file() {
+                    std::fs::copy(&source, dir.join(file))
+                        .with_context(|| format!("cannot copy {}", source.display()))?;
+                }
             }
-        }
-        write_atomic(&dir.join("model.safetensors"), &save_safetensors(bert)?)
-    };
+            write_atomic(&dir.join("model.safetensors"), &save_safetensors(bert)?)
+        };
     write_encoder("query", &model.query)?;
     let document = match &model.document {
         Some(document) => {

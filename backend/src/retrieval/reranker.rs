@@ -6,8 +6,8 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 use burn::tensor::backend::Backend;
-use flipside_shared::classifier::TextClassifier;
 use flipside_shared::data::{Dataset, Example, Input, LabelVocab};
+use flipside_shared::models::classifier::TextClassifier;
 use rand::SeedableRng;
 use rand::seq::index::sample;
 

@@ -1,5 +1,8 @@
-//! The editing demo's endpoints: server info, retrieval, one CORE edit with every intermediate
-//! step, classification, and the classifier's files for scoring in the browser.
+//! The editing demo's endpoints: server info, retrieval, one edit with every intermediate step
+//! (the pipeline's [`Pipeline::edit_in_context`], as `generate` and jobs run it),
+//! classification, and the classifier's files for scoring in the browser.
+//!
+//! [`Pipeline::edit_in_context`]: crate::pipeline::Pipeline::edit_in_context
 
 use std::time::Instant;
 
@@ -8,28 +11,22 @@ use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use flipside_shared::api::{
-    ApiError as ErrorBody, ClassifyRequest, ClassifyResponse, EditRequest, EditResponse,
-    EditTiming, Health, RetrieveRequest, RetrieveResponse, ServerInfo,
+    ApiError as ErrorBody, ClassifyRequest, ClassifyResponse, EditRequest, EditResponse, Health,
+    MethodId, RetrieveRequest, RetrieveResponse, ServerInfo,
 };
 use flipside_shared::data::Input;
 
 use super::AppState;
 use super::error::{ApiError, ApiResult, JsonBody};
 use super::resources::{Resources, demo_examples};
-use crate::editing::generate::edit_once;
-use crate::editing::keywords::keywords;
-use crate::editing::prompts::Task;
-use crate::editing::retrieve::{Item, Retrieval};
-use crate::llm::Sampling;
+use crate::methods::core::RetrievalContext;
+use crate::methods::{self, Method, method_infos};
+use crate::pipeline::{Context, Item};
 
 /// Most characters of a text to edit or classify.
 pub const MAX_TEXT_CHARS: usize = 5_000;
 /// Most texts per classify request.
 pub const MAX_CLASSIFY_TEXTS: usize = 64;
-/// LLM calls per edit request before the failure is reported.
-const EDIT_ATTEMPTS: u64 = 3;
-/// Keywords per prompt, as `flipside generate` uses by default.
-const MAX_KEYWORDS: usize = 12;
 /// The files of the classifier the browser downloads.
 const CLASSIFIER_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
 
@@ -48,10 +45,11 @@ pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
     let resources = &state.resources;
     Json(ServerInfo {
         version: env!("CARGO_PKG_VERSION").into(),
-        model: resources.editor.model().to_string(),
+        model: resources.llm_name().to_string(),
         classifier: resources.classifier_info.clone(),
         corpus: resources.corpus.clone(),
         examples: demo_examples(),
+        methods: method_infos(),
     })
 }
 
@@ -68,17 +66,21 @@ pub async fn retrieve(
         &request.label,
         request.target.as_deref(),
     )?;
-    let k = request.k.unwrap_or(state.resources.retrieval.per_query);
-    if !(1..=20).contains(&k) {
+    if request.k.is_some_and(|k| !(1..=20).contains(&k)) {
         return Err(ApiError::bad_request("k must be between 1 and 20"));
     }
     let resources = state.resources.clone();
-    let response = blocking(move || retrieve_for(&resources, &item, Some(k))).await?;
+    let response = blocking(move || {
+        let context = RetrievalContext::new(&resources.models, &resources.settings)
+            .retrieve(&item, request.k)?;
+        Ok(retrieve_response(&item, context))
+    })
+    .await?;
     Ok(Json(response))
 }
 
-/// Makes one CORE edit: retrieve helpers, extract keywords (or use the given ones), edit with
-/// the LLM, score the original and the edit with the classifier.
+/// Makes one counterfactual with a method (CORE by default: retrieve helpers, extract keywords
+/// or use the given ones, edit with the LLM), and scores the original and the edit.
 #[utoipa::path(post, path = "/edit", tag = "editing", request_body = EditRequest,
     responses((status = 200, body = EditResponse), (status = 400, body = ErrorBody)))]
 pub async fn edit(
@@ -98,8 +100,20 @@ pub async fn edit(
             "keywords: at most 50, each 1 to 100 characters",
         ));
     }
+    let method = match &request.method {
+        Some(id) => {
+            methods::method(id.as_str()).map_err(|e| ApiError::bad_request(e.to_string()))?
+        }
+        None => methods::METHODS[0],
+    };
+    if request.keywords.is_some() && !method.retrieves() {
+        return Err(ApiError::bad_request(format!(
+            "keywords: the {} method takes none",
+            method.id()
+        )));
+    }
     let resources = state.resources.clone();
-    let response = blocking(move || edit_item(&resources, item, request)).await?;
+    let response = blocking(move || edit_item(&resources, method, item, request)).await?;
     Ok(Json(response))
 }
 
@@ -203,116 +217,64 @@ fn item(resources: &Resources, text: &str, label: &str, target: Option<&str>) ->
     })
 }
 
-fn retrieve_for(
-    resources: &Resources,
-    item: &Item,
-    k: Option<usize>,
-) -> anyhow::Result<RetrieveResponse> {
-    let k = k.unwrap_or(resources.retrieval.per_query);
-    let retrieval = resources
-        .retriever
-        .lock()
-        .unwrap()
-        .retrieve_top(std::slice::from_ref(item), &resources.lexicons, k)?
-        .remove(0);
-    Ok(response_of(resources, item, retrieval))
-}
-
-fn response_of(resources: &Resources, item: &Item, retrieval: Retrieval) -> RetrieveResponse {
-    let excerpts: Vec<&str> = retrieval.excerpts.iter().map(|e| e.text.as_str()).collect();
-    let keywords = keywords(
-        &excerpts,
-        &resources.lexicons,
-        Task::Sentiment,
-        MAX_KEYWORDS,
-    );
+fn retrieve_response(item: &Item, context: Context) -> RetrieveResponse {
+    let retrieval = context.retrieval.unwrap_or_default();
     RetrieveResponse {
         target: item.target.clone(),
         queries: retrieval.queries,
         excerpts: retrieval.excerpts,
-        keywords,
-        millis: retrieval.millis,
+        keywords: retrieval.keywords,
+        millis: context.millis,
     }
 }
 
 fn probabilities(resources: &Resources, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
-    let classifier = resources.classifier.lock().unwrap();
     let inputs: Vec<Input> = texts.iter().map(|t| Input::with_premise(None, t)).collect();
-    let width = classifier.config.labels.len();
-    let flat = classifier.predict_batch(&inputs.iter().collect::<Vec<_>>())?;
-    Ok(flat.chunks(width).map(<[f32]>::to_vec).collect())
+    resources
+        .models
+        .classifier
+        .probabilities(&inputs.iter().collect::<Vec<_>>())
 }
 
+/// One counterfactual of `item` by `method`, with the server's settings: the same pipeline,
+/// seeds and attempts as `flipside generate` and jobs.
 fn edit_item(
     resources: &Resources,
+    method: &'static dyn Method,
     item: Item,
     request: EditRequest,
 ) -> anyhow::Result<EditResponse> {
-    let retrieval = retrieve_for(resources, &item, None)?;
-    let keywords = request
-        .keywords
-        .clone()
-        .unwrap_or_else(|| retrieval.keywords.clone());
-    let seed = request.seed.unwrap_or(0);
-    let (mut edited, mut failure, mut reply, mut llm_ms) = (None, None, String::new(), 0.0);
-    if keywords.is_empty() {
-        failure = Some("retrieval found no keywords: add some and re-run".to_string());
+    let pipeline = methods::pipeline(method, &resources.models, &resources.settings)?;
+    pipeline.check(&[&item])?;
+    let mut context = pipeline.context_for(&item)?;
+    if let (Some(words), Some(retrieval)) = (request.keywords, context.retrieval.as_mut()) {
+        retrieval.keywords = words;
     }
-    // Up to three tries with successive seeds, as `generate` retries unusable replies.
-    for attempt in 0..EDIT_ATTEMPTS {
-        if keywords.is_empty() {
-            break;
-        }
-        let sampling = Sampling {
-            seed: seed + attempt,
-            ..Sampling::default()
-        };
-        let started = Instant::now();
-        let outcome = edit_once(
-            &*resources.editor,
-            &resources.template,
-            &item,
-            Some(&keywords),
-            sampling,
-        )?;
-        llm_ms += started.elapsed().as_secs_f64() * 1e3;
-        match outcome {
-            Ok(edit) => {
-                (edited, failure, reply) = (Some(edit.text), None, edit.reply);
-                break;
-            }
-            Err((reason, raw)) => (failure, reply) = (Some(reason), raw.unwrap_or_default()),
-        }
-    }
-    let started = Instant::now();
-    let mut texts = vec![item.text.clone()];
-    texts.extend(edited.clone());
-    let mut scores = probabilities(resources, &texts)?;
-    let classify_ms = started.elapsed().as_secs_f64() * 1e3;
-    let labels = resources.classifier_info.labels.clone();
-    let edited_probabilities = (scores.len() == 2).then(|| scores.remove(1));
-    let target = labels.iter().position(|l| *l == item.target).unwrap_or(0);
-    let flipped = edited_probabilities
+    let keywords = context
+        .retrieval
         .as_ref()
-        .is_some_and(|p| flipside_shared::metrics::argmax_rows(p, labels.len())[0] == target);
+        .map(|r| r.keywords.clone())
+        .unwrap_or_default();
+    let outcome = pipeline.edit_in_context(&item, context, request.seed.unwrap_or(0), 1)?;
+    let original_probabilities =
+        probabilities(resources, std::slice::from_ref(&item.text))?.remove(0);
     Ok(EditResponse {
+        method: MethodId::from(method.id()),
+        retrieval: outcome
+            .context
+            .retrieval
+            .is_some()
+            .then(|| retrieve_response(&item, outcome.context.clone())),
+        keywords,
+        edited_probabilities: outcome.verdict.map(|v| v.probabilities),
+        record: outcome.record,
+        failures: outcome.failures,
+        labels: resources.classifier_info.labels.clone(),
+        original_probabilities,
+        model: pipeline.editor.model().unwrap_or_default().to_string(),
+        timing: outcome.timing,
         original: item.text,
         label: item.label,
         target: item.target,
-        timing: EditTiming {
-            retrieve_ms: retrieval.millis,
-            llm_ms,
-            classify_ms,
-        },
-        retrieval,
-        keywords,
-        reply,
-        edited,
-        failure,
-        labels,
-        original_probabilities: scores.remove(0),
-        edited_probabilities,
-        flipped,
-        model: resources.editor.model().to_string(),
     })
 }

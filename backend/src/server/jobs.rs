@@ -10,9 +10,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use flipside_shared::api::{
-    ApiError as ErrorBody, Job, JobRecord, JobRequest, JobStatus, RecordPage,
-};
+use flipside_shared::api::{ApiError as ErrorBody, Job, JobRequest, JobStatus, RecordPage};
+use flipside_shared::records::Counterfactual;
 use futures_util::{Stream, StreamExt, stream};
 use serde::Deserialize;
 use tokio_stream::wrappers::BroadcastStream;
@@ -21,7 +20,8 @@ use super::AppState;
 use super::datasets;
 use super::db::{RecordFilter, now};
 use super::error::{ApiError, ApiResult, JsonBody};
-use crate::editing::records::Counterfactual;
+use super::runner::job_method;
+use crate::methods;
 
 /// The largest `limit` a job may have.
 const MAX_JOB_ITEMS: usize = 10_000;
@@ -33,8 +33,11 @@ const MAX_PAGE: usize = 500;
     responses((status = 202, body = Job), (status = 400, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
-    JsonBody(request): JsonBody<JobRequest>,
+    JsonBody(mut request): JsonBody<JobRequest>,
 ) -> ApiResult<(StatusCode, Json<Job>)> {
+    let method = job_method(&request.method);
+    methods::method(method.as_str()).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    request.method = Some(method);
     if !(1..=MAX_JOB_ITEMS).contains(&request.limit) {
         return Err(ApiError::bad_request(format!(
             "limit must be between 1 and {MAX_JOB_ITEMS}"
@@ -160,21 +163,9 @@ pub async fn records(
     let (rows, total) = state.db.records(&id, filter, query.offset, limit).await?;
     let records = rows
         .iter()
-        .map(|json| {
-            let r: Counterfactual = serde_json::from_str(json)?;
-            Ok(JobRecord {
-                key: r.key,
-                original: r.original,
-                edited: r.edited,
-                label: r.label,
-                target: r.target,
-                prediction: r.prediction,
-                target_probability: r.target_probability,
-                flipped: r.flipped,
-                keywords: r.keywords,
-            })
-        })
-        .collect::<anyhow::Result<_>>()?;
+        .map(|json| serde_json::from_str::<Counterfactual>(json))
+        .collect::<Result<_, _>>()
+        .map_err(|e| ApiError::internal(e.into()))?;
     Ok(Json(RecordPage { records, total }))
 }
 

@@ -32,7 +32,7 @@ use self::error::ApiError;
 use self::resources::Resources;
 use self::runner::JobQueue;
 use crate::home::Home;
-use crate::llm::Editor;
+use crate::llm::LlmClient;
 
 /// Everything the handlers share.
 #[derive(Clone)]
@@ -57,7 +57,7 @@ pub struct ServerConfig {
     pub static_dir: Option<PathBuf>,
     pub max_upload_bytes: usize,
     /// Served under `/v1` (OpenAI-compatible) when the LLM is embedded.
-    pub local_llm: Option<Arc<dyn Editor>>,
+    pub local_llm: Option<Arc<dyn LlmClient>>,
 }
 
 #[derive(OpenApi)]
@@ -80,7 +80,7 @@ struct ApiDoc;
 
 /// The `/api` router and its OpenAPI document, both from the handlers.
 pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
+    let (router, mut openapi) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(demo::health))
         .routes(routes!(demo::info))
         .routes(routes!(demo::retrieve))
@@ -97,7 +97,29 @@ pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenA
         .routes(routes!(jobs::events))
         .routes(routes!(jobs::records))
         .routes(routes!(jobs::download))
-        .split_for_parts()
+        .split_for_parts();
+    enumerate_methods(&mut openapi);
+    (router, openapi)
+}
+
+/// Makes the document's `MethodId` schema the enum of the registered methods.
+fn enumerate_methods(openapi: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    let ids: Vec<&str> = crate::methods::METHODS.iter().map(|m| m.id()).collect();
+    let descriptions: Vec<String> = crate::methods::METHODS
+        .iter()
+        .map(|m| format!("`{}`: {}", m.id(), m.card().description))
+        .collect();
+    let schema = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(ids))
+        .description(Some(format!("A method: {}.", descriptions.join("; "))))
+        .build();
+    if let Some(components) = openapi.components.as_mut() {
+        components
+            .schemas
+            .insert("MethodId".to_string(), Schema::Object(schema).into());
+    }
 }
 
 /// Opens the database, resumes unfinished jobs and serves until Ctrl-C; `on_ready` gets the

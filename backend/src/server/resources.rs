@@ -1,20 +1,20 @@
-//! What the server edits with, loaded once: the retriever (index, encoder, re-ranker), the LLM
-//! and its prompt, the classifier and the lexicons.
+//! What the server edits with, loaded once and shared by the demo endpoints and the job
+//! runner: the models every method draws from, the editing settings, and what `/api/info`
+//! tells the browser about them.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use flipside_shared::api::{ClassifierInfo, CorpusInfo, Example};
-use flipside_shared::classifier::TextClassifier;
+use flipside_shared::models::classifier::ClassifierConfig;
 
 use crate::compute::{Batches, Compute, Cpu};
 use crate::editing::keywords::Lexicons;
-use crate::editing::prompts::PromptTemplate;
-use crate::editing::retrieve::{RetrievalSetup, Retriever};
+use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
-use crate::llm::Editor;
-use crate::models::load_classifier;
+use crate::llm::LlmClient;
+use crate::methods::{EditSettings, Models, ModelsConfig, load_models};
 
 /// How to load [`Resources`].
 pub struct ResourceConfig {
@@ -22,37 +22,40 @@ pub struct ResourceConfig {
     /// The corpus's name, for display.
     pub corpus: String,
     pub classifier_dir: PathBuf,
-    pub editor: Arc<dyn Editor>,
-    /// CORE's prompt template id (or TOML file).
-    pub prompt: String,
+    pub llm: Arc<dyn LlmClient>,
+    pub settings: EditSettings,
 }
 
-/// The loaded models; shared by the demo endpoints and the job runner.
+/// The loaded models and the settings jobs and the demo edit with.
 pub struct Resources {
-    pub retriever: Mutex<Retriever<Cpu>>,
-    pub retrieval: RetrievalSetup,
-    pub editor: Arc<dyn Editor>,
-    pub template: PromptTemplate,
-    pub classifier: Mutex<TextClassifier<Cpu>>,
+    pub models: Models,
+    pub settings: EditSettings,
     pub classifier_dir: PathBuf,
     /// The classifier's name and labels (fixed once loaded).
     pub classifier_info: ClassifierInfo,
-    pub lexicons: Lexicons,
     pub corpus: CorpusInfo,
 }
 
 impl Resources {
     /// Loads everything (seconds: the index and three models).
     pub fn load(home: &Home, config: ResourceConfig) -> Result<Self> {
-        let compute = cpu();
-        let retriever = Retriever::open(compute.clone(), config.retrieval.clone())
-            .context("loading the retrieval index")?;
+        let encoder = config.retrieval.encoders.name.clone();
+        let models = load_models(
+            cpu(),
+            ModelsConfig {
+                classifier_dir: config.classifier_dir.clone(),
+                retrieval: Some(config.retrieval),
+                llm: Some(config.llm),
+                lexicons: Arc::new(Lexicons::load(home)?),
+            },
+        )?;
         let corpus = CorpusInfo {
             name: config.corpus,
-            sentences: retriever.index.sentences.len(),
-            encoder: config.retrieval.encoders.name.clone(),
+            sentences: models.retriever.as_ref().map_or(0, |r| r.sentences()),
+            encoder,
         };
-        let classifier = load_classifier::<Cpu>(&config.classifier_dir, &compute.device)?;
+        let classifier_config: ClassifierConfig =
+            serde_json::from_slice(&std::fs::read(config.classifier_dir.join("config.json"))?)?;
         let classifier_info = ClassifierInfo {
             name: config
                 .classifier_dir
@@ -60,20 +63,21 @@ impl Resources {
                 .unwrap_or_default()
                 .to_string_lossy()
                 .into_owned(),
-            labels: classifier.config.labels.clone(),
-            max_len: classifier.config.max_len,
+            labels: classifier_config.labels,
+            max_len: classifier_config.max_len,
         };
         Ok(Self {
-            retriever: Mutex::new(retriever),
-            retrieval: config.retrieval,
-            editor: config.editor,
-            template: PromptTemplate::load(&config.prompt)?,
-            classifier: Mutex::new(classifier),
+            models,
+            settings: config.settings,
             classifier_dir: config.classifier_dir,
             classifier_info,
-            lexicons: Lexicons::load(home)?,
             corpus,
         })
+    }
+
+    /// The LLM's name (jobs and the demo edit with it).
+    pub fn llm_name(&self) -> &str {
+        self.models.llm.as_ref().map_or("", |llm| llm.model())
     }
 
     /// The target of flipping `label`: `target` if given, else the other label of a binary

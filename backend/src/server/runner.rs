@@ -1,6 +1,7 @@
 //! The job runner: runs queued generation jobs one at a time (they share the LLM and the CPU)
-//! with the same code as `flipside generate`, streams their progress, stores their records in
-//! the database and resumes, after a restart, the jobs that were running.
+//! through the same pipeline and batch loop as `flipside generate`, over the models the server
+//! loaded once; streams their progress, stores their records in the database and resumes,
+//! after a restart, the jobs that were running.
 //!
 //! A job's JSON-lines file (under the server's data directory) is its checkpoint, written
 //! before the database: on resume, records already in it are imported (each item key at most
@@ -12,19 +13,18 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use anyhow::{Context, Result};
-use flipside_shared::api::{Job, JobMethod, JobStatus};
+use flipside_shared::api::{Job, JobStatus, MethodId};
+use flipside_shared::records::{Counterfactual, FailedAttempt};
 use tokio::sync::{Notify, broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
 use super::datasets;
 use super::db::now;
-use crate::editing::generate::{GenerateJob, Method, Summary, generate};
-use crate::editing::items::{Selection, Unit, select_items};
-use crate::editing::keywords::Lexicons;
-use crate::editing::prompts::PromptTemplate;
-use crate::editing::records::{Counterfactual, FailedAttempt, failures_path, read_repairing};
-use crate::llm::Sampling;
+use crate::editing::items::{Selection, Unit, select_items, task_of};
+use crate::methods::{self, EditSettings};
+use crate::pipeline::batch::{BatchRun, Summary, generate};
+use crate::pipeline::store::{failures_path, read_repairing};
 
 /// Jobs waiting and running, and the channel their progress is published on.
 pub struct JobQueue {
@@ -132,10 +132,11 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
     job.status = JobStatus::Running;
     job.error = None;
     publish(state, job).await?;
+    let method = methods::method(job_method(&job.request.method).as_str())?;
     tracing::info!(
         "job {id}: {} {} on {} (limit {})",
         if resumed { "resuming" } else { "starting" },
-        method(job.request.method).name(),
+        method.id(),
         job.request.dataset,
         job.request.limit
     );
@@ -160,7 +161,7 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
             .await??
             .len();
     let count = |job: &mut Job, s: &Summary| {
-        job.total = s.jobs;
+        job.total = s.items;
         job.written = s.already_done + s.written;
         job.flipped = base_flipped + s.flipped;
         job.failed_attempts = base_failed + s.failed_attempts;
@@ -175,7 +176,7 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
         let token = token.clone();
         let output = output.clone();
         tokio::task::spawn_blocking(move || -> Result<Summary> {
-            let lexicons = Lexicons::load(&state.home)?;
+            let resources = &state.resources;
             let selection = Selection {
                 target: "flip".into(),
                 limit: Some(request.limit),
@@ -183,47 +184,36 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
                 unit: Unit::Text,
                 seed: request.seed,
             };
-            let items = select_items(&dataset, &selection, &lexicons)?;
+            let items = select_items(&dataset, &selection, &resources.models.lexicons)?;
             anyhow::ensure!(
                 !items.is_empty(),
                 "no example of {} has at most {} words",
                 request.dataset,
                 request.max_words.unwrap_or(usize::MAX)
             );
-            let method = method(request.method);
-            let resources = &state.resources;
-            let template = match method {
-                Method::Core => Some(resources.template.clone()),
-                Method::LlmOnly => Some(PromptTemplate::load("llm-only-sentiment")?),
-                Method::RetrieveOnly => None,
-            };
-            let generate_job = GenerateJob {
-                method,
-                items,
-                editor: template.map(|t| (&*resources.editor, t)),
-                retrieval: method.retrieves().then(|| resources.retrieval.clone()),
-                lexicons,
-                classifier: resources.classifier_dir.clone(),
-                sampling: Sampling {
-                    seed: request.seed,
-                    ..Sampling::default()
-                },
-                max_keywords: 12,
+            let settings = EditSettings {
+                task: task_of(&items),
                 max_attempts: request.max_attempts,
                 verify: request.verify,
-                concurrency: 1,
+                ..resources.settings.clone()
+            };
+            let pipeline = methods::pipeline(method, &resources.models, &settings)?;
+            let run = BatchRun {
+                pipeline: &pipeline,
+                items,
                 seed: request.seed,
+                concurrency: 1,
                 output,
             };
             // The total is known before the first item finishes.
             let _ = sender.send(Update {
                 summary: Summary {
-                    jobs: generate_job.items.len(),
+                    items: run.items.len(),
                     ..Summary::default()
                 },
                 record: None,
             });
-            generate(super::resources::cpu(), &generate_job, &|progress| {
+            generate(&run, &|progress| {
                 let _ = sender.send(Update {
                     summary: progress.summary.clone(),
                     record: progress.record.cloned(),
@@ -278,11 +268,9 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
     publish(state, job).await
 }
 
-/// The generation method of an API method.
-pub fn method(method: JobMethod) -> Method {
-    match method {
-        JobMethod::Core => Method::Core,
-        JobMethod::LlmOnly => Method::LlmOnly,
-        JobMethod::RetrieveOnly => Method::RetrieveOnly,
-    }
+/// The method a job asked for, or the default one.
+pub fn job_method(method: &Option<MethodId>) -> MethodId {
+    method
+        .clone()
+        .unwrap_or_else(|| MethodId::from(methods::METHODS[0].id()))
 }

@@ -9,8 +9,8 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
 use clap::{Args, ValueEnum};
-use flipside_shared::classifier::TextClassifier;
 use flipside_shared::data::Input;
+use flipside_shared::models::classifier::TextClassifier;
 use serde::Deserialize;
 
 use crate::compute::Cpu;

@@ -15,9 +15,9 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::{reference_python, run_reference_script};
-use crate::cli::corpus::corpus_dir;
 use crate::cli::data::ReadArgs;
 use crate::compute::DeviceChoice;
+use crate::corpus::corpus_dir;
 use crate::home::Home;
 use crate::models::DEFAULT_ENCODER;
 use crate::retrieval::ann::{AnnIndex, Hit, HnswParams};

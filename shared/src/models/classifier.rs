@@ -10,11 +10,13 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 use serde::{Deserialize, Serialize};
 
+use super::bert::{BERT_KEYS, BertConfig, BertInput, BertModel};
+use super::checkpoint::{HfCheckpoint, KeyMap, load_safetensors};
+use super::pooling::mean_pool;
+use super::{CheckpointFiles, LoadError};
 use crate::batching::{BatchExecutor, map_batches};
-use crate::bert::{BertConfig, BertInput, BertModel};
 use crate::data::Input;
 use crate::metrics::softmax_rows;
-use crate::pooling::mean_pool;
 use crate::tokenize::{TextTokenizer, TokenizeError};
 
 /// Everything needed to rebuild a classifier; saved as `config.json` beside its weights.
@@ -52,6 +54,11 @@ pub struct SequenceClassifier<B: Backend> {
     pub bert: BertModel<B>,
     pub dropout: Dropout,
     pub classifier: Linear<B>,
+}
+
+/// The encoder's keys are BERT's (`bert.*`); the head's (`classifier.*`) need no renames.
+impl<B: Backend> HfCheckpoint<B> for SequenceClassifier<B> {
+    const KEYS: KeyMap = BERT_KEYS;
 }
 
 impl<B: Backend> SequenceClassifier<B> {
@@ -100,6 +107,21 @@ pub struct TextClassifier<B: Backend> {
 }
 
 impl<B: Backend> TextClassifier<B> {
+    /// A classifier from the files of its directory (`config.json` is a [`ClassifierConfig`]),
+    /// ready for inference: the one constructor the server, the CLI and the browser use.
+    pub fn from_files(files: CheckpointFiles, device: &B::Device) -> Result<Self, LoadError> {
+        let config: ClassifierConfig = serde_json::from_slice(&files.config)
+            .map_err(|e| LoadError::Config(format!("not a Flipside classifier config: {e}")))?;
+        let mut model = config.init::<B>(device);
+        load_safetensors(&mut model, files.weights, None)?;
+        Ok(Self {
+            tokenizer: TextTokenizer::from_json(&files.tokenizer, config.max_len)?,
+            model: model.without_dropout(),
+            config,
+            device: device.clone(),
+        })
+    }
+
     /// Label probabilities for one batch, row-major `[inputs.len(), labels]`.
     pub fn predict_batch(&self, inputs: &[&Input]) -> Result<Vec<f32>, TokenizeError> {
         let tokens = self.tokenizer.encode_inputs(inputs)?;

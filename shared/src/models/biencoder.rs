@@ -6,8 +6,8 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
-use crate::bert::{BertInput, BertModel};
-use crate::pooling::{l2_normalize, mean_pool};
+use crate::models::bert::{BertInput, BertModel};
+use crate::models::pooling::{l2_normalize, mean_pool};
 
 /// Two BERT encoders, or one shared by both sides.
 #[derive(Module, Debug)]

@@ -1,8 +1,8 @@
-//! The output of `flipside generate`: an append-only JSON-lines file of counterfactuals and a
-//! sidecar of failed attempts (`OUT.failures.jsonl`), written one flushed line at a time.
+//! A run's output: an append-only JSON-lines file of counterfactuals and a sidecar of failed
+//! attempts (`OUT.failures.jsonl`), written one flushed line at a time.
 //!
 //! A run killed at any moment leaves at most one partial last line; opening the file again
-//! cuts it off, so that job is redone. Jobs with a record are never redone, so nothing is
+//! cuts it off, so that item is redone. Items with a record are never redone, so nothing is
 //! lost or duplicated.
 
 use std::collections::{HashMap, HashSet};
@@ -11,80 +11,9 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use flipside_shared::records::{Counterfactual, FailedAttempt};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-
-use crate::llm::Sampling;
-
-/// A retrieved corpus sentence used for an edit (the API's type: records and responses agree).
-pub use flipside_shared::api::Excerpt;
-
-/// The prompt template an edit was made with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PromptRef {
-    pub id: String,
-    /// First 16 hex digits of the template file's sha256.
-    pub hash: String,
-}
-
-/// Where the time of one edit went, in milliseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Timing {
-    pub retrieve_ms: f64,
-    pub llm_ms: f64,
-    pub classify_ms: f64,
-    pub prompt_tokens: usize,
-    pub completion_tokens: usize,
-}
-
-/// One counterfactual and its full provenance.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Counterfactual {
-    /// `ITEM→TARGET`: unique in a file.
-    pub key: String,
-    pub item: String,
-    /// `core`, `llm-only` or `retrieve-only`.
-    pub method: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub premise: Option<String>,
-    pub original: String,
-    pub edited: String,
-    pub label: String,
-    pub target: String,
-    /// The sentences of the original used as retrieval queries.
-    #[serde(default)]
-    pub queries: Vec<String>,
-    #[serde(default)]
-    pub retrieved: Vec<Excerpt>,
-    #[serde(default)]
-    pub keywords: Vec<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt: Option<PromptRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub model: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sampling: Option<Sampling>,
-    /// 1 for the first try.
-    pub attempt: usize,
-    pub timing: Timing,
-    /// The classifier's label for the edited text.
-    pub prediction: String,
-    /// The classifier's probability of the target label.
-    pub target_probability: f32,
-    /// Whether the prediction is the target label.
-    pub flipped: bool,
-}
-
-/// An attempt that produced no counterfactual.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FailedAttempt {
-    pub key: String,
-    pub attempt: usize,
-    pub reason: String,
-    /// The model's raw reply, when there was one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reply: Option<String>,
-}
 
 /// The output file and its failure sidecar.
 pub struct RecordStore {
@@ -242,6 +171,28 @@ mod tests {
                 .lines()
                 .all(|l| l.starts_with('{') && l.ends_with('}'))
         );
+    }
+
+    #[test]
+    fn a_run_written_before_typed_provenance_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("old.jsonl");
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures");
+        std::fs::copy(fixtures.join("records-0.1.0.jsonl"), &out).unwrap();
+        std::fs::copy(
+            fixtures.join("records-0.1.0.jsonl.failures.jsonl"),
+            failures_path(&out),
+        )
+        .unwrap();
+        let store = RecordStore::open(&out).unwrap();
+        assert_eq!(
+            store.done.len(),
+            4,
+            "7 records of 4 items (three methods' files joined)"
+        );
+        assert!(store.done.contains("line-5→positive"));
+        assert_eq!(store.failed.values().sum::<usize>(), 6);
+        assert_eq!(store.failed["line-2→negative"], 2);
     }
 
     #[test]

@@ -5,12 +5,15 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::corpus::CorpusArg;
 use crate::assets::{Clients, FetchOutcome};
-use crate::data::{DatasetSpec, ReadOptions};
+use crate::compute::DeviceChoice;
+use crate::corpus::{Corpus, SentenceFilter, build_corpus, corpus_dir, dataset_documents};
+use crate::data::{BUILTIN_SPLITS, DatasetSpec, ReadOptions};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
-use crate::train::{TrainConfig, TrainJob, train_classifier};
+use crate::retrieval::encoders::RetrieverEncoders;
+use crate::retrieval::index::{BuildOptions, build_index, index_dir};
+use crate::train::{TrainConfig, TrainRun, train_classifier};
 use crate::with_backend;
 
 /// The small retrieval corpus: Rotten Tomatoes (8,942 sentences, indexed in under a minute).
@@ -42,19 +45,31 @@ pub fn fetch_assets(home: &Home, names: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// Builds the corpus `name` from `sources` and its MiniLM index, unless they exist.
-pub fn corpus_with_index(home: &Home, name: &str, sources: &[&str]) -> Result<CorpusArg> {
-    let corpus = CorpusArg {
-        corpus: name.to_string(),
-    };
-    let mut corpus_args: super::corpus::BuildArgs = super::defaults();
-    corpus_args.sources = sources.iter().map(|s| s.to_string()).collect();
-    corpus_args.corpus = corpus.clone();
-    super::corpus::build(home, corpus_args)?;
-    let mut index_args: super::index::BuildArgs = super::defaults();
-    index_args.index.corpus = corpus.clone();
-    super::index::build(home, index_args)?;
-    Ok(corpus)
+/// Builds the corpus `name` from built-in `sources` and its MiniLM index, unless they exist;
+/// returns the corpus directory.
+pub fn corpus_with_index(home: &Home, name: &str, sources: &[&str]) -> Result<PathBuf> {
+    let dir = corpus_dir(home, name);
+    let sources: Vec<String> = sources.iter().map(|s| s.to_string()).collect();
+    let corpus = build_corpus(&dir, &sources, SentenceFilter::default(), |source| {
+        let dataset = source
+            .parse::<DatasetSpec>()?
+            .load(home, &ReadOptions::default(), BUILTIN_SPLITS)?
+            .dataset;
+        dataset_documents(&dataset, source)
+    })?;
+    index(home, &corpus)?;
+    Ok(dir)
+}
+
+/// The MiniLM index of `corpus`, built (or finished) now if needed.
+fn index(home: &Home, corpus: &Corpus) -> Result<()> {
+    let encoders = RetrieverEncoders::resolve(home, DEFAULT_ENCODER)?;
+    let dir = index_dir(corpus.dir(), DEFAULT_ENCODER);
+    with_backend!(
+        DeviceChoice::Cpu,
+        build_index(corpus, &encoders, &dir, &BuildOptions::default())
+    )?;
+    Ok(())
 }
 
 /// The classifier `imdb-N` (MiniLM fine-tuned on N IMDb training reviews), trained now if it
@@ -69,7 +84,7 @@ pub fn imdb_classifier(home: &Home, train_size: usize) -> Result<PathBuf> {
     let config = default_train_config();
     let spec: DatasetSpec = "imdb:train".parse()?;
     let train = spec
-        .load(home, &ReadOptions::default(), crate::data::BUILTIN_SPLITS)?
+        .load(home, &ReadOptions::default(), BUILTIN_SPLITS)?
         .dataset
         .limited(Some(train_size), config.seed);
     println!(
@@ -78,13 +93,13 @@ pub fn imdb_classifier(home: &Home, train_size: usize) -> Result<PathBuf> {
         config.epochs
     );
     let encoder_dir = resolve_model_dir(home, DEFAULT_ENCODER)?;
-    let job = TrainJob {
+    let run = TrainRun {
         train: &train,
         encoder_dir: &encoder_dir,
         out: &out,
         config,
         pause_after: None,
     };
-    with_backend!(crate::compute::DeviceChoice::Cpu, train_classifier(&job))?;
+    with_backend!(DeviceChoice::Cpu, train_classifier(&run))?;
     Ok(out)
 }

@@ -3,7 +3,7 @@
 //! Mirrors Hugging Face's `modeling_bert.py` (`BertModel` without the pooler) so that any HF BERT
 //! checkpoint loads by name: each struct below is one HF module and its fields carry the
 //! checkpoint's key names. Two keys cannot be Rust field names and are renamed when loading
-//! and saving (see [`crate::checkpoint`]): `attention.self` ↔ `attention.self_attention` and
+//! and saving ([`BERT_KEYS`]): `attention.self` ↔ `attention.self_attention` and
 //! `LayerNorm` ↔ `layer_norm`.
 
 use burn::module::Module;
@@ -13,6 +13,20 @@ use burn::tensor::activation::{gelu, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 use serde::{Deserialize, Serialize};
+
+use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
+
+/// BERT's renames between Hugging Face keys and the field names below.
+pub const BERT_KEYS: KeyMap = KeyMap {
+    load: &[
+        (r"\.attention\.self\.", ".attention.self_attention."),
+        (r"LayerNorm", "layer_norm"),
+    ],
+    save: &[
+        (r"\.attention\.self_attention\.", ".attention.self."),
+        (r"layer_norm", "LayerNorm"),
+    ],
+};
 
 /// The fields of a Hugging Face BERT `config.json` that the architecture needs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,7 +95,7 @@ impl BertConfig {
         Ok(())
     }
 
-    /// Builds a randomly initialised model; load weights into it with [`crate::checkpoint`].
+    /// Builds a randomly initialised model; [`BertConfig::load`] builds a trained one.
     pub fn init<B: Backend>(&self, device: &B::Device) -> BertModel<B> {
         BertModel {
             embeddings: BertEmbeddings::new(self, device),
@@ -120,6 +134,25 @@ pub struct BertInput<B: Backend> {
 pub struct BertModel<B: Backend> {
     pub embeddings: BertEmbeddings<B>,
     pub encoder: BertEncoder<B>,
+}
+
+impl<B: Backend> HfCheckpoint<B> for BertModel<B> {
+    const KEYS: KeyMap = BERT_KEYS;
+}
+
+impl BertConfig {
+    /// The model with the weights of a Hugging Face BERT checkpoint's `model.safetensors`
+    /// (a `bert.` key prefix, as `BertFor…` checkpoints have, is accepted).
+    pub fn load<B: Backend>(
+        &self,
+        weights: Vec<u8>,
+        device: &B::Device,
+    ) -> Result<BertModel<B>, CheckpointError> {
+        let mut model = self.init::<B>(device);
+        let prefix = super::checkpoint::has_key_prefix(&weights, "bert.").then_some("bert");
+        load_safetensors(&mut model, weights, prefix)?;
+        Ok(model)
+    }
 }
 
 impl<B: Backend> BertModel<B> {

@@ -1,5 +1,5 @@
-//! Finding keywords inside helper sentences, to highlight them: whole words (or phrases),
-//! compared case-insensitively.
+//! Finding keywords inside helper sentences, to highlight them in the browser app: whole words
+//! (or phrases), compared case-insensitively.
 
 /// A piece of a text, and whether it is one of the keywords.
 #[derive(Debug, Clone, PartialEq, Eq)]

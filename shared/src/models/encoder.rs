@@ -3,10 +3,11 @@
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
+use super::bert::{BertConfig, BertModel};
+use super::pooling::{l2_normalize, mean_pool};
+use super::{CheckpointFiles, LoadError};
 use crate::batching::{BatchExecutor, map_batches};
-use crate::bert::BertModel;
 use crate::data::Input;
-use crate::pooling::{l2_normalize, mean_pool};
 use crate::tokenize::{TextTokenizer, TokenBatch, TokenizeError};
 
 /// A BERT model and its tokenizer, producing unit-length sentence embeddings.
@@ -17,6 +18,23 @@ pub struct SentenceEncoder<B: Backend> {
 }
 
 impl<B: Backend> SentenceEncoder<B> {
+    /// An encoder from a Hugging Face BERT checkpoint's files, truncating inputs at `max_len`
+    /// tokens (sentence-transformers' `max_seq_length`; the position limit when `None`).
+    pub fn from_files(
+        files: CheckpointFiles,
+        max_len: Option<usize>,
+        device: &B::Device,
+    ) -> Result<Self, LoadError> {
+        let config = BertConfig::from_json(&String::from_utf8_lossy(&files.config))
+            .map_err(LoadError::Config)?;
+        let max_len = max_len.unwrap_or(config.max_position_embeddings);
+        Ok(Self {
+            tokenizer: TextTokenizer::from_json(&files.tokenizer, max_len)?,
+            model: config.load(files.weights, device)?,
+            device: device.clone(),
+        })
+    }
+
     /// The width of the embeddings.
     pub fn dim(&self) -> usize {
         self.model.embeddings.word_embeddings.weight.dims()[1]

@@ -1,0 +1,371 @@
+//! CORE (Dixit et al., 2022): retrieve label-flipped excerpts for the item's opinion-bearing
+//! sentences, extract their keywords, and have an LLM make a minimal edit guided by them with
+//! few-shot prompts (§3). Also its two ablations: LLM-only (the same prompt without keywords)
+//! and retrieve-only (each query sentence replaced by its best helper).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+use flipside_shared::records::{CoreProvenance, PromptRef, Provenance};
+
+use super::{EditSettings, Method, MethodCard, Models, Stages};
+use crate::editing::keywords::{Lexicons, keywords};
+use crate::editing::prompts::{PromptTemplate, Slots, Task};
+use crate::editing::reply::{copied_demonstration, parse_edit};
+use crate::editing::retrieve::{Retrieval, Retrieve};
+use crate::llm::{FinishReason, LlmClient, Rejected, Request, Sampling};
+use crate::pipeline::{Candidate, Context, ContextStage, Editor, Item, NoEdit};
+
+/// Retrieve, extract keywords, edit with the LLM.
+pub struct Core;
+
+/// The LLM alone: CORE's prompt without keywords (its GPT-3 ablation).
+pub struct LlmOnly;
+
+/// The query sentences replaced by their best retrieved helpers (its CF-DPR ablation).
+pub struct RetrieveOnly;
+
+impl Method for Core {
+    fn card(&self) -> &'static MethodCard {
+        &MethodCard {
+            id: "core",
+            label: "CORE (retrieve + LLM)",
+            description: "Retrieve label-flipped helpers, extract their keywords, edit with the LLM guided by them",
+            retrieves: true,
+            uses_llm: true,
+        }
+    }
+    fn check(&self, settings: &EditSettings) -> Result<()> {
+        prompt_template(settings, "core", true).map(drop)
+    }
+    fn stages(&self, models: &Models, settings: &EditSettings) -> Result<Stages> {
+        let editor = PromptEditor::new(models, settings, "core", true)?;
+        Ok(Stages {
+            context: Some(Arc::new(RetrievalContext::new(models, settings))),
+            editor: Arc::new(editor),
+        })
+    }
+}
+
+impl Method for LlmOnly {
+    fn card(&self) -> &'static MethodCard {
+        &MethodCard {
+            id: "llm-only",
+            label: "LLM only",
+            description: "Edit with the LLM alone: CORE's prompt without retrieval or keywords",
+            retrieves: false,
+            uses_llm: true,
+        }
+    }
+    fn check(&self, settings: &EditSettings) -> Result<()> {
+        prompt_template(settings, "llm-only", false).map(drop)
+    }
+    fn stages(&self, models: &Models, settings: &EditSettings) -> Result<Stages> {
+        Ok(Stages {
+            context: None,
+            editor: Arc::new(PromptEditor::new(models, settings, "llm-only", false)?),
+        })
+    }
+}
+
+impl Method for RetrieveOnly {
+    fn card(&self) -> &'static MethodCard {
+        &MethodCard {
+            id: "retrieve-only",
+            label: "Retrieve only",
+            description: "Replace the opinion-bearing sentences by their top retrieved helpers (no LLM)",
+            retrieves: true,
+            uses_llm: false,
+        }
+    }
+    fn stages(&self, models: &Models, settings: &EditSettings) -> Result<Stages> {
+        Ok(Stages {
+            context: Some(Arc::new(RetrievalContext::new(models, settings))),
+            editor: Arc::new(Substitution),
+        })
+    }
+}
+
+/// CORE's context: helpers retrieved for the item's query sentences, and their keywords.
+pub struct RetrievalContext {
+    retriever: Arc<dyn Retrieve>,
+    lexicons: Arc<Lexicons>,
+    task: Task,
+    max_keywords: usize,
+}
+
+impl RetrievalContext {
+    /// Over `models`' retriever, which [`super::pipeline`] has checked is there.
+    pub fn new(models: &Models, settings: &EditSettings) -> Self {
+        Self {
+            retriever: models.retriever.clone().expect("checked by pipeline()"),
+            lexicons: models.lexicons.clone(),
+            task: settings.task,
+            max_keywords: settings.max_keywords,
+        }
+    }
+
+    /// Helpers for `item` (`per_query` per query sentence, or the retriever's default) and
+    /// their keywords: the context stage's work, also what `POST /api/retrieve` shows.
+    pub fn retrieve(&self, item: &Item, per_query: Option<usize>) -> Result<Context> {
+        let started = Instant::now();
+        let mut retrieval = self.retriever.retrieve(item, per_query)?;
+        let excerpts: Vec<&str> = retrieval.excerpts.iter().map(|e| e.text.as_str()).collect();
+        retrieval.keywords = keywords(&excerpts, &self.lexicons, self.task, self.max_keywords);
+        Ok(Context {
+            retrieval: Some(retrieval),
+            millis: started.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+}
+
+impl ContextStage for RetrievalContext {
+    fn context(&self, item: &Item) -> Result<Context> {
+        self.retrieve(item, None)
+    }
+}
+
+/// An LLM prompted with a template (CORE's, with keywords; LLM-only's, without).
+struct PromptEditor {
+    llm: Arc<dyn LlmClient>,
+    template: PromptTemplate,
+    sampling: Sampling,
+    /// Whether the prompt gets the context's keywords.
+    with_keywords: bool,
+}
+
+impl PromptEditor {
+    fn new(
+        models: &Models,
+        settings: &EditSettings,
+        kind: &str,
+        with_keywords: bool,
+    ) -> Result<Self> {
+        Ok(Self {
+            llm: models.llm.clone().expect("checked by pipeline()"),
+            template: prompt_template(settings, kind, with_keywords)?,
+            sampling: settings.sampling,
+            with_keywords,
+        })
+    }
+}
+
+/// `settings.prompt`, or the built-in `{kind}-{task}` template, checked against the task and
+/// whether the editor gives it keywords.
+fn prompt_template(
+    settings: &EditSettings,
+    kind: &str,
+    with_keywords: bool,
+) -> Result<PromptTemplate> {
+    let task = settings.task;
+    let id = settings.prompt.clone().unwrap_or_else(|| {
+        let task = match task {
+            Task::Sentiment => "sentiment",
+            Task::Nli => "nli",
+        };
+        format!("{kind}-{task}")
+    });
+    let template = PromptTemplate::load(&id)?;
+    if template.task != task {
+        bail!(
+            "template {} is for {:?} data, but the items are {task:?} data",
+            template.id,
+            template.task
+        );
+    }
+    if with_keywords && !template.uses_keywords() {
+        bail!(
+            "template {} has no {{keywords}}: CORE needs them",
+            template.id
+        );
+    }
+    Ok(template)
+}
+
+impl Editor for PromptEditor {
+    fn model(&self) -> Option<&str> {
+        Some(self.llm.model())
+    }
+
+    fn prompt(&self) -> Option<PromptRef> {
+        Some(PromptRef {
+            id: self.template.id.clone(),
+            hash: self.template.hash.clone(),
+        })
+    }
+
+    fn propose(
+        &self,
+        item: &Item,
+        context: &Context,
+        seed: u64,
+    ) -> Result<std::result::Result<Candidate, NoEdit>> {
+        let retrieval = context.retrieval.clone().unwrap_or_default();
+        let keywords = self.with_keywords.then_some(retrieval.keywords.as_slice());
+        if keywords.is_some_and(<[String]>::is_empty) {
+            return Ok(Err(NoEdit::new("retrieval found no keywords", None)));
+        }
+        let sampling = Sampling {
+            seed,
+            max_tokens: self.sampling.max_tokens.min(reply_tokens(&item.text)),
+            ..self.sampling
+        };
+        let slots = Slots {
+            text: &item.text,
+            premise: item.premise.as_deref().unwrap_or_default(),
+            label: &item.label,
+            target: &item.target,
+            keywords,
+        };
+        let request = Request {
+            prompt: self.template.chat(&slots),
+            sampling,
+            stop: self.template.stop.clone(),
+        };
+        // A rejected request is this item's failure; anything else stops the run (it resumes).
+        let completion = match self.llm.complete(&request) {
+            Ok(completion) => completion,
+            Err(error) => match error.downcast_ref::<Rejected>() {
+                Some(rejected) => return Ok(Err(NoEdit::new(rejected.to_string(), None))),
+                None => return Err(error.context(format!("editing {}", item.key()))),
+            },
+        };
+        let reply = completion.text;
+        let text = match parse_edit(&reply, &self.template.answer_prefix, &item.text) {
+            Ok(text) => text,
+            Err(reason) => return Ok(Err(NoEdit::new(reason, Some(reply)))),
+        };
+        if completion.finish_reason == FinishReason::Length && !reply.contains('\n') {
+            let reason = format!("cut off at max_tokens {}", sampling.max_tokens);
+            return Ok(Err(NoEdit::new(reason, Some(reply))));
+        }
+        if copied_demonstration(&text, &self.template.demonstration_answers()).is_some() {
+            return Ok(Err(NoEdit::new(
+                "copied a demonstration's answer",
+                Some(reply),
+            )));
+        }
+        let Retrieval {
+            queries,
+            excerpts,
+            keywords,
+        } = retrieval;
+        Ok(Ok(Candidate {
+            text,
+            provenance: Provenance::Core(CoreProvenance {
+                queries,
+                retrieved: excerpts,
+                keywords: if self.with_keywords {
+                    keywords
+                } else {
+                    Vec::new()
+                },
+                prompt: self.prompt(),
+                sampling: Some(sampling),
+                reply: Some(reply),
+            }),
+            prompt_tokens: completion.prompt_tokens,
+            completion_tokens: completion.completion_tokens,
+        }))
+    }
+}
+
+/// The most tokens a reply to `text` needs: a minimal edit is about as long as the original
+/// (about 1.3 tokens a word), with room for a line of chatter. Small models sometimes ramble
+/// on to any limit; such replies are failed attempts however long they get.
+fn reply_tokens(text: &str) -> usize {
+    2 * text.split_whitespace().count() + 48
+}
+
+/// Retrieve-only: each query sentence replaced by its best retrieved helper.
+struct Substitution;
+
+impl Editor for Substitution {
+    fn model(&self) -> Option<&str> {
+        None
+    }
+
+    fn propose(
+        &self,
+        item: &Item,
+        context: &Context,
+        _seed: u64,
+    ) -> Result<std::result::Result<Candidate, NoEdit>> {
+        let retrieval = context.retrieval.clone().unwrap_or_default();
+        Ok(match substitute(item, &retrieval) {
+            Some(text) => Ok(Candidate {
+                text,
+                provenance: Provenance::Core(CoreProvenance {
+                    queries: retrieval.queries,
+                    retrieved: retrieval.excerpts,
+                    keywords: retrieval.keywords,
+                    ..CoreProvenance::default()
+                }),
+                prompt_tokens: 0,
+                completion_tokens: 0,
+            }),
+            None => Err(NoEdit::new("nothing was retrieved", None)),
+        })
+    }
+}
+
+/// `item`'s text with each query sentence replaced by its best helper; `None` when nothing
+/// was retrieved.
+fn substitute(item: &Item, retrieval: &Retrieval) -> Option<String> {
+    let mut text = item.text.clone();
+    let mut replaced = false;
+    for (q, query) in retrieval.queries.iter().enumerate() {
+        if let Some(best) = retrieval.excerpts.iter().find(|e| e.query == q) {
+            if item.premise.is_some() || retrieval.queries.len() == 1 && text.trim() == query {
+                text = best.text.clone();
+            } else {
+                text = text.replacen(query.as_str(), &best.text, 1);
+            }
+            replaced = true;
+        }
+    }
+    replaced.then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flipside_shared::records::Excerpt;
+
+    #[test]
+    fn retrieve_only_replaces_each_query_sentence() {
+        let item = Item {
+            id: "r1".into(),
+            text: "I saw it Monday. The plot is dull. It ran long.".into(),
+            premise: None,
+            label: "negative".into(),
+            target: "positive".into(),
+        };
+        let excerpt = |query, text: &str| Excerpt {
+            query,
+            id: 0,
+            text: text.into(),
+            score: 0.5,
+            rerank_score: None,
+            label: None,
+        };
+        let retrieval = Retrieval {
+            queries: vec!["The plot is dull.".into(), "It ran long.".into()],
+            excerpts: vec![
+                excerpt(0, "The plot is gripping."),
+                excerpt(0, "unused second helper"),
+            ],
+            keywords: Vec::new(),
+        };
+        assert_eq!(
+            substitute(&item, &retrieval).unwrap(),
+            "I saw it Monday. The plot is gripping. It ran long."
+        );
+        let nothing = Retrieval {
+            queries: vec!["x".into()],
+            ..Default::default()
+        };
+        assert_eq!(substitute(&item, &nothing), None);
+    }
+}

@@ -1,0 +1,215 @@
+//! The counterfactual methods and the one place their stages are composed into a
+//! [`Pipeline`].
+//!
+//! [`METHODS`] is the registry: the CLI's `--method` values, the API's method ids (and the
+//! OpenAPI document's enum of them) and the browser's method picker all come from it. A method
+//! is a [`Method`]: what it needs loaded, and the context stage and editor it plugs into the
+//! pipeline. Adding one is a new file here and one line in [`METHODS`].
+
+pub mod core;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context as _, Result, bail};
+use burn::tensor::backend::Backend;
+use flipside_shared::api::{MethodId, MethodInfo};
+
+use crate::compute::Compute;
+use crate::editing::keywords::Lexicons;
+use crate::editing::prompts::Task;
+use crate::editing::retrieve::{RetrievalSetup, Retrieve, Retriever};
+use crate::llm::{LlmClient, Sampling};
+use crate::models::load_classifier;
+use crate::pipeline::judge::{Classify, FlipCheck};
+use crate::pipeline::{ContextStage, Editor, Pipeline};
+
+/// Every method, the default first.
+pub static METHODS: [&dyn Method; 3] = [&core::Core, &core::LlmOnly, &core::RetrieveOnly];
+
+/// What a method is, for the command line, the API and the browser.
+#[derive(Debug)]
+pub struct MethodCard {
+    /// The id on the command line, in the API and in records.
+    pub id: &'static str,
+    /// A short name for pickers.
+    pub label: &'static str,
+    /// One sentence for `--help` and the API.
+    pub description: &'static str,
+    /// Whether it retrieves helpers (needs a corpus index).
+    pub retrieves: bool,
+    /// Whether it prompts an LLM.
+    pub uses_llm: bool,
+}
+
+/// A way of making counterfactuals.
+pub trait Method: Sync {
+    fn card(&self) -> &'static MethodCard;
+
+    fn id(&self) -> &'static str {
+        self.card().id
+    }
+    fn retrieves(&self) -> bool {
+        self.card().retrieves
+    }
+    fn uses_llm(&self) -> bool {
+        self.card().uses_llm
+    }
+    /// Fails, before any model is loaded, when `settings` cannot work for it (a prompt
+    /// template for another task, say).
+    fn check(&self, _settings: &EditSettings) -> Result<()> {
+        Ok(())
+    }
+    /// Its context stage and editor, over loaded models.
+    fn stages(&self, models: &Models, settings: &EditSettings) -> Result<Stages>;
+}
+
+/// What a method plugs into the pipeline.
+pub struct Stages {
+    pub context: Option<Arc<dyn ContextStage>>,
+    pub editor: Arc<dyn Editor>,
+}
+
+/// The method with id `id`.
+pub fn method(id: &str) -> Result<&'static dyn Method> {
+    match METHODS.iter().find(|m| m.id() == id) {
+        Some(method) => Ok(*method),
+        None => bail!(
+            "no method {id:?}; the methods are {}",
+            METHODS.map(|m| m.id()).join(", ")
+        ),
+    }
+}
+
+/// Every method, as the API describes them.
+pub fn method_infos() -> Vec<MethodInfo> {
+    METHODS
+        .iter()
+        .map(|m| {
+            let card = m.card();
+            MethodInfo {
+                id: MethodId::from(card.id),
+                label: card.label.to_string(),
+                description: card.description.to_string(),
+                retrieves: card.retrieves,
+                uses_llm: card.uses_llm,
+            }
+        })
+        .collect()
+}
+
+/// How methods edit; shared by `generate`, jobs and the demo. Defaults are CORE's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EditSettings {
+    /// The LLM methods' prompt template: a built-in id or a TOML file [default: each method's
+    /// own, for the task].
+    pub prompt: Option<String>,
+    /// Sentiment texts or NLI pairs.
+    pub task: Task,
+    /// The LLM's sampling (each attempt's seed replaces `seed`).
+    pub sampling: Sampling,
+    /// Most keywords in a prompt.
+    pub max_keywords: usize,
+    /// Tries per item.
+    pub max_attempts: usize,
+    /// Keep only edits the classifier flips (others are failed attempts).
+    pub verify: bool,
+}
+
+impl Default for EditSettings {
+    fn default() -> Self {
+        Self {
+            prompt: None,
+            task: Task::Sentiment,
+            sampling: Sampling::default(),
+            max_keywords: 12,
+            max_attempts: 3,
+            verify: false,
+        }
+    }
+}
+
+/// The loaded models methods draw their stages from; loaded once (the server keeps them for
+/// every request and job).
+#[derive(Clone)]
+pub struct Models {
+    /// The classifier that checks flips, and its name for messages.
+    pub classifier: Arc<dyn Classify>,
+    pub classifier_name: String,
+    /// A corpus index and its encoders (for methods that retrieve).
+    pub retriever: Option<Arc<dyn Retrieve>>,
+    /// The LLM (for methods that prompt one).
+    pub llm: Option<Arc<dyn LlmClient>>,
+    pub lexicons: Arc<Lexicons>,
+}
+
+/// Which models to load.
+pub struct ModelsConfig {
+    pub classifier_dir: PathBuf,
+    /// The index to retrieve from; none when no method in use retrieves.
+    pub retrieval: Option<RetrievalSetup>,
+    pub llm: Option<Arc<dyn LlmClient>>,
+    pub lexicons: Arc<Lexicons>,
+}
+
+/// Loads the classifier and the retriever on backend `B`.
+pub fn load_models<B: Backend>(compute: Compute<B>, config: ModelsConfig) -> Result<Models> {
+    let lexicons = config.lexicons;
+    let classifier = load_classifier::<B>(&config.classifier_dir, &compute.device)?;
+    let retriever: Option<Arc<dyn Retrieve>> = match config.retrieval {
+        Some(setup) => {
+            let retriever = Retriever::open(compute, setup, lexicons.clone())
+                .context("loading the retrieval index")?;
+            Some(Arc::new(Mutex::new(retriever)))
+        }
+        None => None,
+    };
+    Ok(Models {
+        classifier: Arc::new(Mutex::new(classifier)),
+        classifier_name: config.classifier_dir.display().to_string(),
+        retriever,
+        llm: config.llm,
+        lexicons,
+    })
+}
+
+/// `method`'s pipeline over `models`: its stages, and the classifier's flip check.
+pub fn pipeline(
+    method: &'static dyn Method,
+    models: &Models,
+    settings: &EditSettings,
+) -> Result<Pipeline> {
+    if method.uses_llm() && models.llm.is_none() {
+        bail!("the {} method needs an LLM", method.id());
+    }
+    if method.retrieves() && models.retriever.is_none() {
+        bail!("the {} method needs an index to retrieve from", method.id());
+    }
+    let Stages { context, editor } = method.stages(models, settings)?;
+    Ok(Pipeline {
+        method: method.id(),
+        context,
+        editor,
+        judge: Arc::new(FlipCheck {
+            name: models.classifier_name.clone(),
+            classifier: models.classifier.clone(),
+        }),
+        verify: settings.verify,
+        max_attempts: settings.max_attempts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn method_ids_are_unique_and_unknown_ones_are_refused_with_the_list() {
+        let ids: std::collections::HashSet<_> = METHODS.iter().map(|m| m.id()).collect();
+        assert_eq!(ids.len(), METHODS.len());
+        assert_eq!(method("llm-only").unwrap().id(), "llm-only");
+        let error = method("nope").map(|m| m.id()).unwrap_err().to_string();
+        assert!(error.contains("core, llm-only, retrieve-only"), "{error}");
+        assert_eq!(method_infos()[0].id.as_str(), "core");
+    }
+}

@@ -1,0 +1,413 @@
+//! The counterfactual pipeline every method plugs into:
+//!
+//! 1. a [`ContextStage`] finds what the editor works from (CORE: label-flipped excerpts
+//!    retrieved from a corpus, and their keywords; nothing for LLM-only);
+//! 2. an [`Editor`] proposes an edit of the item toward its target label (an LLM prompt, a
+//!    retrieved sentence put in place, …), or says why it has none;
+//! 3. a [`Judge`] checks the proposal (the classifier's flip check; with `verify`, a proposal it
+//!    rejects is a failed attempt, retried with the next attempt's seed).
+//!
+//! [`Pipeline::edit_one`] runs them for one item, returning the counterfactual with every
+//! intermediate and failed attempt. `flipside generate` and the server's jobs run it over a
+//! dataset ([`batch::generate`]); `POST /api/edit` runs it once. Methods
+//! ([`crate::methods`]) only supply the stages.
+
+pub mod batch;
+pub mod judge;
+pub mod store;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
+use flipside_shared::data::{Input, stable_hash};
+use flipside_shared::records::{Counterfactual, FailedAttempt, PromptRef, Provenance, Timing};
+
+use crate::editing::retrieve::Retrieval;
+
+/// What to edit: one example and the label to flip it to.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Item {
+    /// The example's id in its dataset.
+    pub id: String,
+    /// The text to edit (the hypothesis for NLI).
+    pub text: String,
+    pub premise: Option<String>,
+    pub label: String,
+    pub target: String,
+}
+
+impl Item {
+    /// `ITEM→TARGET`, the item's key in outputs.
+    pub fn key(&self) -> String {
+        format!("{}→{}", self.id, self.target)
+    }
+
+    /// The classifier input for `text` in this item's place.
+    pub fn input(&self, text: &str) -> Input {
+        Input::with_premise(self.premise.as_deref(), text)
+    }
+}
+
+/// What the context stage found for an item.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    /// Retrieved helpers and their keywords (CORE, retrieve-only).
+    pub retrieval: Option<Retrieval>,
+    pub millis: f64,
+}
+
+/// Finds what an editor works from.
+pub trait ContextStage: Send + Sync {
+    fn context(&self, item: &Item) -> Result<Context>;
+}
+
+/// A proposed edit.
+#[derive(Debug, Clone)]
+pub struct Candidate {
+    pub text: String,
+    /// How the editor made it (recorded with the counterfactual).
+    pub provenance: Provenance,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// Why an attempt has no usable edit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoEdit {
+    pub reason: String,
+    /// The model's raw reply (or the rejected edit), when there was one.
+    pub reply: Option<String>,
+}
+
+impl NoEdit {
+    pub fn new(reason: impl Into<String>, reply: Option<String>) -> Self {
+        Self {
+            reason: reason.into(),
+            reply,
+        }
+    }
+}
+
+/// Proposes edits: the method's core.
+pub trait Editor: Send + Sync {
+    /// The model that edits, recorded with each counterfactual (none for model-free editors).
+    fn model(&self) -> Option<&str>;
+
+    /// The prompt template it fills, if it prompts an LLM (saved with a run's settings).
+    fn prompt(&self) -> Option<PromptRef> {
+        None
+    }
+
+    /// One proposal for `item` toward `item.target`, sampled with `seed`. `Ok(Err(_))` is a
+    /// failed attempt (recorded, then retried); `Err(_)` stops the run (I/O, a broken engine).
+    fn propose(
+        &self,
+        item: &Item,
+        context: &Context,
+        seed: u64,
+    ) -> Result<std::result::Result<Candidate, NoEdit>>;
+}
+
+/// A judge's decision on an edit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdict {
+    /// Whether the edit passes (the flip check: the classifier predicts the target label).
+    pub passed: bool,
+    /// The judge's label for the edit.
+    pub label: String,
+    /// The judge's probability of the target label.
+    pub target_probability: f32,
+    /// Every label's probability, in the judge's label order.
+    pub probabilities: Vec<f32>,
+    pub millis: f64,
+}
+
+/// Checks edits.
+pub trait Judge: Send + Sync {
+    /// Fails, before any work, when the judge cannot decide on `item` (an unknown target).
+    fn check(&self, item: &Item) -> Result<()>;
+
+    fn judge(&self, item: &Item, edited: &str) -> Result<Verdict>;
+}
+
+/// A method's stages, composed.
+#[derive(Clone)]
+pub struct Pipeline {
+    /// The method's id, recorded with each counterfactual.
+    pub method: &'static str,
+    pub context: Option<Arc<dyn ContextStage>>,
+    pub editor: Arc<dyn Editor>,
+    /// The flip check: its verdict is the record's prediction, target probability and flip.
+    pub judge: Arc<dyn Judge>,
+    /// Count an edit the judge rejects as a failed attempt (by default it is kept, unflipped).
+    pub verify: bool,
+    /// Tries per item.
+    pub max_attempts: usize,
+}
+
+/// Everything one item's editing produced.
+#[derive(Debug, Clone, Default)]
+pub struct EditOutcome {
+    pub context: Context,
+    /// The counterfactual; `None` when every attempt failed.
+    pub record: Option<Counterfactual>,
+    /// The judge's verdict on the record's edit.
+    pub verdict: Option<Verdict>,
+    /// The attempts that made no counterfactual, in order.
+    pub failures: Vec<FailedAttempt>,
+    /// Time in each stage over every attempt.
+    pub timing: Timing,
+}
+
+impl Pipeline {
+    /// Fails, before any work, when an item cannot be judged.
+    pub fn check(&self, items: &[&Item]) -> Result<()> {
+        items.iter().try_for_each(|item| self.judge.check(item))
+    }
+
+    /// One counterfactual of `item`: its context, then up to `max_attempts` edits.
+    pub fn edit_one(&self, item: &Item, seed: u64) -> Result<EditOutcome> {
+        self.judge.check(item)?;
+        let context = self.context_for(item)?;
+        self.edit_in_context(item, context, seed, 1)
+    }
+
+    /// The context stage's output for `item` (empty when the method has none).
+    pub fn context_for(&self, item: &Item) -> Result<Context> {
+        match &self.context {
+            Some(stage) => stage.context(item),
+            None => Ok(Context::default()),
+        }
+    }
+
+    /// Attempts `first_attempt..=max_attempts` (a resumed item starts after its recorded
+    /// failures) until one makes a counterfactual.
+    pub fn edit_in_context(
+        &self,
+        item: &Item,
+        context: Context,
+        seed: u64,
+        first_attempt: usize,
+    ) -> Result<EditOutcome> {
+        let mut outcome = EditOutcome {
+            timing: Timing {
+                context_ms: context.millis,
+                ..Timing::default()
+            },
+            context,
+            ..EditOutcome::default()
+        };
+        for attempt in first_attempt..=self.max_attempts {
+            let attempt_seed = attempt_seed(seed, item, attempt);
+            let started = Instant::now();
+            let proposal = self.editor.propose(item, &outcome.context, attempt_seed)?;
+            let edit_ms = started.elapsed().as_secs_f64() * 1e3;
+            outcome.timing.edit_ms += edit_ms;
+            let failure = match proposal {
+                Err(no_edit) => no_edit,
+                Ok(candidate) => {
+                    let verdict = self.judge.judge(item, &candidate.text)?;
+                    outcome.timing.judge_ms += verdict.millis;
+                    outcome.timing.prompt_tokens += candidate.prompt_tokens;
+                    outcome.timing.completion_tokens += candidate.completion_tokens;
+                    if verdict.passed || !self.verify {
+                        let timing = Timing {
+                            context_ms: outcome.context.millis,
+                            edit_ms,
+                            judge_ms: verdict.millis,
+                            prompt_tokens: candidate.prompt_tokens,
+                            completion_tokens: candidate.completion_tokens,
+                        };
+                        outcome.record = Some(self.record(
+                            item,
+                            candidate,
+                            &verdict,
+                            attempt_seed,
+                            attempt,
+                            timing,
+                        ));
+                        outcome.verdict = Some(verdict);
+                        return Ok(outcome);
+                    }
+                    NoEdit::new(
+                        format!(
+                            "did not flip: the classifier says {} (p({}) = {:.3})",
+                            verdict.label, item.target, verdict.target_probability
+                        ),
+                        Some(candidate.text),
+                    )
+                }
+            };
+            outcome.failures.push(FailedAttempt {
+                key: item.key(),
+                attempt,
+                reason: failure.reason,
+                reply: failure.reply,
+            });
+        }
+        Ok(outcome)
+    }
+
+    fn record(
+        &self,
+        item: &Item,
+        candidate: Candidate,
+        verdict: &Verdict,
+        seed: u64,
+        attempt: usize,
+        timing: Timing,
+    ) -> Counterfactual {
+        Counterfactual {
+            key: item.key(),
+            item: item.id.clone(),
+            method: self.method.to_string(),
+            premise: item.premise.clone(),
+            original: item.text.clone(),
+            edited: candidate.text,
+            label: item.label.clone(),
+            target: item.target.clone(),
+            model: self.editor.model().map(str::to_string),
+            seed,
+            attempt,
+            timing,
+            prediction: verdict.label.clone(),
+            target_probability: verdict.target_probability,
+            flipped: verdict.passed,
+            provenance: candidate.provenance,
+        }
+    }
+}
+
+/// The seed of one attempt: a function of the run's seed, the item's content and target and
+/// the attempt number — not of where the item sits in a dataset — so that `generate`, a job and
+/// the demo sample the same edit for the same text.
+pub fn attempt_seed(seed: u64, item: &Item, attempt: usize) -> u64 {
+    let content = format!(
+        "{}\u{1f}{}\u{1f}{}#{attempt}",
+        item.premise.as_deref().unwrap_or_default(),
+        item.text,
+        item.target
+    );
+    stable_hash(seed, &content) & 0xffff_ffff
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flipside_shared::records::CoreProvenance;
+
+    /// Appends the attempt's seed to the text.
+    struct SeedEditor;
+
+    impl Editor for SeedEditor {
+        fn model(&self) -> Option<&str> {
+            Some("seed-editor")
+        }
+
+        fn propose(
+            &self,
+            item: &Item,
+            _context: &Context,
+            seed: u64,
+        ) -> Result<std::result::Result<Candidate, NoEdit>> {
+            Ok(Ok(Candidate {
+                text: format!("{} {seed}", item.text),
+                provenance: Provenance::Core(CoreProvenance::default()),
+                prompt_tokens: 10,
+                completion_tokens: 2,
+            }))
+        }
+    }
+
+    /// Passes an edit whose last number is even.
+    struct EvenJudge;
+
+    impl Judge for EvenJudge {
+        fn check(&self, _item: &Item) -> Result<()> {
+            Ok(())
+        }
+
+        fn judge(&self, item: &Item, edited: &str) -> Result<Verdict> {
+            let seed: u64 = edited.rsplit(' ').next().unwrap().parse().unwrap();
+            let passed = seed.is_multiple_of(2);
+            Ok(Verdict {
+                passed,
+                label: if passed {
+                    item.target.clone()
+                } else {
+                    item.label.clone()
+                },
+                target_probability: if passed { 0.9 } else { 0.1 },
+                probabilities: vec![0.1, 0.9],
+                millis: 1.0,
+            })
+        }
+    }
+
+    fn pipeline(verify: bool) -> Pipeline {
+        Pipeline {
+            method: "test",
+            context: None,
+            editor: Arc::new(SeedEditor),
+            judge: Arc::new(EvenJudge),
+            verify,
+            max_attempts: 12,
+        }
+    }
+
+    #[test]
+    fn verified_runs_retry_rejected_edits_with_each_attempts_seed() {
+        let item = item("7", "A wonderful film.");
+        let outcome = pipeline(true).edit_one(&item, 3).unwrap();
+        let record = outcome.record.unwrap();
+        let attempts = record.attempt;
+        assert_eq!(outcome.failures.len(), attempts - 1);
+        for (failure, attempt) in outcome.failures.iter().zip(1..) {
+            assert_eq!(failure.attempt, attempt);
+            assert!(failure.reason.starts_with("did not flip"), "{failure:?}");
+            let seed = attempt_seed(3, &item, attempt);
+            assert_eq!(failure.reply, Some(format!("A wonderful film. {seed}")));
+        }
+        assert_eq!(record.seed, attempt_seed(3, &item, attempts));
+        assert!(record.seed.is_multiple_of(2));
+        assert!(record.flipped);
+        assert_eq!(record.key, "7→negative");
+        assert_eq!(record.model.as_deref(), Some("seed-editor"));
+        assert_eq!(record.timing.prompt_tokens, 10);
+        assert_eq!(outcome.timing.prompt_tokens, 10 * attempts);
+
+        // Unverified, the first edit is kept, flipped or not.
+        let first = pipeline(false).edit_one(&item, 3).unwrap();
+        assert!(first.failures.is_empty());
+        assert_eq!(first.record.unwrap().attempt, 1);
+        // A resumed item starts after its earlier attempts and gets the same edit.
+        let resumed = pipeline(true)
+            .edit_in_context(&item, Context::default(), 3, attempts)
+            .unwrap();
+        assert!(resumed.failures.is_empty());
+        assert_eq!(resumed.record.unwrap().edited, record.edited);
+    }
+
+    fn item(id: &str, text: &str) -> Item {
+        Item {
+            id: id.into(),
+            text: text.into(),
+            premise: None,
+            label: "positive".into(),
+            target: "negative".into(),
+        }
+    }
+
+    #[test]
+    fn attempt_seeds_depend_on_content_not_on_the_item_id() {
+        let a = item("17", "A wonderful film.");
+        let b = item("demo", "A wonderful film.");
+        assert_eq!(attempt_seed(7, &a, 1), attempt_seed(7, &b, 1));
+        assert_ne!(attempt_seed(7, &a, 1), attempt_seed(7, &a, 2));
+        assert_ne!(attempt_seed(7, &a, 1), attempt_seed(8, &a, 1));
+        let other = item("17", "A dreadful film.");
+        assert_ne!(attempt_seed(7, &a, 1), attempt_seed(7, &other, 1));
+        assert!(attempt_seed(7, &a, 1) <= 0xffff_ffff);
+    }
+}

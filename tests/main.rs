@@ -1,0 +1,14 @@
+//! Flipside's end-to-end tests: the real `flipside` binary, the registries' models and data, a
+//! real server on loopback (SQLite and Postgres) and a real browser. They are one test binary:
+//! each further one would link the whole backend, llama.cpp included, once more.
+
+mod common;
+
+mod browser;
+mod checkpoint;
+mod cli;
+mod encoder_parity;
+mod generate;
+mod retrieval;
+mod saliency;
+mod server;
