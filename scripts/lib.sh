@@ -80,6 +80,14 @@ build_tool() {
     CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 cargo install "$@"
 }
 
+# Runs a command with clippy's lints, warnings denied, on the workspace's own crates while cargo
+# (or Trunk's cargo) builds them: `cargo clippy` without a build of its own. Every command that
+# builds for the tests goes through it, so that they share one set of build products.
+with_lints() {
+  RUSTC_WORKSPACE_WRAPPER="$(command -v clippy-driver)" \
+    CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__" "$@"
+}
+
 # The browser tests drive Debian's Chromium (playwright-core never downloads a browser).
 install_chromium() {
   command -v chromium >/dev/null 2>&1 && return
