@@ -16,7 +16,7 @@ const LONG = 180_000;
 let browser;
 
 before(async () => {
-  assert.ok(URL, 'FLIPSIDE_URL is not set: run these tests through `cargo test --test browser`');
+  assert.ok(URL, 'FLIPSIDE_URL is not set: run these tests through `cargo test --test end_to_end browser`');
   mkdirSync(SHOTS, { recursive: true });
   browser = await launchChromium();
 });
