@@ -110,6 +110,33 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     assert!(output.stdout.is_empty(), "prepared before failing");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no-such-app has no index.html"), "{stderr}");
+    // So is a prompt template that does not fit its method, or a method that takes none.
+    let refusals = [
+        (
+            "core=llm-only-sentiment",
+            "has no {keywords}: the core method needs them",
+        ),
+        (
+            "llm-only=core-sentiment",
+            "asks for {keywords}, which the llm-only method does not give",
+        ),
+        (
+            "retrieve-only=core-sentiment",
+            "is not a method that prompts an LLM",
+        ),
+    ];
+    for (prompt, reason) in refusals {
+        let output = serve_command(&setup, &data_dir, &["--prompt", prompt])
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{prompt}");
+        assert!(
+            output.stdout.is_empty(),
+            "{prompt}: prepared before failing"
+        );
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(reason), "{prompt}: {stderr}");
+    }
 
     let server = Server::start(&setup, &data_dir, &["--max-upload-mb", "1"]);
 

@@ -310,7 +310,7 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
 /// The record of the finished model in `out` if it comes from the run `fresh` describes
 /// (`None` if `out` holds no finished model, i.e. no file `artifact`); an error if it comes
 /// from another run.
-pub fn finished_job(
+pub fn finished_run(
     out: &Path,
     fresh: &TrainRecord,
     artifact: &str,
@@ -336,7 +336,7 @@ pub fn finished_job(
 }
 
 /// Writes the record of a finished run into `out` and removes its checkpoints.
-pub fn finish_job(out: &Path, record: &TrainRecord) -> Result<()> {
+pub fn finish_run(out: &Path, record: &TrainRecord) -> Result<()> {
     write_atomic(&out.join(RECORD_FILE), &serde_json::to_vec_pretty(record)?)?;
     fs::remove_dir_all(out.join(STATE_DIR)).ok();
     Ok(())
@@ -412,7 +412,7 @@ pub fn run_training<B: AutodiffBackend, O: Objective<B>>(
     pause_after: Option<usize>,
     save: impl FnOnce(O::Model) -> Result<()>,
 ) -> Result<TrainOutcome> {
-    if let Some(record) = finished_job(out, &fresh, artifact)? {
+    if let Some(record) = finished_run(out, &fresh, artifact)? {
         return Ok(TrainOutcome {
             record,
             paused: false,
@@ -422,7 +422,7 @@ pub fn run_training<B: AutodiffBackend, O: Objective<B>>(
     let paused = record.step < record.total_steps;
     if !paused {
         save(model)?;
-        finish_job(out, &record)?;
+        finish_run(out, &record)?;
     }
     Ok(TrainOutcome { record, paused })
 }

@@ -50,6 +50,8 @@ pub struct MethodInfo {
     pub retrieves: bool,
     /// Whether it calls the LLM.
     pub uses_llm: bool,
+    /// Whether keywords guide its edits (`EditRequest.keywords` may replace them).
+    pub uses_keywords: bool,
 }
 
 /// A method's id (`GET /api/info` lists them; the OpenAPI document enumerates them).

@@ -170,7 +170,12 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         );
     }
     let settings = EditSettings {
-        prompt: args.prompt.prompt.clone(),
+        prompts: args
+            .prompt
+            .prompt
+            .iter()
+            .map(|template| (method.id().to_string(), template.clone()))
+            .collect(),
         task: task_of(&items),
         sampling: Sampling {
             temperature: args.prompt.temperature,

@@ -8,12 +8,12 @@ use anyhow::Result;
 use clap::Args;
 
 use super::llm::LlmArgs;
+use super::values::method_prompt;
 use crate::corpus::corpus_dir;
-use crate::editing::prompts::PromptTemplate;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
 use crate::llm::{DEFAULT_EDITOR_MODEL, LlmClient};
-use crate::methods::EditSettings;
+use crate::methods::{EditSettings, METHODS};
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::prepare::{SMALL_CORPUS, corpus_with_index, fetch_assets, imdb_classifier};
 use crate::retrieval::encoders::RetrieverEncoders;
@@ -64,10 +64,11 @@ pub struct ServeArgs {
     /// Retriever whose index is searched (minilm, or a trained CF-DPR name)
     #[arg(long, default_value = DEFAULT_ENCODER)]
     pub encoder: String,
-    /// Prompt template of the LLM methods, for jobs and the demo (a built-in id or a TOML
-    /// file) [default: each method's own]
-    #[arg(long, value_name = "ID|FILE")]
-    pub prompt: Option<String>,
+    /// Prompt template of one LLM method, for jobs and the demo: a built-in id or a TOML file,
+    /// as in `--prompt core=my-prompt.toml`; repeat for several methods [default: each
+    /// method's own]
+    #[arg(long = "prompt", value_name = "METHOD=ID|FILE", value_parser = method_prompt)]
+    pub prompts: Vec<(String, String)>,
     /// First run builds the full defaults: the IMDb + Rotten Tomatoes corpus (238,203
     /// sentences; about an hour to index on 2 cores) and a classifier of 2,000 reviews
     #[arg(long)]
@@ -78,7 +79,15 @@ pub struct ServeArgs {
 
 /// Prepares the defaults on first run, loads the models and serves until interrupted.
 pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
-    // Checked first: a wrong directory should not wait for the first-run preparation.
+    // Checked first: a wrong template or directory should not wait for the first-run
+    // preparation.
+    let settings = EditSettings {
+        prompts: args.prompts.iter().cloned().collect(),
+        ..EditSettings::default()
+    };
+    for method in METHODS.iter().filter(|m| m.uses_llm()) {
+        method.check(&settings)?;
+    }
     let static_dir = browser_app_dir(args.static_dir.as_deref())?;
     println!("Flipside home: {}", home.root().display());
     println!("1. Assets");
@@ -118,9 +127,6 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     };
     println!("   {}", classifier_dir.display());
 
-    if let Some(prompt) = &args.prompt {
-        PromptTemplate::load(prompt)?;
-    }
     println!("4. Loading the models");
     let (llm, local_llm): (Arc<dyn LlmClient>, Option<Arc<dyn LlmClient>>) = if args.llm.remote() {
         (args.llm.client(home)?, None)
@@ -135,10 +141,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
             corpus: corpus.to_string(),
             classifier_dir,
             llm,
-            settings: EditSettings {
-                prompt: args.prompt.clone(),
-                ..EditSettings::default()
-            },
+            settings,
         },
     )?;
 

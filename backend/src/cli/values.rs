@@ -19,6 +19,25 @@ pub fn method_parser() -> PossibleValuesParser {
     )
 }
 
+/// `METHOD=TEMPLATE`: a prompt template for one of the methods that prompt an LLM.
+pub fn method_prompt(value: &str) -> Result<(String, String), String> {
+    let (id, template) = value
+        .split_once('=')
+        .ok_or_else(|| format!("expected METHOD=TEMPLATE, as in core={value}"))?;
+    let llm_methods: Vec<&str> = METHODS
+        .iter()
+        .filter(|m| m.uses_llm())
+        .map(|m| m.id())
+        .collect();
+    if !llm_methods.contains(&id) {
+        return Err(format!(
+            "{id:?} is not a method that prompts an LLM ({})",
+            llm_methods.join(", ")
+        ));
+    }
+    Ok((id.to_string(), template.to_string()))
+}
+
 impl ValueEnum for DeviceChoice {
     fn value_variants<'a>() -> &'a [Self] {
         &[DeviceChoice::Cpu, DeviceChoice::Cuda]

@@ -81,11 +81,15 @@ pub fn select_items(
             break;
         }
         let (text, premise) = match &example.input {
-            Input::Text { text } => (text.clone(), None),
+            // Trimmed as the demo trims what a user types, so both make the same edit.
+            Input::Text { text } => (text.trim().to_string(), None),
             Input::Pair {
                 premise,
                 hypothesis,
-            } => (hypothesis.clone(), Some(premise.clone())),
+            } => (
+                hypothesis.trim().to_string(),
+                Some(premise.trim().to_string()),
+            ),
         };
         let label = names[example.label].clone();
         let text = match selection.unit {

@@ -69,37 +69,37 @@ impl IntoResponse for ApiError {
 
 type Engine = Arc<dyn LlmClient>;
 
-/// The router serving `editor` under `/v1`.
-pub fn router(editor: Engine) -> Router {
+/// The router serving `engine` under `/v1`.
+pub fn router(engine: Engine) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(text))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(4 << 20))
-        .with_state(editor)
+        .with_state(engine)
 }
 
-async fn models(State(editor): State<Engine>) -> Json<Value> {
+async fn models(State(engine): State<Engine>) -> Json<Value> {
     Json(json!({
         "object": "list",
-        "data": [{"id": editor.model(), "object": "model", "owned_by": "flipside"}]
+        "data": [{"id": engine.model(), "object": "model", "owned_by": "flipside"}]
     }))
 }
 
-async fn chat(State(editor): State<Engine>, body: Bytes) -> Result<Json<Value>, ApiError> {
+async fn chat(State(engine): State<Engine>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let body = parse(&body)?;
     let messages = body
         .messages
         .clone()
         .filter(|m| !m.is_empty())
         .ok_or_else(|| ApiError::bad_request("'messages' must be a non-empty array"))?;
-    let completion = run(editor.clone(), request(&body, Prompt::Chat(messages))?).await?;
+    let completion = run(engine.clone(), request(&body, Prompt::Chat(messages))?).await?;
     Ok(Json(json!({
         "id": format!("chatcmpl-{}", now_nanos()),
         "object": "chat.completion",
         "created": now_nanos() / 1_000_000_000,
-        "model": editor.model(),
+        "model": engine.model(),
         "choices": [{
             "index": 0,
             "message": {"role": "assistant", "content": completion.text},
@@ -109,7 +109,7 @@ async fn chat(State(editor): State<Engine>, body: Bytes) -> Result<Json<Value>, 
     })))
 }
 
-async fn text(State(editor): State<Engine>, body: Bytes) -> Result<Json<Value>, ApiError> {
+async fn text(State(engine): State<Engine>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let body = parse(&body)?;
     let prompt = match &body.prompt {
         Some(Value::String(text)) => text.clone(),
@@ -118,12 +118,12 @@ async fn text(State(editor): State<Engine>, body: Bytes) -> Result<Json<Value>, 
         }
         _ => return Err(ApiError::bad_request("'prompt' must be a string")),
     };
-    let completion = run(editor.clone(), request(&body, Prompt::Text(prompt))?).await?;
+    let completion = run(engine.clone(), request(&body, Prompt::Text(prompt))?).await?;
     Ok(Json(json!({
         "id": format!("cmpl-{}", now_nanos()),
         "object": "text_completion",
         "created": now_nanos() / 1_000_000_000,
-        "model": editor.model(),
+        "model": engine.model(),
         "choices": [{
             "index": 0,
             "text": completion.text,
@@ -178,8 +178,8 @@ fn request(body: &CompletionBody, prompt: Prompt) -> Result<Request, ApiError> {
     })
 }
 
-async fn run(editor: Engine, request: Request) -> Result<Completion, ApiError> {
-    tokio::task::spawn_blocking(move || editor.complete(&request))
+async fn run(engine: Engine, request: Request) -> Result<Completion, ApiError> {
+    tokio::task::spawn_blocking(move || engine.complete(&request))
         .await
         .map_err(|e| ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,

@@ -34,6 +34,7 @@ impl Method for Core {
             description: "Retrieve label-flipped helpers, extract their keywords, edit with the LLM guided by them",
             retrieves: true,
             uses_llm: true,
+            uses_keywords: true,
         }
     }
     fn check(&self, settings: &EditSettings) -> Result<()> {
@@ -56,6 +57,7 @@ impl Method for LlmOnly {
             description: "Edit with the LLM alone: CORE's prompt without retrieval or keywords",
             retrieves: false,
             uses_llm: true,
+            uses_keywords: false,
         }
     }
     fn check(&self, settings: &EditSettings) -> Result<()> {
@@ -77,6 +79,7 @@ impl Method for RetrieveOnly {
             description: "Replace the opinion-bearing sentences by their top retrieved helpers (no LLM)",
             retrieves: true,
             uses_llm: false,
+            uses_keywords: false,
         }
     }
     fn stages(&self, models: &Models, settings: &EditSettings) -> Result<Stages> {
@@ -151,15 +154,15 @@ impl PromptEditor {
     }
 }
 
-/// `settings.prompt`, or the built-in `{kind}-{task}` template, checked against the task and
-/// whether the editor gives it keywords.
+/// The template `settings.prompts` names for method `kind`, or the built-in `{kind}-{task}`
+/// template, checked against the task and whether the editor gives it keywords.
 fn prompt_template(
     settings: &EditSettings,
     kind: &str,
     with_keywords: bool,
 ) -> Result<PromptTemplate> {
     let task = settings.task;
-    let id = settings.prompt.clone().unwrap_or_else(|| {
+    let id = settings.prompts.get(kind).cloned().unwrap_or_else(|| {
         let task = match task {
             Task::Sentiment => "sentiment",
             Task::Nli => "nli",
@@ -174,11 +177,16 @@ fn prompt_template(
             template.task
         );
     }
-    if with_keywords && !template.uses_keywords() {
-        bail!(
-            "template {} has no {{keywords}}: CORE needs them",
+    match (with_keywords, template.uses_keywords()) {
+        (true, false) => bail!(
+            "template {} has no {{keywords}}: the {kind} method needs them",
             template.id
-        );
+        ),
+        (false, true) => bail!(
+            "template {} asks for {{keywords}}, which the {kind} method does not give",
+            template.id
+        ),
+        _ => {}
     }
     Ok(template)
 }
@@ -232,19 +240,22 @@ impl Editor for PromptEditor {
             },
         };
         let reply = completion.text;
+        let unusable = |reason: String| {
+            let no_edit = NoEdit::new(reason, Some(reply.clone()));
+            Ok(Err(no_edit.spent(
+                completion.prompt_tokens,
+                completion.completion_tokens,
+            )))
+        };
         let text = match parse_edit(&reply, &self.template.answer_prefix, &item.text) {
             Ok(text) => text,
-            Err(reason) => return Ok(Err(NoEdit::new(reason, Some(reply)))),
+            Err(reason) => return unusable(reason),
         };
         if completion.finish_reason == FinishReason::Length && !reply.contains('\n') {
-            let reason = format!("cut off at max_tokens {}", sampling.max_tokens);
-            return Ok(Err(NoEdit::new(reason, Some(reply))));
+            return unusable(format!("cut off at max_tokens {}", sampling.max_tokens));
         }
         if copied_demonstration(&text, &self.template.demonstration_answers()).is_some() {
-            return Ok(Err(NoEdit::new(
-                "copied a demonstration's answer",
-                Some(reply),
-            )));
+            return unusable("copied a demonstration's answer".into());
         }
         let Retrieval {
             queries,

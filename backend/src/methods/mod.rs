@@ -8,6 +8,7 @@
 
 pub mod core;
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -40,6 +41,8 @@ pub struct MethodCard {
     pub retrieves: bool,
     /// Whether it prompts an LLM.
     pub uses_llm: bool,
+    /// Whether keywords guide its editor (the demo lets a user replace them).
+    pub uses_keywords: bool,
 }
 
 /// A way of making counterfactuals.
@@ -93,6 +96,7 @@ pub fn method_infos() -> Vec<MethodInfo> {
                 description: card.description.to_string(),
                 retrieves: card.retrieves,
                 uses_llm: card.uses_llm,
+                uses_keywords: card.uses_keywords,
             }
         })
         .collect()
@@ -101,9 +105,9 @@ pub fn method_infos() -> Vec<MethodInfo> {
 /// How methods edit; shared by `generate`, jobs and the demo. Defaults are CORE's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EditSettings {
-    /// The LLM methods' prompt template: a built-in id or a TOML file [default: each method's
-    /// own, for the task].
-    pub prompt: Option<String>,
+    /// Prompt templates by method id (a built-in id or a TOML file); a method without one
+    /// uses its own for the task.
+    pub prompts: BTreeMap<String, String>,
     /// Sentiment texts or NLI pairs.
     pub task: Task,
     /// The LLM's sampling (each attempt's seed replaces `seed`).
@@ -119,7 +123,7 @@ pub struct EditSettings {
 impl Default for EditSettings {
     fn default() -> Self {
         Self {
-            prompt: None,
+            prompts: BTreeMap::new(),
             task: Task::Sentiment,
             sampling: Sampling::default(),
             max_keywords: 12,

@@ -1,6 +1,6 @@
-//! The pipeline over many items, resumably: each item's counterfactual and failed attempts go to
-//! a [`RecordStore`] as soon as the item is finished; an item with a record is never redone, and
-//! an item's failed attempts count toward its limit across runs. `flipside generate` and the
+//! The pipeline over many items, resumably: each failed attempt goes to a [`RecordStore`] as it
+//! happens and each counterfactual as soon as it is made; an item with a record is never redone,
+//! and an item's failed attempts count toward its limit across runs. `flipside generate` and the
 //! server's jobs both run [`generate`].
 
 use std::ops::ControlFlow;
@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use anyhow::Result;
-use flipside_shared::records::Counterfactual;
+use flipside_shared::records::{Counterfactual, FailedAttempt};
 
 use super::store::RecordStore;
 use super::{Item, Pipeline};
@@ -89,18 +89,22 @@ pub fn generate(
     let outcome: Mutex<Result<()>> = Mutex::new(Ok(()));
     let edit = |&(item, first_attempt): &(&Item, usize)| -> Result<Option<Counterfactual>> {
         let context = run.pipeline.context_for(item)?;
-        let edited = run
-            .pipeline
-            .edit_in_context(item, context, run.seed, first_attempt)?;
-        let mut store = store.lock().unwrap();
-        for failure in &edited.failures {
-            store.add_failure(failure)?;
-        }
+        let mut save_failure = |failure: &FailedAttempt| {
+            store.lock().unwrap().add_failure(failure)?;
+            summary.lock().unwrap().failed_attempts += 1;
+            Ok(())
+        };
+        let edited = run.pipeline.edit_in_context(
+            item,
+            context,
+            run.seed,
+            first_attempt,
+            &mut save_failure,
+        )?;
         if let Some(record) = &edited.record {
-            store.add(record)?;
+            store.lock().unwrap().add(record)?;
         }
         let mut summary = summary.lock().unwrap();
-        summary.failed_attempts += edited.failures.len();
         match &edited.record {
             Some(record) => {
                 summary.written += 1;

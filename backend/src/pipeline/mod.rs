@@ -8,9 +8,10 @@
 //!    rejects is a failed attempt, retried with the next attempt's seed).
 //!
 //! [`Pipeline::edit_one`] runs them for one item, returning the counterfactual with every
-//! intermediate and failed attempt. `flipside generate` and the server's jobs run it over a
-//! dataset ([`batch::generate`]); `POST /api/edit` runs it once. Methods
-//! ([`crate::methods`]) only supply the stages.
+//! intermediate and failed attempt: [`Pipeline::context_for`], then
+//! [`Pipeline::edit_in_context`]. `flipside generate` and the server's jobs run those two over a
+//! dataset ([`batch::generate`]); `POST /api/edit` runs them once (with the user's keywords in
+//! the context, when given). Methods ([`crate::methods`]) only supply the stages.
 
 pub mod batch;
 pub mod judge;
@@ -78,6 +79,9 @@ pub struct NoEdit {
     pub reason: String,
     /// The model's raw reply (or the rejected edit), when there was one.
     pub reply: Option<String>,
+    /// Tokens the attempt spent all the same (an LLM's unusable reply).
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
 }
 
 impl NoEdit {
@@ -85,6 +89,17 @@ impl NoEdit {
         Self {
             reason: reason.into(),
             reply,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        }
+    }
+
+    /// The same failure, having spent `prompt` and `completion` tokens.
+    pub fn spent(self, prompt: usize, completion: usize) -> Self {
+        Self {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            ..self
         }
     }
 }
@@ -156,7 +171,7 @@ pub struct EditOutcome {
     pub verdict: Option<Verdict>,
     /// The attempts that made no counterfactual, in order.
     pub failures: Vec<FailedAttempt>,
-    /// Time in each stage over every attempt.
+    /// Time in each stage and tokens spent, over every attempt.
     pub timing: Timing,
 }
 
@@ -170,7 +185,7 @@ impl Pipeline {
     pub fn edit_one(&self, item: &Item, seed: u64) -> Result<EditOutcome> {
         self.judge.check(item)?;
         let context = self.context_for(item)?;
-        self.edit_in_context(item, context, seed, 1)
+        self.edit_in_context(item, context, seed, 1, &mut |_| Ok(()))
     }
 
     /// The context stage's output for `item` (empty when the method has none).
@@ -182,13 +197,16 @@ impl Pipeline {
     }
 
     /// Attempts `first_attempt..=max_attempts` (a resumed item starts after its recorded
-    /// failures) until one makes a counterfactual.
+    /// failures) until one makes a counterfactual. Each failed attempt goes to `on_failure` as
+    /// it happens (a batch run saves it at once, so an error or a kill in a later attempt
+    /// loses nothing), and into the outcome.
     pub fn edit_in_context(
         &self,
         item: &Item,
         context: Context,
         seed: u64,
         first_attempt: usize,
+        on_failure: &mut dyn FnMut(&FailedAttempt) -> Result<()>,
     ) -> Result<EditOutcome> {
         let mut outcome = EditOutcome {
             timing: Timing {
@@ -205,7 +223,11 @@ impl Pipeline {
             let edit_ms = started.elapsed().as_secs_f64() * 1e3;
             outcome.timing.edit_ms += edit_ms;
             let failure = match proposal {
-                Err(no_edit) => no_edit,
+                Err(no_edit) => {
+                    outcome.timing.prompt_tokens += no_edit.prompt_tokens;
+                    outcome.timing.completion_tokens += no_edit.completion_tokens;
+                    no_edit
+                }
                 Ok(candidate) => {
                     let verdict = self.judge.judge(item, &candidate.text)?;
                     outcome.timing.judge_ms += verdict.millis;
@@ -239,12 +261,14 @@ impl Pipeline {
                     )
                 }
             };
-            outcome.failures.push(FailedAttempt {
+            let failure = FailedAttempt {
                 key: item.key(),
                 attempt,
                 reason: failure.reason,
                 reply: failure.reply,
-            });
+            };
+            on_failure(&failure)?;
+            outcome.failures.push(failure);
         }
         Ok(outcome)
     }
@@ -383,10 +407,57 @@ mod tests {
         assert_eq!(first.record.unwrap().attempt, 1);
         // A resumed item starts after its earlier attempts and gets the same edit.
         let resumed = pipeline(true)
-            .edit_in_context(&item, Context::default(), 3, attempts)
+            .edit_in_context(&item, Context::default(), 3, attempts, &mut |_| Ok(()))
             .unwrap();
         assert!(resumed.failures.is_empty());
         assert_eq!(resumed.record.unwrap().edited, record.edited);
+    }
+
+    /// Fails its first attempt, then breaks.
+    struct BreakingEditor(std::sync::Mutex<usize>);
+
+    impl Editor for BreakingEditor {
+        fn model(&self) -> Option<&str> {
+            None
+        }
+
+        fn propose(
+            &self,
+            _item: &Item,
+            _context: &Context,
+            _seed: u64,
+        ) -> Result<std::result::Result<Candidate, NoEdit>> {
+            let mut calls = self.0.lock().unwrap();
+            *calls += 1;
+            match *calls {
+                1 => Ok(Err(
+                    NoEdit::new("empty reply", Some(String::new())).spent(40, 0)
+                )),
+                _ => anyhow::bail!("the engine broke"),
+            }
+        }
+    }
+
+    #[test]
+    fn each_failed_attempt_is_handed_on_before_a_later_attempt_breaks() {
+        let pipeline = Pipeline {
+            editor: Arc::new(BreakingEditor(Default::default())),
+            ..pipeline(true)
+        };
+        let mut handed = Vec::new();
+        let item = item("7", "A wonderful film.");
+        let error = pipeline
+            .edit_in_context(&item, Context::default(), 3, 1, &mut |failure| {
+                handed.push(failure.clone());
+                Ok(())
+            })
+            .unwrap_err();
+        assert_eq!(error.to_string(), "the engine broke");
+        assert_eq!(handed.len(), 1);
+        assert_eq!(
+            (handed[0].attempt, handed[0].reason.as_str()),
+            (1, "empty reply")
+        );
     }
 
     fn item(id: &str, text: &str) -> Item {

@@ -84,8 +84,10 @@ fn write_line(file: &mut File, value: &impl Serialize) -> Result<()> {
     Ok(())
 }
 
-/// Reads a JSON-lines file of `T` (none if it does not exist). A last line that is cut short
-/// (no newline, or not valid JSON) is removed from the file; a bad line elsewhere is an error.
+/// Reads a JSON-lines file of `T` (none if it does not exist). A last line without its newline
+/// (a write cut short: each line is written whole with its newline) is removed from the file; a
+/// complete line that is not a `T` is an error, wherever it is (a record from a newer version
+/// is never cut off).
 pub fn read_repairing<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
     let file = match File::open(path) {
         Ok(file) => file,
@@ -103,32 +105,22 @@ pub fn read_repairing<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
             break;
         }
         number += 1;
-        let complete = line.ends_with('\n');
-        match serde_json::from_str::<T>(line.trim_end()) {
-            Ok(value) if complete => {
-                values.push(value);
-                good_bytes += read as u64;
-            }
-            result => {
-                let mut rest = String::new();
-                let at_end = reader.read_line(&mut rest)? == 0;
-                if !at_end {
-                    let reason = result
-                        .err()
-                        .map_or("no newline".to_string(), |e| e.to_string());
-                    anyhow::bail!("{}:{number}: not a valid record: {reason}", path.display());
-                }
-                tracing::warn!(
-                    "{}:{number}: cutting off a partial last line (an interrupted write)",
-                    path.display()
-                );
-                OpenOptions::new()
-                    .write(true)
-                    .open(path)?
-                    .set_len(good_bytes)?;
-                break;
-            }
+        if !line.ends_with('\n') {
+            // Only the last line can lack its newline.
+            tracing::warn!(
+                "{}:{number}: cutting off a partial last line (an interrupted write)",
+                path.display()
+            );
+            OpenOptions::new()
+                .write(true)
+                .open(path)?
+                .set_len(good_bytes)?;
+            break;
         }
+        let value = serde_json::from_str::<T>(line.trim_end())
+            .with_context(|| format!("{}:{number}: not a valid record", path.display()))?;
+        values.push(value);
+        good_bytes += read as u64;
     }
     Ok(values)
 }
@@ -206,5 +198,17 @@ mod tests {
         .unwrap();
         let error = read_repairing::<FailedAttempt>(&path).unwrap_err();
         assert!(error.to_string().contains("x.jsonl:1"), "{error}");
+    }
+
+    #[test]
+    fn a_complete_last_line_it_cannot_read_is_an_error_and_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.jsonl");
+        let text =
+            "{\"key\":\"a\",\"attempt\":1,\"reason\":\"r\"}\n{\"from\":\"a newer version\"}\n";
+        std::fs::write(&path, text).unwrap();
+        let error = read_repairing::<FailedAttempt>(&path).unwrap_err();
+        assert!(error.to_string().contains("x.jsonl:2"), "{error}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
     }
 }

@@ -106,7 +106,7 @@ pub async fn edit(
         }
         None => methods::METHODS[0],
     };
-    if request.keywords.is_some() && !method.retrieves() {
+    if request.keywords.is_some() && !method.card().uses_keywords {
         return Err(ApiError::bad_request(format!(
             "keywords: the {} method takes none",
             method.id()
@@ -246,7 +246,8 @@ fn edit_item(
 ) -> anyhow::Result<EditResponse> {
     let pipeline = methods::pipeline(method, &resources.models, &resources.settings)?;
     pipeline.check(&[&item])?;
-    let mut context = pipeline.context_for(&item)?;
+    let found = pipeline.context_for(&item)?;
+    let mut context = found.clone();
     if let (Some(words), Some(retrieval)) = (request.keywords, context.retrieval.as_mut()) {
         retrieval.keywords = words;
     }
@@ -255,16 +256,16 @@ fn edit_item(
         .as_ref()
         .map(|r| r.keywords.clone())
         .unwrap_or_default();
-    let outcome = pipeline.edit_in_context(&item, context, request.seed.unwrap_or(0), 1)?;
+    let seed = request.seed.unwrap_or(0);
+    let outcome = pipeline.edit_in_context(&item, context, seed, 1, &mut |_| Ok(()))?;
     let original_probabilities =
         probabilities(resources, std::slice::from_ref(&item.text))?.remove(0);
     Ok(EditResponse {
         method: MethodId::from(method.id()),
-        retrieval: outcome
-            .context
+        retrieval: found
             .retrieval
             .is_some()
-            .then(|| retrieve_response(&item, outcome.context.clone())),
+            .then(|| retrieve_response(&item, found)),
         keywords,
         edited_probabilities: outcome.verdict.map(|v| v.probabilities),
         record: outcome.record,

@@ -158,10 +158,7 @@ impl<B: Backend> TextClassifier<B> {
         on_batch: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Vec<f32>>, TokenizeError> {
         let width = self.config.labels.len();
-        let lengths: Vec<usize> = inputs
-            .iter()
-            .map(|i| i.texts().iter().map(|t| t.len()).sum())
-            .collect();
+        let lengths: Vec<usize> = inputs.iter().map(|i| i.text_len()).collect();
         map_batches(&lengths, batch_size, executor, |batch| {
             let batch_inputs: Vec<&Input> = batch.iter().map(|&i| inputs[i]).collect();
             let probs = self.predict_batch(&batch_inputs)?;

@@ -80,10 +80,7 @@ impl<B: Backend> SentenceEncoder<B> {
         executor: &impl BatchExecutor,
         on_batch: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Vec<f32>>, TokenizeError> {
-        let lengths: Vec<usize> = inputs
-            .iter()
-            .map(|i| i.texts().iter().map(|t| t.len()).sum())
-            .collect();
+        let lengths: Vec<usize> = inputs.iter().map(|i| i.text_len()).collect();
         self.embed_batches(&lengths, batch_size, executor, on_batch, |batch| {
             let inputs: Vec<&Input> = batch.iter().map(|&i| inputs[i]).collect();
             self.embed_input_batch(&inputs)
