@@ -44,7 +44,7 @@ pub struct LlmArgs {
     #[arg(long, default_value_t = EngineOptions::default().context, value_name = "TOKENS")]
     pub context: u32,
     /// CPU threads of the embedded model [default: all cores]
-    #[arg(long, value_name = "N")]
+    #[arg(long, env = "FLIPSIDE_LLM_THREADS", value_name = "N")]
     pub threads: Option<usize>,
 }
 
