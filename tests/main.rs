@@ -8,6 +8,7 @@ mod browser;
 mod checkpoint;
 mod cli;
 mod encoder_parity;
+mod experiment;
 mod generate;
 mod retrieval;
 mod saliency;

@@ -14,6 +14,7 @@ pub mod compute;
 pub mod corpus;
 pub mod data;
 pub mod editing;
+pub mod experiment;
 pub mod explain;
 pub mod home;
 pub mod llm;

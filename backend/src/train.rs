@@ -578,6 +578,21 @@ fn clip_global_norm<B: AutodiffBackend, M: AutodiffModule<B>>(
     }
 }
 
+/// The label the classifier predicts for each example of `dataset`, with a progress bar.
+pub fn predicted_labels<B: Backend>(
+    classifier: &TextClassifier<B>,
+    dataset: &Dataset,
+    batch_size: usize,
+    batches: Batches,
+) -> Result<Vec<usize>> {
+    let bar = progress::items(dataset.len() as u64, "evaluating");
+    let inputs: Vec<_> = dataset.examples.iter().map(|e| &e.input).collect();
+    let probs = classifier.predict(&inputs, batch_size, &batches, &|n| bar.inc(n as u64))?;
+    bar.finish_and_clear();
+    let flat: Vec<f32> = probs.into_iter().flatten().collect();
+    Ok(argmax_rows(&flat, classifier.config.labels.len()))
+}
+
 /// Accuracy of a classifier on a dataset, with a progress bar.
 pub fn evaluate<B: Backend>(
     classifier: &TextClassifier<B>,
@@ -586,13 +601,7 @@ pub fn evaluate<B: Backend>(
     batches: Batches,
 ) -> Result<Evaluation> {
     let started = Instant::now();
-    let bar = progress::items(dataset.len() as u64, "evaluating");
-    let inputs: Vec<_> = dataset.examples.iter().map(|e| &e.input).collect();
-    let probs = classifier.predict(&inputs, batch_size, &batches, &|n| bar.inc(n as u64))?;
-    bar.finish_and_clear();
-    let width = classifier.config.labels.len();
-    let flat: Vec<f32> = probs.into_iter().flatten().collect();
-    let predicted = argmax_rows(&flat, width);
+    let predicted = predicted_labels(classifier, dataset, batch_size, batches)?;
     let gold: Vec<usize> = dataset.examples.iter().map(|e| e.label).collect();
     Ok(Evaluation {
         dataset: dataset.name.clone(),
@@ -602,13 +611,12 @@ pub fn evaluate<B: Backend>(
     })
 }
 
-/// Loads the classifier in `dir` and evaluates it on `dataset`, whose labels must match.
-pub fn evaluate_dir<B: Backend>(
-    compute: Compute<B>,
+/// Loads the classifier in `dir`, checking that its labels are `dataset`'s.
+fn load_for<B: Backend>(
+    compute: &Compute<B>,
     dir: &Path,
     dataset: &Dataset,
-    batch_size: usize,
-) -> Result<Evaluation> {
+) -> Result<TextClassifier<B>> {
     let classifier = load_classifier::<B>(dir, &compute.device)?;
     if classifier.config.labels != dataset.labels.names() {
         bail!(
@@ -618,7 +626,36 @@ pub fn evaluate_dir<B: Backend>(
             dataset.labels.names()
         );
     }
+    Ok(classifier)
+}
+
+/// Loads the classifier in `dir` and evaluates it on `dataset`, whose labels must match.
+pub fn evaluate_dir<B: Backend>(
+    compute: Compute<B>,
+    dir: &Path,
+    dataset: &Dataset,
+    batch_size: usize,
+) -> Result<Evaluation> {
+    let classifier = load_for(&compute, dir, dataset)?;
     evaluate(&classifier, dataset, batch_size, compute.batches)
+}
+
+/// Loads the classifier in `dir` and predicts a label id for each example of each dataset
+/// (whose labels must match the classifier's).
+pub fn predict_dir<B: Backend>(
+    compute: Compute<B>,
+    dir: &Path,
+    datasets: &[&Dataset],
+    batch_size: usize,
+) -> Result<Vec<Vec<usize>>> {
+    let Some(first) = datasets.first() else {
+        return Ok(Vec::new());
+    };
+    let classifier = load_for(&compute, dir, first)?;
+    datasets
+        .iter()
+        .map(|dataset| predicted_labels(&classifier, dataset, batch_size, compute.batches))
+        .collect()
 }
 
 /// The result of [`evaluate`].

@@ -15,5 +15,6 @@ pub mod pos;
 pub mod records;
 pub mod saliency;
 pub mod sentences;
+pub mod svg;
 pub mod tokenize;
 pub mod words;

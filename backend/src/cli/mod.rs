@@ -7,6 +7,7 @@ mod corpus;
 mod data;
 mod embed;
 mod eval;
+mod experiment;
 mod generate;
 mod index;
 mod llm;
@@ -86,6 +87,9 @@ pub enum Command {
     /// Evaluate generated counterfactuals
     #[command(subcommand)]
     Eval(eval::EvalCommand),
+    /// Train classifiers with and without counterfactuals and test them in and out of domain:
+    /// conditions × seeds, cached and resumable; tables with significance tests, JSON, CSV, SVG
+    Experiment(Box<experiment::ExperimentArgs>),
     /// Make seed pairs for retriever and re-ranker training from LLM counterfactuals
     #[command(subcommand)]
     Pairs(pairs::PairsCommand),
@@ -129,6 +133,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Reranker(command) => reranker::run(&home, command),
         Command::Generate(args) => generate::run(&home, *args),
         Command::Eval(command) => eval::run(&home, command),
+        Command::Experiment(args) => experiment::run(&home, *args),
         Command::Pairs(command) => pairs::run(command),
         Command::Prompts(command) => llm::prompts(command),
         Command::Serve(args) => serve::run(&home, *args),

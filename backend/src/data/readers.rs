@@ -13,7 +13,8 @@ use anyhow::{Context, Result, bail};
 use flipside_shared::data::{Dataset, Example, Input, LabelVocab};
 
 /// A file format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Format {
     /// Comma-separated, with a header row and RFC 4180 quoting.
     Csv,

@@ -1,11 +1,13 @@
 //! Metrics: classification accuracy here; the counterfactual metrics the papers report (BLEU,
-//! Levenshtein closeness, distinct-n, token–label z-statistics, perturbation types) in the
-//! submodules. Every text metric uses [`crate::words::metric_tokens`].
+//! Levenshtein closeness, distinct-n, token–label z-statistics, perturbation types) and the
+//! downstream experiments' seed summaries and significance test in the submodules. Every text
+//! metric uses [`crate::words::metric_tokens`].
 
 pub mod bleu;
 pub mod distinct;
 pub mod levenshtein;
 pub mod perturbation;
+pub mod significance;
 pub mod zstat;
 
 /// Fraction of positions where `predicted` equals `gold` (0 for empty input).

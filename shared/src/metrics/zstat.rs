@@ -181,7 +181,7 @@ pub fn plot_svg(stats: &ZStatistics, label_names: &[String], title: &str) -> Str
         svg,
         r#"<rect width="100%" height="100%" fill="white"/><text x="{}" y="24" font-size="14" text-anchor="middle">{}</text>"#,
         width / 2.0,
-        escape(title)
+        crate::svg::escape(title)
     );
     // Axes, ticks and labels.
     let (x0, y0) = (margin, height - margin);
@@ -264,19 +264,13 @@ pub fn plot_svg(stats: &ZStatistics, label_names: &[String], title: &str) -> Str
                 r#"<text x="{:.1}" y="{:.1}">{}{}</text>"#,
                 cx + 4.0,
                 cy - 4.0,
-                escape(&token.token),
-                escape(&label)
+                crate::svg::escape(&token.token),
+                crate::svg::escape(&label)
             );
         }
     }
     svg.push_str("</svg>\n");
     svg
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 #[cfg(test)]

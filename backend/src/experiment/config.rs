@@ -1,0 +1,365 @@
+//! The experiment file (TOML): the base training set, the conditions, the test sets, the seeds
+//! and the model. Relative paths are read from the file's directory; `{home}` in a path is the
+//! Flipside home.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::data::{Builtin, Columns, Format, ReadOptions};
+use crate::home::Home;
+use crate::models::DEFAULT_ENCODER;
+use crate::train::TrainConfig;
+
+/// A whole experiment: train one model per condition and seed, test each on every test set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentConfig {
+    /// A title for tables and the figure.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Training seeds: every condition is trained once per seed (at least 3 for a test).
+    #[serde(default = "default_seeds")]
+    pub seeds: Vec<u64>,
+    #[serde(default)]
+    pub model: ModelConfig,
+    /// The training set every condition starts from.
+    pub base: DataConfig,
+    /// The first is the baseline the others are compared with (unless `baseline` names one).
+    pub conditions: Vec<ConditionConfig>,
+    /// The condition the others are compared with [default: the first].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<String>,
+    pub tests: Vec<DataConfig>,
+    /// Bootstrap replicates of the significance test.
+    #[serde(default = "default_replicates")]
+    pub bootstrap_replicates: usize,
+}
+
+fn default_name() -> String {
+    "experiment".into()
+}
+fn default_seeds() -> Vec<u64> {
+    vec![1, 2, 3]
+}
+fn default_replicates() -> usize {
+    10_000
+}
+
+/// Which classifier each unit trains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ModelKind {
+    /// Bag-of-words logistic regression: seconds per unit, for quick runs.
+    Bow,
+    /// A fine-tuned encoder (MiniLM by default), as `flipside classifier train`.
+    #[default]
+    FineTune,
+}
+
+/// The model and its training hyper-parameters (those of `classifier train`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    pub kind: ModelKind,
+    /// Starting encoder for `fine-tune`: an asset name, a model name or a directory.
+    pub encoder: String,
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub lr: f64,
+    pub weight_decay: f64,
+    pub warmup: f64,
+    pub max_grad_norm: f64,
+    pub max_len: usize,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        let train = TrainConfig::default();
+        Self {
+            kind: ModelKind::default(),
+            encoder: DEFAULT_ENCODER.into(),
+            epochs: train.epochs,
+            batch_size: train.batch_size,
+            lr: train.lr,
+            weight_decay: train.weight_decay,
+            warmup: train.warmup,
+            max_grad_norm: train.max_grad_norm,
+            max_len: train.max_len,
+        }
+    }
+}
+
+impl ModelConfig {
+    /// The training hyper-parameters of one seed's unit.
+    pub fn train_config(&self, seed: u64) -> TrainConfig {
+        TrainConfig {
+            epochs: self.epochs,
+            batch_size: self.batch_size,
+            lr: self.lr,
+            weight_decay: self.weight_decay,
+            warmup: self.warmup,
+            max_grad_norm: self.max_grad_norm,
+            max_len: self.max_len,
+            seed,
+            checkpoint_every: TrainConfig::default().checkpoint_every,
+        }
+    }
+}
+
+/// A dataset: a built-in or a file (with its columns), optionally a seeded subset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    /// A name for tables [default: the dataset spec].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// `imdb:train`, `rotten-tomatoes`, `reviews.csv`, `reviews.csv:test`, …
+    pub dataset: String,
+    /// A label-stratified subset of this many examples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    /// Seed of the subset.
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Format>,
+    #[serde(default = "default_text_column")]
+    pub text_column: String,
+    #[serde(default = "default_label_column")]
+    pub label_column: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_column: Option<String>,
+    /// Premise and hypothesis columns of text-pair data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pair_columns: Option<(String, String)>,
+    /// Label names in id order (integer label cells are ids into this list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+    /// Seed of the 80/10/10 split of a file (`FILE:train`, …).
+    #[serde(default)]
+    pub split_seed: u64,
+}
+
+fn default_text_column() -> String {
+    Columns::default().text
+}
+fn default_label_column() -> String {
+    Columns::default().label
+}
+
+impl DataConfig {
+    /// A built-in or file dataset with default columns.
+    pub fn new(dataset: &str) -> Self {
+        Self {
+            name: None,
+            dataset: dataset.into(),
+            limit: None,
+            seed: 0,
+            format: None,
+            text_column: default_text_column(),
+            label_column: default_label_column(),
+            id_column: None,
+            pair_columns: None,
+            labels: None,
+            split_seed: 0,
+        }
+    }
+
+    /// The name tables use.
+    pub fn display_name(&self) -> String {
+        self.name.clone().unwrap_or_else(|| match self.limit {
+            Some(n) => format!("{} ({n})", self.dataset),
+            None => self.dataset.clone(),
+        })
+    }
+
+    /// How to read the file (built-ins ignore it).
+    pub fn read_options(&self) -> ReadOptions {
+        ReadOptions {
+            format: self.format,
+            columns: Columns {
+                text: self.text_column.clone(),
+                label: self.label_column.clone(),
+                pair: self.pair_columns.clone(),
+                id: self.id_column.clone(),
+            },
+            labels: self.labels.clone(),
+            ..ReadOptions::default()
+        }
+    }
+}
+
+/// One way of building the training set from the base set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionConfig {
+    pub name: String,
+    /// Counterfactual files from `flipside generate`: each record whose original is a base
+    /// example is added with its target label.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub augment: Vec<PathBuf>,
+    /// Add only the records the classifier judged flipped.
+    #[serde(default)]
+    pub only_flipped: bool,
+    /// The size-matched in-domain control: add as many fresh originals (base-set examples not
+    /// in the base subset) as the named condition adds counterfactuals.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_domain_like: Option<String>,
+}
+
+impl ConditionConfig {
+    /// The condition that trains on the base set alone.
+    pub fn baseline() -> Self {
+        Self {
+            name: "baseline".into(),
+            augment: Vec::new(),
+            only_flipped: false,
+            in_domain_like: None,
+        }
+    }
+}
+
+impl ExperimentConfig {
+    /// Reads an experiment file; its relative paths and `{home}` are resolved.
+    pub fn read(path: &Path, home: &Home) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the experiment file {}", path.display()))?;
+        let mut config: Self =
+            toml::from_str(&text).with_context(|| format!("in {}", path.display()))?;
+        let path = path.canonicalize()?;
+        config.resolve_paths(path.parent().unwrap_or(Path::new("/")), home);
+        Ok(config)
+    }
+
+    /// Makes file paths absolute (relative ones from `dir`) and replaces `{home}`.
+    pub fn resolve_paths(&mut self, dir: &Path, home: &Home) {
+        self.base.dataset = resolve_spec(&self.base.dataset, dir, home);
+        for test in &mut self.tests {
+            test.dataset = resolve_spec(&test.dataset, dir, home);
+        }
+        for condition in &mut self.conditions {
+            for file in &mut condition.augment {
+                *file = resolve_path(&file.display().to_string(), dir, home);
+            }
+        }
+    }
+
+    /// Checks what can be checked without reading data.
+    pub fn validate(&self) -> Result<()> {
+        if self.seeds.is_empty() {
+            bail!("no seeds: give at least one (three or more for a significance test)");
+        }
+        if self.seeds.iter().collect::<BTreeSet<_>>().len() != self.seeds.len() {
+            bail!("the seeds {:?} repeat a value", self.seeds);
+        }
+        if self.conditions.is_empty() {
+            bail!("no conditions: give at least the baseline");
+        }
+        if self.tests.is_empty() {
+            bail!("no test sets");
+        }
+        let mut names = BTreeSet::new();
+        for condition in &self.conditions {
+            if !names.insert(condition.name.as_str()) {
+                bail!("two conditions are named {:?}", condition.name);
+            }
+        }
+        let mut test_names = BTreeSet::new();
+        for test in &self.tests {
+            if !test_names.insert(test.display_name()) {
+                bail!(
+                    "two test sets are named {:?}: give one a `name`",
+                    test.display_name()
+                );
+            }
+        }
+        for condition in &self.conditions {
+            if let Some(like) = &condition.in_domain_like {
+                if !condition.augment.is_empty() {
+                    bail!(
+                        "condition {:?} both augments and is an in-domain control; make them two \
+                         conditions",
+                        condition.name
+                    );
+                }
+                let matched = self.conditions.iter().find(|c| &c.name == like);
+                match matched {
+                    Some(c) if !c.augment.is_empty() => {}
+                    Some(_) => bail!(
+                        "condition {:?} matches the size of {like:?}, which adds no \
+                         counterfactuals",
+                        condition.name
+                    ),
+                    None => bail!(
+                        "condition {:?} matches the size of {like:?}, which is not a condition \
+                         (there are: {})",
+                        condition.name,
+                        self.condition_names().join(", ")
+                    ),
+                }
+            }
+            if condition.only_flipped && condition.augment.is_empty() {
+                bail!(
+                    "condition {:?} keeps only flipped records but adds no file",
+                    condition.name
+                );
+            }
+        }
+        if let Some(baseline) = &self.baseline
+            && !names.contains(baseline.as_str())
+        {
+            bail!(
+                "the baseline {baseline:?} is not a condition (there are: {})",
+                self.condition_names().join(", ")
+            );
+        }
+        if self.bootstrap_replicates < 100 {
+            bail!(
+                "bootstrap_replicates {} is too few for a p-value (use ≥ 1000)",
+                self.bootstrap_replicates
+            );
+        }
+        Ok(())
+    }
+
+    fn condition_names(&self) -> Vec<String> {
+        self.conditions.iter().map(|c| c.name.clone()).collect()
+    }
+
+    /// The index of the baseline condition.
+    pub fn baseline_index(&self) -> usize {
+        self.baseline
+            .as_ref()
+            .and_then(|b| self.conditions.iter().position(|c| &c.name == b))
+            .unwrap_or(0)
+    }
+}
+
+/// `path` with `{home}` replaced, relative to `dir` unless absolute.
+pub fn resolve_path(path: &str, dir: &Path, home: &Home) -> PathBuf {
+    let path = PathBuf::from(path.replace("{home}", &home.root().display().to_string()));
+    if path.is_absolute() {
+        path
+    } else {
+        dir.join(path)
+    }
+}
+
+/// A dataset spec with its file path resolved by [`resolve_path`] (built-ins unchanged).
+pub fn resolve_spec(spec: &str, dir: &Path, home: &Home) -> String {
+    let (name, split) = match spec.rsplit_once(':') {
+        Some((name, split)) if ["train", "dev", "test"].contains(&split) => (name, Some(split)),
+        _ => (spec, None),
+    };
+    if Builtin::parse(name).is_some() {
+        return spec.to_string();
+    }
+    let path = resolve_path(name, dir, home).display().to_string();
+    match split {
+        Some(split) => format!("{path}:{split}"),
+        None => path,
+    }
+}

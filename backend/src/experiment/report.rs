@@ -1,0 +1,271 @@
+//! An experiment's summary: accuracy per test set and condition over seeds, the difference to
+//! the baseline with its paired bootstrap test, and the files it is saved as.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use flipside_shared::metrics::significance::{MeanSd, PairedTest, mean_sd, paired_bootstrap};
+use serde::{Deserialize, Serialize};
+
+use super::UnitRecord;
+use super::config::ModelConfig;
+use super::plan::{InputFingerprint, Plan};
+use crate::models::write_atomic;
+
+/// How the differences are tested, as the results say it.
+pub const SIGNIFICANCE_TEST: &str = "paired bootstrap over test examples and training seeds \
+    (both resampled with replacement; two-sided, add-one p-value; 95% percentile interval)";
+
+/// Everything an experiment measured, with what it was measured on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ExperimentResult {
+    pub name: String,
+    pub flipside_version: String,
+    pub model: ModelConfig,
+    pub seeds: Vec<u64>,
+    pub baseline: String,
+    pub significance_test: String,
+    pub bootstrap_replicates: usize,
+    pub inputs: Vec<InputFingerprint>,
+    pub conditions: Vec<ConditionSummary>,
+    pub tests: Vec<TestResult>,
+}
+
+/// A condition's training set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConditionSummary {
+    pub name: String,
+    pub train_examples: usize,
+    /// Examples added to the base set.
+    pub added: usize,
+}
+
+/// The results on one test set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TestResult {
+    pub name: String,
+    pub examples: usize,
+    pub rows: Vec<Row>,
+}
+
+/// One condition on one test set.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    pub condition: String,
+    /// Accuracy of each seed's model, in seed order.
+    pub accuracies: Vec<SeedAccuracy>,
+    pub accuracy: MeanSd,
+    /// Against the baseline (none for the baseline itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versus_baseline: Option<PairedTest>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SeedAccuracy {
+    pub seed: u64,
+    pub accuracy: f64,
+}
+
+/// Summarises finished units (one per condition and seed).
+pub fn summarise(plan: &Plan, records: &[UnitRecord]) -> ExperimentResult {
+    let config = &plan.config;
+    let baseline = config.baseline_index();
+    // correct[condition][seed][example] for one test set.
+    let correctness = |fingerprint: &str, gold: &[usize]| -> Vec<Vec<Vec<bool>>> {
+        plan.conditions
+            .iter()
+            .enumerate()
+            .map(|(c, _)| {
+                config
+                    .seeds
+                    .iter()
+                    .map(|&seed| {
+                        let unit = plan
+                            .units
+                            .iter()
+                            .find(|u| u.condition == c && u.seed == seed)
+                            .expect("a unit per condition and seed");
+                        let record = records
+                            .iter()
+                            .find(|r| r.key == unit.key)
+                            .expect("every unit finished");
+                        record.predictions[fingerprint]
+                            .iter()
+                            .zip(gold)
+                            .map(|(p, g)| p == g)
+                            .collect()
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let tests = plan
+        .tests
+        .iter()
+        .map(|test| {
+            let gold: Vec<usize> = test.dataset.examples.iter().map(|e| e.label).collect();
+            let correct = correctness(&test.fingerprint, &gold);
+            let rows = plan
+                .conditions
+                .iter()
+                .enumerate()
+                .map(|(c, condition)| {
+                    let accuracies: Vec<SeedAccuracy> = config
+                        .seeds
+                        .iter()
+                        .zip(&correct[c])
+                        .map(|(&seed, right)| SeedAccuracy {
+                            seed,
+                            accuracy: right.iter().filter(|&&r| r).count() as f64
+                                / right.len().max(1) as f64,
+                        })
+                        .collect();
+                    let values: Vec<f64> = accuracies.iter().map(|a| a.accuracy).collect();
+                    Row {
+                        condition: condition.name.clone(),
+                        accuracy: mean_sd(&values),
+                        accuracies,
+                        versus_baseline: (c != baseline).then(|| {
+                            paired_bootstrap(
+                                &correct[baseline],
+                                &correct[c],
+                                config.bootstrap_replicates,
+                                0,
+                            )
+                        }),
+                    }
+                })
+                .collect();
+            TestResult {
+                name: test.name.clone(),
+                examples: test.dataset.len(),
+                rows,
+            }
+        })
+        .collect();
+    ExperimentResult {
+        name: config.name.clone(),
+        flipside_version: env!("CARGO_PKG_VERSION").into(),
+        model: config.model.clone(),
+        seeds: config.seeds.clone(),
+        baseline: config.conditions[baseline].name.clone(),
+        significance_test: SIGNIFICANCE_TEST.into(),
+        bootstrap_replicates: config.bootstrap_replicates,
+        inputs: plan.inputs.clone(),
+        conditions: plan
+            .conditions
+            .iter()
+            .map(|c| ConditionSummary {
+                name: c.name.clone(),
+                train_examples: c.train.len(),
+                added: c.added,
+            })
+            .collect(),
+        tests,
+    }
+}
+
+/// Writes `results.json`, `summary.csv`, `seeds.csv` and `accuracy.svg` into `out`.
+pub fn write(out: &Path, result: &ExperimentResult) -> Result<()> {
+    write_atomic(
+        &out.join("results.json"),
+        &serde_json::to_vec_pretty(result)?,
+    )?;
+    let mut summary = csv::Writer::from_writer(Vec::new());
+    summary.write_record([
+        "test",
+        "condition",
+        "train_examples",
+        "seeds",
+        "accuracy_mean",
+        "accuracy_sd",
+        "difference",
+        "ci_low",
+        "ci_high",
+        "p_value",
+    ])?;
+    let mut seeds = csv::Writer::from_writer(Vec::new());
+    seeds.write_record(["test", "condition", "seed", "accuracy"])?;
+    for test in &result.tests {
+        for (row, condition) in test.rows.iter().zip(&result.conditions) {
+            let versus = |f: fn(&PairedTest) -> f64| {
+                row.versus_baseline
+                    .as_ref()
+                    .map(|t| format!("{:.6}", f(t)))
+                    .unwrap_or_default()
+            };
+            summary.write_record([
+                test.name.clone(),
+                row.condition.clone(),
+                condition.train_examples.to_string(),
+                row.accuracy.n.to_string(),
+                format!("{:.6}", row.accuracy.mean),
+                format!("{:.6}", row.accuracy.sd),
+                versus(|t| t.difference),
+                versus(|t| t.ci_low),
+                versus(|t| t.ci_high),
+                versus(|t| t.p_value),
+            ])?;
+            for seed in &row.accuracies {
+                seeds.write_record([
+                    test.name.clone(),
+                    row.condition.clone(),
+                    seed.seed.to_string(),
+                    format!("{:.6}", seed.accuracy),
+                ])?;
+            }
+        }
+    }
+    write_atomic(&out.join("summary.csv"), &summary.into_inner()?)?;
+    write_atomic(&out.join("seeds.csv"), &seeds.into_inner()?)?;
+    write_atomic(
+        &out.join("accuracy.svg"),
+        super::figure::accuracy_svg(result).as_bytes(),
+    )?;
+    Ok(())
+}
+
+/// The summary as Markdown tables, one per test set, accuracies in percent.
+pub fn markdown(result: &ExperimentResult) -> String {
+    let mut text = String::new();
+    for test in &result.tests {
+        let _ = writeln!(
+            text,
+            "\n{} — {} examples; accuracy % over {} seeds; Δ vs {}",
+            test.name,
+            test.examples,
+            result.seeds.len(),
+            result.baseline
+        );
+        let _ = writeln!(text, "| condition | train | accuracy | Δ | 95% CI | p |");
+        let _ = writeln!(text, "|---|---:|---:|---:|---:|---:|");
+        for (row, condition) in test.rows.iter().zip(&result.conditions) {
+            let (difference, interval, p) = match &row.versus_baseline {
+                Some(t) => (
+                    format!("{:+.2}", 100.0 * t.difference),
+                    format!("[{:+.2}, {:+.2}]", 100.0 * t.ci_low, 100.0 * t.ci_high),
+                    format_p(t.p_value),
+                ),
+                None => Default::default(),
+            };
+            let _ = writeln!(
+                text,
+                "| {} | {} | {:.2} ± {:.2} | {difference} | {interval} | {p} |",
+                row.condition,
+                condition.train_examples,
+                100.0 * row.accuracy.mean,
+                100.0 * row.accuracy.sd
+            );
+        }
+    }
+    text
+}
+
+fn format_p(p: f64) -> String {
+    if p < 0.001 {
+        "< 0.001".into()
+    } else {
+        format!("{p:.3}")
+    }
+}
