@@ -463,9 +463,11 @@ fn text_pair_datasets_train_and_evaluate() {
     );
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    // A Hugging Face sequence-classification config: labels in id order.
+    assert_eq!(config["model_type"], "bert");
     assert_eq!(
-        config["labels"],
-        serde_json::json!(["entailment", "neutral", "contradiction"])
+        config["id2label"],
+        serde_json::json!({"0": "entailment", "1": "neutral", "2": "contradiction"})
     );
     let stdout = success(
         flipside()

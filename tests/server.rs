@@ -292,7 +292,10 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
 
     // The classifier's files, for the browser.
     let config = json_of(server.get("/classifier/config.json"), 200);
-    assert_eq!(config["labels"], json!(["negative", "positive"]));
+    assert_eq!(
+        config["id2label"],
+        json!({"0": "negative", "1": "positive"})
+    );
     let weights = server.get("/classifier/model.safetensors");
     assert_eq!(weights.status(), 200);
     assert!(weights.bytes().unwrap().len() > 1_000_000);

@@ -1,8 +1,8 @@
 //! Model directories on disk: Hugging Face BERT checkpoints and Flipside classifiers.
 //!
-//! A classifier directory is self-contained and HF-like: `config.json` (a
-//! [`ClassifierConfig`]), `model.safetensors` (PyTorch layout, `bert.*` + `classifier.*`) and
-//! `tokenizer.json`.
+//! A classifier directory is a Hugging Face checkpoint that `transformers` loads with
+//! `AutoModelForSequenceClassification`: `config.json` (see [`ClassifierConfig::to_json`]),
+//! `model.safetensors` (PyTorch layout, HF key names) and `tokenizer.json`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -11,8 +11,9 @@ use anyhow::{Context, Result};
 use burn::tensor::backend::Backend;
 use flipside_shared::models::CheckpointFiles;
 use flipside_shared::models::bert::{BertConfig, BertModel};
-use flipside_shared::models::checkpoint::save_safetensors;
-use flipside_shared::models::classifier::{ClassifierConfig, SequenceClassifier, TextClassifier};
+use flipside_shared::models::classifier::{
+    ClassifierConfig, SequenceClassifier, TextClassifier, save_classifier_weights,
+};
 use flipside_shared::models::encoder::SentenceEncoder;
 use flipside_shared::tokenize::TextTokenizer;
 
@@ -74,10 +75,14 @@ impl BertFiles {
 
     /// The BERT weights (a `bert.` key prefix is accepted too).
     pub fn load_model<B: Backend>(&self, device: &B::Device) -> Result<BertModel<B>> {
-        let weights = read_bytes(&self.dir.join("model.safetensors"))?;
         self.config
-            .load(weights, device)
+            .load(self.weights()?, device)
             .with_context(|| format!("loading {}", self.dir.display()))
+    }
+
+    /// The bytes of `model.safetensors`.
+    pub fn weights(&self) -> Result<Vec<u8>> {
+        read_bytes(&self.dir.join("model.safetensors"))
     }
 }
 
@@ -117,10 +122,13 @@ pub fn save_classifier<B: Backend>(
 ) -> Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write_atomic(&dir.join("tokenizer.json"), tokenizer_json)?;
-    write_atomic(&dir.join("model.safetensors"), &save_safetensors(model)?)?;
+    write_atomic(
+        &dir.join("model.safetensors"),
+        &save_classifier_weights(model)?,
+    )?;
     write_atomic(
         &dir.join("config.json"),
-        &serde_json::to_vec_pretty(config)?,
+        &serde_json::to_vec_pretty(&config.to_json())?,
     )?;
     Ok(())
 }

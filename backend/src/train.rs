@@ -19,7 +19,9 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use flipside_shared::data::{Dataset, Example, stable_hash};
 use flipside_shared::metrics::{accuracy, argmax_rows};
-use flipside_shared::models::classifier::{ClassifierConfig, SequenceClassifier, TextClassifier};
+use flipside_shared::models::classifier::{
+    Architecture, ClassifierConfig, SequenceClassifier, TextClassifier, load_encoder_weights,
+};
 use flipside_shared::tokenize::TextTokenizer;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -50,6 +52,26 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Save a resumable checkpoint every this many steps.
     pub checkpoint_every: usize,
+    /// The classification head: Hugging Face's (a directory `transformers` loads), or the
+    /// head over mean-pooled states that the re-ranker keeps.
+    #[serde(default = "default_head")]
+    pub head: Head,
+}
+
+/// Which head a trained classifier gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Head {
+    /// `BertForSequenceClassification`'s: the pretrained pooler over `[CLS]`, then a linear layer.
+    HfPooler,
+    /// A linear layer over the mean of the token states (Flipside's own format: MiniLM was
+    /// trained to produce that representation, and on ~100 seed pairs the re-ranker learns
+    /// only with it).
+    MeanPooled,
+}
+
+fn default_head() -> Head {
+    Head::HfPooler
 }
 
 impl Default for TrainConfig {
@@ -64,6 +86,7 @@ impl Default for TrainConfig {
             max_len: 256,
             seed: 42,
             checkpoint_every: 50,
+            head: Head::HfPooler,
         }
     }
 }
@@ -366,10 +389,15 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Resu
         train: run.train,
         tokenizer: files.tokenizer(config.max_len)?,
         model_config: ClassifierConfig {
-            bert: files.config.clone(),
-            labels: run.train.labels.names().to_vec(),
-            max_len: config.max_len,
-            head_dropout: 0.1,
+            architecture: match config.head {
+                Head::HfPooler => Architecture::Bert,
+                Head::MeanPooled => Architecture::MeanPooled,
+            },
+            ..ClassifierConfig::bert(
+                files.config.clone(),
+                run.train.labels.names().to_vec(),
+                config.max_len,
+            )
         },
         files: &files,
     };
@@ -443,8 +471,11 @@ impl<B: AutodiffBackend> Objective<B> for ClassifierObjective<'_> {
     }
 
     fn init(&self, device: &B::Device) -> Result<Self::Model> {
+        // The pretrained encoder and its pooler (as `from_pretrained` starts a
+        // `BertForSequenceClassification`); the classifier layer is new.
         let mut model = self.model_config.init::<B>(device);
-        model.bert = self.files.load_model(device)?;
+        load_encoder_weights(&mut model, self.files.weights()?)
+            .with_context(|| format!("loading {}", self.files.dir.display()))?;
         Ok(model)
     }
 

@@ -9,7 +9,9 @@ use std::sync::OnceLock;
 use burn::tensor::backend::Backend;
 use flipside_backend::home::Home;
 use flipside_backend::models::BertFiles;
-use flipside_shared::models::classifier::{ClassifierConfig, SequenceClassifier};
+use flipside_shared::models::classifier::{
+    ClassifierConfig, SequenceClassifier, load_encoder_weights,
+};
 
 /// The Flipside home the test command fetched assets into (`FLIPSIDE_HOME` or `~/.flipside`).
 pub fn home() -> Home {
@@ -92,14 +94,13 @@ pub fn minilm_classifier<B: Backend>(
     let device = Default::default();
     B::seed(&device, seed);
     let files = BertFiles::read(&asset("minilm")).unwrap();
-    let config = ClassifierConfig {
-        bert: files.config.clone(),
-        labels: labels.iter().map(|l| l.to_string()).collect(),
+    let config = ClassifierConfig::bert(
+        files.config.clone(),
+        labels.iter().map(|l| l.to_string()).collect(),
         max_len,
-        head_dropout: 0.1,
-    };
+    );
     let mut model = config.init::<B>(&device);
-    model.bert = files.load_model(&device).unwrap();
+    load_encoder_weights(&mut model, files.weights().unwrap()).unwrap();
     (model, config, files)
 }
 

@@ -105,6 +105,7 @@ impl TrainConfigArgs {
             max_len: self.max_len,
             seed: self.seed,
             checkpoint_every: self.checkpoint_every,
+            head: TrainConfig::default().head,
         }
     }
 }

@@ -8,7 +8,7 @@ use crate::home::Home;
 use crate::models::resolve_model_dir;
 use crate::retrieval::cfdpr::write_training_pairs;
 use crate::retrieval::reranker::reranker_dataset;
-use crate::train::{TrainRun, train_classifier};
+use crate::train::{Head, TrainConfig, TrainRun, train_classifier};
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -65,7 +65,10 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         train: &data,
         encoder_dir: &resolve_model_dir(home, &training.encoder)?,
         out: &out,
-        config: training.config.config(),
+        config: TrainConfig {
+            head: Head::MeanPooled,
+            ..training.config.config()
+        },
         pause_after: training.pause_after,
     };
     let outcome = with_backend!(training.device, train_classifier(&run))?;

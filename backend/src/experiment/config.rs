@@ -104,7 +104,7 @@ impl ModelConfig {
             max_grad_norm: self.max_grad_norm,
             max_len: self.max_len,
             seed,
-            checkpoint_every: TrainConfig::default().checkpoint_every,
+            ..TrainConfig::default()
         }
     }
 }
@@ -141,6 +141,10 @@ pub struct DataConfig {
     /// Seed of the 80/10/10 split of a file (`FILE:train`, …).
     #[serde(default)]
     pub split_seed: u64,
+    /// Base set only: keep just the examples this counterfactual file edits (the items
+    /// `generate` picked), so that every base example has its counterfactuals, as in CORE.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub originals_of: Option<PathBuf>,
 }
 
 fn default_text_column() -> String {
@@ -165,6 +169,7 @@ impl DataConfig {
             pair_columns: None,
             labels: None,
             split_seed: 0,
+            originals_of: None,
         }
     }
 
@@ -237,6 +242,9 @@ impl ExperimentConfig {
     /// Makes file paths absolute (relative ones from `dir`) and replaces `{home}`.
     pub fn resolve_paths(&mut self, dir: &Path, home: &Home) {
         self.base.dataset = resolve_spec(&self.base.dataset, dir, home);
+        if let Some(file) = &mut self.base.originals_of {
+            *file = resolve_path(&file.display().to_string(), dir, home);
+        }
         for test in &mut self.tests {
             test.dataset = resolve_spec(&test.dataset, dir, home);
         }
@@ -269,6 +277,12 @@ impl ExperimentConfig {
         }
         let mut test_names = BTreeSet::new();
         for test in &self.tests {
+            if test.originals_of.is_some() {
+                bail!(
+                    "`originals_of` selects the base set; the test set {} cannot use it",
+                    test.display_name()
+                );
+            }
             if !test_names.insert(test.display_name()) {
                 bail!(
                     "two test sets are named {:?}: give one a `name`",

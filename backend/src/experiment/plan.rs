@@ -86,7 +86,11 @@ pub fn plan(home: &Home, config: ExperimentConfig) -> Result<Plan> {
     let mut inputs = Vec::new();
 
     let full = load(home, &config.base)?;
-    let base = full.clone().limited(config.base.limit, config.base.seed);
+    let base = match &config.base.originals_of {
+        Some(file) => edited_examples(&full, file)?,
+        None => full.clone(),
+    }
+    .limited(config.base.limit, config.base.seed);
     if base.labels.len() < 2 {
         bail!(
             "the base set {} has fewer than two labels: {:?}",
@@ -314,6 +318,31 @@ pub fn counterfactuals_of(base: &Dataset, file: &Path, only_flipped: bool) -> Re
         );
     }
     Ok(examples)
+}
+
+/// The examples of `dataset` that the records of `file` edit, in dataset order.
+fn edited_examples(dataset: &Dataset, file: &Path) -> Result<Dataset> {
+    if !file.is_file() {
+        bail!(
+            "the base set is the originals of {}, which does not exist (make it with \
+             `flipside generate`)",
+            file.display()
+        );
+    }
+    let records: Vec<Counterfactual> = read_repairing(file)?;
+    let items: HashSet<&str> = records.iter().map(|r| r.item.as_str()).collect();
+    let mut base = dataset.clone();
+    base.examples.retain(|e| items.contains(e.id.as_str()));
+    if base.is_empty() {
+        bail!(
+            "none of the {} records of {} edits an example of {} (was it generated from it?)",
+            records.len(),
+            file.display(),
+            dataset.name
+        );
+    }
+    base.name = format!("{} (originals of {})", dataset.name, file.display());
+    Ok(base)
 }
 
 fn preview(text: &str) -> String {

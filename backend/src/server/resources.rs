@@ -54,8 +54,9 @@ impl Resources {
             sentences: models.retriever.as_ref().map_or(0, |r| r.sentences()),
             encoder,
         };
-        let classifier_config: ClassifierConfig =
-            serde_json::from_slice(&std::fs::read(config.classifier_dir.join("config.json"))?)?;
+        let classifier_config = ClassifierConfig::from_json(&std::fs::read(
+            config.classifier_dir.join("config.json"),
+        )?)?;
         let classifier_info = ClassifierInfo {
             name: config
                 .classifier_dir

@@ -50,6 +50,10 @@ pub struct BertConfig {
     pub layer_norm_eps: f64,
     #[serde(default)]
     pub pad_token_id: usize,
+    /// The position id of the first token: 0 for BERT, `pad_token_id + 1` for RoBERTa (whose
+    /// positions count from after the padding index). Not a field of BERT's `config.json`.
+    #[serde(skip)]
+    pub position_offset: usize,
 }
 
 fn default_hidden_act() -> String {
@@ -194,9 +198,11 @@ impl<B: Backend> BertModel<B> {
 pub struct BertEmbeddings<B: Backend> {
     pub word_embeddings: Embedding<B>,
     pub position_embeddings: Embedding<B>,
-    pub token_type_embeddings: Embedding<B>,
+    /// None when `type_vocab_size` is 0 (DistilBERT has no segments).
+    pub token_type_embeddings: Option<Embedding<B>>,
     pub layer_norm: LayerNorm<B>,
     pub dropout: Dropout,
+    pub position_offset: usize,
 }
 
 impl<B: Backend> BertEmbeddings<B> {
@@ -205,21 +211,25 @@ impl<B: Backend> BertEmbeddings<B> {
         Self {
             word_embeddings: embedding(config.vocab_size),
             position_embeddings: embedding(config.max_position_embeddings),
-            token_type_embeddings: embedding(config.type_vocab_size),
+            token_type_embeddings: (config.type_vocab_size > 0)
+                .then(|| embedding(config.type_vocab_size)),
             layer_norm: config.layer_norm(device),
             dropout: config.hidden_dropout(),
+            position_offset: config.position_offset,
         }
     }
 
     fn forward(&self, words: Tensor<B, 3>, token_type_ids: Tensor<B, 2, Int>) -> Tensor<B, 3> {
         let [batch, seq, _] = words.dims();
         let device = words.device();
-        let positions = Tensor::<B, 1, Int>::arange(0..seq as i64, &device)
+        let offset = self.position_offset as i64;
+        let positions = Tensor::<B, 1, Int>::arange(offset..offset + seq as i64, &device)
             .reshape([1, seq])
             .expand([batch, seq]);
-        let embedded = words
-            + self.position_embeddings.forward(positions)
-            + self.token_type_embeddings.forward(token_type_ids);
+        let mut embedded = words + self.position_embeddings.forward(positions);
+        if let Some(token_types) = &self.token_type_embeddings {
+            embedded = embedded + token_types.forward(token_type_ids);
+        }
         self.dropout.forward(self.layer_norm.forward(embedded))
     }
 }

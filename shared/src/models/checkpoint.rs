@@ -43,17 +43,35 @@ pub fn load_safetensors<B: Backend, M: HfCheckpoint<B>>(
     bytes: Vec<u8>,
     strip_prefix: Option<&str>,
 ) -> Result<(), CheckpointError> {
-    let mut store =
-        SafetensorsStore::from_bytes(Some(bytes)).with_from_adapter(PyTorchToBurnAdapter);
-    if let Some(prefix) = strip_prefix {
-        store = store.with_key_remapping(format!(r"^{}\.", regex_escape(prefix)), "");
-    }
-    for (from, to) in M::KEYS.load {
+    let strip = strip_prefix.map(|prefix| format!(r"^{}\.", regex_escape(prefix)));
+    let renames: Vec<(&str, &str)> = strip
+        .as_deref()
+        .map(|pattern| (pattern, ""))
+        .into_iter()
+        .chain(M::KEYS.load.iter().copied())
+        .collect();
+    load_renamed(module, bytes, &renames, false).map(|_| ())
+}
+
+/// Loads safetensors bytes into `module` after applying `renames` (regex, replacement) in
+/// order to every key. With `partial`, parameters the checkpoint lacks keep their values
+/// (a pretrained encoder loaded into a classifier whose head is new); the paths that were not
+/// loaded are returned.
+pub fn load_renamed<B: Backend, M: ModuleSnapshot<B>>(
+    module: &mut M,
+    bytes: Vec<u8>,
+    renames: &[(&str, &str)],
+    partial: bool,
+) -> Result<Vec<String>, CheckpointError> {
+    let mut store = SafetensorsStore::from_bytes(Some(bytes))
+        .with_from_adapter(PyTorchToBurnAdapter)
+        .allow_partial(partial);
+    for (from, to) in renames {
         store = store.with_key_remapping(*from, *to);
     }
     module
         .load_from(&mut store)
-        .map(|_| ())
+        .map(|result| result.missing.into_iter().map(|(path, _)| path).collect())
         .map_err(|e| CheckpointError::Mismatch(e.to_string()))
 }
 
@@ -61,13 +79,21 @@ pub fn load_safetensors<B: Backend, M: HfCheckpoint<B>>(
 pub fn save_safetensors<B: Backend, M: HfCheckpoint<B>>(
     module: &M,
 ) -> Result<Vec<u8>, CheckpointError> {
+    save_renamed(module, M::KEYS.save)
+}
+
+/// Serialises `module` to safetensors bytes, applying `renames` in order to every key.
+pub fn save_renamed<B: Backend, M: ModuleSnapshot<B>>(
+    module: &M,
+    renames: &[(&str, &str)],
+) -> Result<Vec<u8>, CheckpointError> {
     // Only `format: pt` as metadata: what `transformers` expects, and a deterministic header
     // (burn's default metadata is a hash map serialised in random order).
     let mut store = SafetensorsStore::from_bytes(None)
         .clear_metadata()
         .metadata("format", "pt")
         .with_to_adapter(BurnToPyTorchAdapter);
-    for (from, to) in M::KEYS.save {
+    for (from, to) in renames {
         store = store.with_key_remapping(*from, *to);
     }
     module
