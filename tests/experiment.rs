@@ -315,4 +315,29 @@ fn experiments_fail_before_training_on_bad_inputs() {
         assert!(stdout.contains(condition), "{condition} not in {stdout}");
     }
     assert!(dir.path().join("quick/accuracy.svg").is_file());
+
+    // The base set can be the originals a counterfactual file edits: all 40 of them, each
+    // with its counterfactual.
+    let edited = text
+        .replace("limit = 60\n", "originals_of = \"core.jsonl\"\n")
+        .replace("seeds = [1, 2, 3]", "seeds = [1]");
+    let path = dir.path().join("originals.toml");
+    fs::write(&path, edited).unwrap();
+    success(
+        flipside()
+            .arg("experiment")
+            .arg(&path)
+            .arg("--out")
+            .arg(dir.path().join("originals")),
+    );
+    let result: serde_json::Value =
+        serde_json::from_slice(&fs::read(dir.path().join("originals/results.json")).unwrap())
+            .unwrap();
+    let sizes: Vec<u64> = result["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["train_examples"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, [40, 80, 72, 80], "{result}");
 }

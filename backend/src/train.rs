@@ -33,6 +33,7 @@ use crate::progress;
 
 /// Training hyper-parameters; saved with every checkpoint and model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct TrainConfig {
     /// Passes over the training data.
     pub epochs: usize,
@@ -54,7 +55,6 @@ pub struct TrainConfig {
     pub checkpoint_every: usize,
     /// The classification head: Hugging Face's (a directory `transformers` loads), or the
     /// head over mean-pooled states that the re-ranker keeps.
-    #[serde(default = "default_head")]
     pub head: Head,
 }
 
@@ -68,10 +68,6 @@ pub enum Head {
     /// trained to produce that representation, and on ~100 seed pairs the re-ranker learns
     /// only with it).
     MeanPooled,
-}
-
-fn default_head() -> Head {
-    Head::HfPooler
 }
 
 impl Default for TrainConfig {

@@ -59,35 +59,24 @@ pub enum ModelKind {
     FineTune,
 }
 
-/// The model and its training hyper-parameters (those of `classifier train`).
+/// The model and its training hyper-parameters (those of `classifier train`, with its
+/// defaults; each unit's seed comes from `seeds`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct ModelConfig {
     pub kind: ModelKind,
     /// Starting encoder for `fine-tune`: an asset name, a model name or a directory.
     pub encoder: String,
-    pub epochs: usize,
-    pub batch_size: usize,
-    pub lr: f64,
-    pub weight_decay: f64,
-    pub warmup: f64,
-    pub max_grad_norm: f64,
-    pub max_len: usize,
+    #[serde(flatten)]
+    pub train: TrainConfig,
 }
 
 impl Default for ModelConfig {
     fn default() -> Self {
-        let train = TrainConfig::default();
         Self {
             kind: ModelKind::default(),
             encoder: DEFAULT_ENCODER.into(),
-            epochs: train.epochs,
-            batch_size: train.batch_size,
-            lr: train.lr,
-            weight_decay: train.weight_decay,
-            warmup: train.warmup,
-            max_grad_norm: train.max_grad_norm,
-            max_len: train.max_len,
+            train: TrainConfig::default(),
         }
     }
 }
@@ -96,15 +85,8 @@ impl ModelConfig {
     /// The training hyper-parameters of one seed's unit.
     pub fn train_config(&self, seed: u64) -> TrainConfig {
         TrainConfig {
-            epochs: self.epochs,
-            batch_size: self.batch_size,
-            lr: self.lr,
-            weight_decay: self.weight_decay,
-            warmup: self.warmup,
-            max_grad_norm: self.max_grad_norm,
-            max_len: self.max_len,
             seed,
-            ..TrainConfig::default()
+            ..self.train.clone()
         }
     }
 }

@@ -153,7 +153,7 @@ fn model_name(result: &ExperimentResult) -> String {
         super::config::ModelKind::Bow => "bag-of-words logistic regression".into(),
         super::config::ModelKind::FineTune => format!(
             "{} fine-tuned, {} epochs, lr {}",
-            result.model.encoder, result.model.epochs, result.model.lr
+            result.model.encoder, result.model.train.epochs, result.model.train.lr
         ),
     }
 }

@@ -612,7 +612,7 @@ mod tests {
         more.examples.push(train.examples[0].clone());
         changed.push(unit_key(&config, &more, 1, Some("enc")).unwrap());
         let mut lr = config.clone();
-        lr.model.lr = 1e-4;
+        lr.model.train.lr = 1e-4;
         changed.push(unit_key(&lr, &train, 1, Some("enc")).unwrap());
         let mut kind = config.clone();
         kind.model.kind = ModelKind::Bow;
