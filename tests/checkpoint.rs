@@ -254,3 +254,55 @@ fn flipside_0_1_classifier_directories_still_load() {
         assert!((g - l.exp() / norm).abs() < 1e-5, "{got:?} vs {logits:?}");
     }
 }
+
+#[test]
+fn a_roberta_checkpoint_is_a_starting_point_for_training() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("toy.csv");
+    std::fs::write(&csv, common::toy_sentiment_csv()).unwrap();
+    let train = |encoder: &str, out: &Path| {
+        let mut command = common::flipside();
+        command
+            .args(["classifier", "train", "--data"])
+            .arg(&csv)
+            .args(["--encoder"])
+            .arg(fixtures().join(encoder))
+            .arg("--out")
+            .arg(out)
+            .args(["--epochs", "1", "--batch-size", "8", "--max-len", "32"]);
+        command
+    };
+    let out = dir.path().join("roberta");
+    common::success(&mut train("roberta", &out));
+    let config: Value =
+        serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["model_type"], "roberta");
+    assert_eq!(
+        config["architectures"],
+        serde_json::json!(["RobertaForSequenceClassification"])
+    );
+    let weights = std::fs::read(out.join("model.safetensors")).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&weights).unwrap();
+    assert!(tensors.tensor("classifier.out_proj.weight").is_ok());
+    assert!(
+        tensors
+            .tensor("roberta.embeddings.word_embeddings.weight")
+            .is_ok()
+    );
+    let stdout = common::success(
+        common::flipside()
+            .args(["classifier", "predict", "--model"])
+            .arg(&out)
+            .arg("the show was superb"),
+    );
+    assert!(
+        stdout.starts_with("positive") || stdout.starts_with("negative"),
+        "{stdout}"
+    );
+
+    let stderr = common::failure(&mut train("distilbert", &dir.path().join("distil")));
+    assert!(
+        stderr.contains("fine-tuning DistilBERT is not supported"),
+        "{stderr}"
+    );
+}

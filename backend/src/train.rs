@@ -384,17 +384,7 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Resu
     let objective = ClassifierObjective {
         train: run.train,
         tokenizer: files.tokenizer(config.max_len)?,
-        model_config: ClassifierConfig {
-            architecture: match config.head {
-                Head::HfPooler => Architecture::Bert,
-                Head::MeanPooled => Architecture::MeanPooled,
-            },
-            ..ClassifierConfig::bert(
-                files.config.clone(),
-                run.train.labels.names().to_vec(),
-                config.max_len,
-            )
-        },
+        model_config: classifier_config(&files, run.train, config)?,
         files: &files,
     };
     let fresh = TrainRecord::new(
@@ -422,6 +412,25 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Resu
             )
         },
     )
+}
+
+/// The classifier a run trains: the encoder's family with Hugging Face's head (or the
+/// mean-pooled head), the training set's labels.
+fn classifier_config(
+    files: &BertFiles,
+    train: &Dataset,
+    config: &TrainConfig,
+) -> Result<ClassifierConfig> {
+    let labels = train.labels.names().to_vec();
+    let mut model = ClassifierConfig::for_encoder(&files.config_json, labels, config.max_len)
+        .with_context(|| format!("in {}", files.dir.display()))?;
+    if config.head == Head::MeanPooled {
+        if model.architecture != Architecture::Bert {
+            bail!("the mean-pooled head is only trained on BERT encoders");
+        }
+        model.architecture = Architecture::MeanPooled;
+    }
+    Ok(model)
 }
 
 /// A whole training run writing into `out`: reuses a finished model of the same run (one whose

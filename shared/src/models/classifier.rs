@@ -140,6 +140,30 @@ impl ClassifierConfig {
         }
     }
 
+    /// A new classifier over a pretrained encoder or classifier (its `config.json`): Hugging
+    /// Face's head for the encoder's family (BERT without a `model_type`), `labels`, `max_len`.
+    pub fn for_encoder(
+        config_json: &[u8],
+        labels: Vec<String>,
+        max_len: usize,
+    ) -> Result<Self, LoadError> {
+        let config = encoder_config_value(config_json)
+            .and_then(|value| Self::from_hf(&value))
+            .map_err(LoadError::Config)?;
+        if config.architecture == Architecture::DistilBert {
+            return Err(LoadError::Config(
+                "fine-tuning DistilBERT is not supported (its checkpoints are read, not \
+                 written); start from a BERT or RoBERTa checkpoint"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            labels,
+            max_len,
+            ..config
+        })
+    }
+
     /// Reads a classifier's `config.json`: a Hugging Face BERT, RoBERTa or DistilBERT
     /// sequence-classification config, or Flipside 0.1's own.
     pub fn from_json(bytes: &[u8]) -> Result<Self, LoadError> {
@@ -160,25 +184,7 @@ impl ClassifierConfig {
     }
 
     fn from_hf(value: &Value) -> Result<Self, String> {
-        let model_type = value["model_type"].as_str().unwrap_or_default();
-        let (architecture, bert) = match model_type {
-            "bert" => (
-                Architecture::Bert,
-                BertConfig::from_json(&value.to_string())?,
-            ),
-            "roberta" => {
-                let mut bert = BertConfig::from_json(&value.to_string())?;
-                bert.position_offset = bert.pad_token_id + 1;
-                (Architecture::Roberta, bert)
-            }
-            "distilbert" => (Architecture::DistilBert, distilbert_as_bert(value)?),
-            other => {
-                return Err(format!(
-                    "model_type {other:?} is not a classifier Flipside can run (bert, roberta, \
-                     distilbert)"
-                ));
-            }
-        };
+        let (architecture, bert) = family_of(value)?;
         let positions = bert
             .max_position_embeddings
             .saturating_sub(bert.position_offset);
@@ -244,6 +250,45 @@ impl ClassifierConfig {
             architecture: self.architecture,
         }
     }
+}
+
+/// An encoder's family and its configuration in BERT's terms, from its Hugging Face
+/// `config.json` (BERT when it names no `model_type`, as sentence-transformers' MiniLM does).
+pub fn encoder_family(config_json: &[u8]) -> Result<(Architecture, BertConfig), String> {
+    family_of(&encoder_config_value(config_json)?)
+}
+
+/// A `config.json` as JSON, with `model_type` defaulting to BERT.
+fn encoder_config_value(config_json: &[u8]) -> Result<Value, String> {
+    let mut value: Value = serde_json::from_slice(config_json).map_err(|e| e.to_string())?;
+    if value.get("model_type").is_none() {
+        value["model_type"] = json!("bert");
+    }
+    Ok(value)
+}
+
+/// The family a Hugging Face config names in `model_type`, and its configuration in BERT's
+/// terms (RoBERTa's position offset; DistilBERT's own field names).
+fn family_of(value: &Value) -> Result<(Architecture, BertConfig), String> {
+    let model_type = value["model_type"].as_str().unwrap_or_default();
+    Ok(match model_type {
+        "bert" => (
+            Architecture::Bert,
+            BertConfig::from_json(&value.to_string())?,
+        ),
+        "roberta" => {
+            let mut bert = BertConfig::from_json(&value.to_string())?;
+            bert.position_offset = bert.pad_token_id + 1;
+            (Architecture::Roberta, bert)
+        }
+        "distilbert" => (Architecture::DistilBert, distilbert_as_bert(value)?),
+        other => {
+            return Err(format!(
+                "model_type {other:?} is not a model family Flipside can run (bert, roberta, \
+                 distilbert)"
+            ));
+        }
+    })
 }
 
 /// DistilBERT's `config.json` in BERT's terms (no segments, GELU, 1e-12 LayerNorm epsilon).
