@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Result, bail};
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::data::ReadArgs;
 use crate::compute::DeviceChoice;
@@ -29,7 +29,7 @@ use crate::home::Home;
 pub struct ExperimentArgs {
     /// The experiment file (TOML)
     pub config: Option<PathBuf>,
-    /// Results directory [default: HOME/experiments/NAME]
+    /// Results directory [default: HOME/experiments/FILE-MODEL, e.g. core-imdb-fine-tune]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// The model every unit trains [default: the file's, else fine-tune]
@@ -78,11 +78,10 @@ fn named_file(value: &str) -> Result<(String, PathBuf), String> {
 
 pub fn run(home: &Home, args: ExperimentArgs) -> Result<()> {
     let config = config(home, &args)?;
-    let out = args.out.clone().unwrap_or_else(|| {
-        home.root()
-            .join("experiments")
-            .join(config.name.replace(['/', ' '], "-"))
-    });
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| default_out(home, &args, &config));
     let options = RunOptions {
         out: out.clone(),
         device: args.device,
@@ -114,6 +113,36 @@ pub fn run(home: &Home, args: ExperimentArgs) -> Result<()> {
 }
 
 /// The file's configuration with the flags applied, or one made from the flags alone.
+/// HOME/experiments/NAME-MODEL: NAME is the experiment file's name (else the experiment's
+/// title), MODEL the model kind, so that a quick `--model bow` run of a file keeps the file's
+/// own results.
+fn default_out(home: &Home, args: &ExperimentArgs, config: &ExperimentConfig) -> PathBuf {
+    let name = match &args.config {
+        Some(file) => file.file_stem().map_or_else(
+            || config.name.clone(),
+            |stem| stem.to_string_lossy().into_owned(),
+        ),
+        None => config.name.clone(),
+    };
+    let kind = config
+        .model
+        .kind
+        .to_possible_value()
+        .expect("model kinds have names");
+    home.root()
+        .join("experiments")
+        .join(format!("{}-{}", slug(&name), kind.get_name()))
+}
+
+/// Lower-case letters and digits, other runs of characters as one `-`.
+fn slug(name: &str) -> String {
+    name.to_lowercase()
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
 fn config(home: &Home, args: &ExperimentArgs) -> Result<ExperimentConfig> {
     let cwd = std::env::current_dir()?;
     let mut config = match &args.config {
@@ -186,5 +215,19 @@ fn data_config(dataset: &str, read: &ReadArgs) -> DataConfig {
         labels: read.labels.clone(),
         split_seed: read.split_seed,
         ..DataConfig::new(dataset)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slug;
+
+    #[test]
+    fn titles_become_plain_directory_names() {
+        assert_eq!(
+            slug("CORE counterfactuals, IMDb → Rotten Tomatoes"),
+            "core-counterfactuals-imdb-rotten-tomatoes"
+        );
+        assert_eq!(slug("core-imdb"), "core-imdb");
     }
 }
