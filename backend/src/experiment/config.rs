@@ -192,7 +192,8 @@ pub struct ConditionConfig {
     #[serde(default)]
     pub only_flipped: bool,
     /// The size-matched in-domain control: add as many fresh originals (base-set examples not
-    /// in the base subset) as the named condition adds counterfactuals.
+    /// in the base subset, no longer than its longest example) as the named condition adds
+    /// counterfactuals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_domain_like: Option<String>,
 }

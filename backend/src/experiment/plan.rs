@@ -345,6 +345,16 @@ fn edited_examples(dataset: &Dataset, file: &Path) -> Result<Dataset> {
     Ok(base)
 }
 
+/// Whitespace-separated words over all of an example's texts.
+fn words(example: &Example) -> usize {
+    example
+        .input
+        .texts()
+        .iter()
+        .map(|text| text.split_whitespace().count())
+        .sum()
+}
+
 fn preview(text: &str) -> String {
     let mut preview: String = text.chars().take(60).collect();
     if preview.len() < text.len() {
@@ -353,7 +363,9 @@ fn preview(text: &str) -> String {
     preview
 }
 
-/// `n` examples of `full` that are not in `base`, in a seeded random order.
+/// `n` examples of `full` that are not in `base` and no longer (in words) than its longest
+/// example, in a seeded random order: a length filter that chose the base set (`generate
+/// --max-words`) holds for the control too, so that it adds no more text per example.
 pub fn fresh_originals(
     full: &Dataset,
     base: &Dataset,
@@ -361,15 +373,17 @@ pub fn fresh_originals(
     seed: u64,
 ) -> Result<Vec<Example>> {
     let used: HashSet<&str> = base.examples.iter().map(|e| e.id.as_str()).collect();
+    let longest = base.examples.iter().map(words).max().unwrap_or(0);
     let mut pool: Vec<(u64, &Example)> = full
         .examples
         .iter()
-        .filter(|e| !used.contains(e.id.as_str()))
+        .filter(|e| !used.contains(e.id.as_str()) && words(e) <= longest)
         .map(|e| (stable_hash(seed ^ 0x696e_646f_6d61_696e, &e.id), e))
         .collect();
     if pool.len() < n {
         bail!(
-            "the base dataset has only {} examples outside the base subset",
+            "the base dataset has only {} examples outside the base subset and no longer than \
+             its longest example ({longest} words)",
             pool.len()
         );
     }
@@ -564,19 +578,20 @@ mod tests {
             ("c", "3", 0),
             ("d", "4", 1),
             ("e", "5", 0),
+            ("f", "longer than any base text", 1),
         ]);
         let base = dataset(&[("a", "1", 0), ("b", "2", 1)]);
-        let fresh = fresh_originals(&full, &base, 2, 9).unwrap();
-        assert_eq!(fresh.len(), 2);
+        let fresh = fresh_originals(&full, &base, 3, 9).unwrap();
+        assert_eq!(fresh.len(), 3);
         assert!(
             fresh
                 .iter()
-                .all(|e| !["fresh:a", "fresh:b"].contains(&e.id.as_str()))
+                .all(|e| !["fresh:a", "fresh:b", "fresh:f"].contains(&e.id.as_str()))
         );
         let ids = |f: &[Example]| f.iter().map(|e| e.id.clone()).collect::<Vec<_>>();
         assert_eq!(
             ids(&fresh),
-            ids(&fresh_originals(&full, &base, 2, 9).unwrap())
+            ids(&fresh_originals(&full, &base, 3, 9).unwrap())
         );
         assert!(fresh_originals(&full, &base, 4, 9).is_err());
     }
