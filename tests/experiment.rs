@@ -317,10 +317,17 @@ fn experiments_fail_before_training_on_bad_inputs() {
     assert!(dir.path().join("quick/accuracy.svg").is_file());
 
     // The base set can be the originals a counterfactual file edits: all 40 of them, each
-    // with its counterfactual.
+    // with its counterfactual; the control's fresh examples can come from another dataset (as
+    // many as the 32 flipped counterfactuals: all of ood.tsv).
     let edited = text
         .replace("limit = 60\n", "originals_of = \"core.jsonl\"\n")
-        .replace("seeds = [1, 2, 3]", "seeds = [1]");
+        .replace("seeds = [1, 2, 3]", "seeds = [1]")
+        .replace(
+            "in_domain_like = \"core\"\n",
+            "in_domain_like = \"core, flipped only\"\n\n[conditions.in_domain_from]\n\
+             dataset = \"ood.tsv\"\ntext_column = \"review\"\nlabel_column = \"sentiment\"\n\
+             labels = [\"negative\", \"positive\"]\n",
+        );
     let path = dir.path().join("originals.toml");
     fs::write(&path, edited).unwrap();
     success(
@@ -339,5 +346,12 @@ fn experiments_fail_before_training_on_bad_inputs() {
         .iter()
         .map(|c| c["train_examples"].as_u64().unwrap())
         .collect();
-    assert_eq!(sizes, [40, 80, 72, 80], "{result}");
+    assert_eq!(sizes, [40, 80, 72, 72], "{result}");
+    let pool = result["inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|input| input["role"] == "in-domain pool of in-domain control")
+        .unwrap_or_else(|| panic!("no pool input in {result}"));
+    assert_eq!(pool["examples"], 32, "{pool}");
 }

@@ -181,6 +181,7 @@ fn config(home: &Home, args: &ExperimentArgs) -> Result<ExperimentConfig> {
             augment: vec![resolve_path(&file.display().to_string(), &cwd, home)],
             only_flipped: args.only_flipped,
             in_domain_like: None,
+            in_domain_from: None,
         });
     }
     if let Some(like) = &args.in_domain_control {
@@ -189,6 +190,7 @@ fn config(home: &Home, args: &ExperimentArgs) -> Result<ExperimentConfig> {
             augment: Vec::new(),
             only_flipped: false,
             in_domain_like: Some(like.clone()),
+            in_domain_from: None,
         });
     }
     if !args.test.is_empty() {

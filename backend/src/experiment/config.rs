@@ -196,6 +196,11 @@ pub struct ConditionConfig {
     /// counterfactuals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_domain_like: Option<String>,
+    /// Where the in-domain control's fresh examples come from [default: the base dataset]: a
+    /// dataset of the same labels, for when the base set is all of its dataset (CORE added
+    /// 1.7k other movie reviews to all of IMDb's training set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_domain_from: Option<DataConfig>,
 }
 
 impl ConditionConfig {
@@ -206,6 +211,7 @@ impl ConditionConfig {
             augment: Vec::new(),
             only_flipped: false,
             in_domain_like: None,
+            in_domain_from: None,
         }
     }
 }
@@ -234,6 +240,9 @@ impl ExperimentConfig {
         for condition in &mut self.conditions {
             for file in &mut condition.augment {
                 *file = resolve_path(&file.display().to_string(), dir, home);
+            }
+            if let Some(pool) = &mut condition.in_domain_from {
+                pool.dataset = resolve_spec(&pool.dataset, dir, home);
             }
         }
     }
@@ -274,6 +283,13 @@ impl ExperimentConfig {
             }
         }
         for condition in &self.conditions {
+            if condition.in_domain_from.is_some() && condition.in_domain_like.is_none() {
+                bail!(
+                    "condition {:?} says where in-domain examples come from (`in_domain_from`) \
+                     but not which condition's size to match (`in_domain_like`)",
+                    condition.name
+                );
+            }
             if let Some(like) = &condition.in_domain_like {
                 if !condition.augment.is_empty() {
                     bail!(

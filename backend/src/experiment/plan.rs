@@ -133,7 +133,18 @@ pub fn plan(home: &Home, config: ExperimentConfig) -> Result<Plan> {
                 .find(|(c, _)| &c.name == like)
                 .map(|(_, added)| added.len())
                 .expect("validated");
-            added = fresh_originals(&full, &base, n, config.base.seed).with_context(|| {
+            let other_pool;
+            let pool = match &condition.in_domain_from {
+                Some(pool) => {
+                    let name = format!("in-domain pool of {}", condition.name);
+                    other_pool = map_labels(load(home, pool)?, &base.labels, &name)?
+                        .limited(pool.limit, pool.seed);
+                    inputs.push(fingerprint_input(&name, &pool.dataset, &other_pool)?);
+                    &other_pool
+                }
+                None => &full,
+            };
+            added = fresh_originals(pool, &base, n, config.base.seed).with_context(|| {
                 format!(
                     "condition {:?} (size-matched to {like:?}) needs {n} fresh originals",
                     condition.name
