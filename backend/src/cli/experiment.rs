@@ -112,7 +112,6 @@ pub fn run(home: &Home, args: ExperimentArgs) -> Result<()> {
     Ok(())
 }
 
-/// The file's configuration with the flags applied, or one made from the flags alone.
 /// HOME/experiments/NAME-MODEL: NAME is the experiment file's name (else the experiment's
 /// title), MODEL the model kind, so that a quick `--model bow` run of a file keeps the file's
 /// own results.
@@ -143,6 +142,7 @@ fn slug(name: &str) -> String {
         .join("-")
 }
 
+/// The file's configuration with the flags applied, or one made from the flags alone.
 fn config(home: &Home, args: &ExperimentArgs) -> Result<ExperimentConfig> {
     let cwd = std::env::current_dir()?;
     let mut config = match &args.config {
