@@ -12,7 +12,8 @@ use burn::tensor::backend::Backend;
 use flipside_shared::models::CheckpointFiles;
 use flipside_shared::models::bert::{BertConfig, BertModel};
 use flipside_shared::models::classifier::{
-    ClassifierConfig, SequenceClassifier, TextClassifier, encoder_family, save_classifier_weights,
+    Architecture, ClassifierConfig, SequenceClassifier, TextClassifier, encoder_family,
+    save_classifier_weights,
 };
 use flipside_shared::models::encoder::SentenceEncoder;
 use flipside_shared::tokenize::TextTokenizer;
@@ -46,9 +47,9 @@ pub fn resolve_model_dir(home: &Home, model: &str) -> Result<PathBuf> {
 /// The files of a Hugging Face BERT checkpoint directory.
 pub struct BertFiles {
     pub dir: PathBuf,
+    /// The family `config.json` names (BERT, RoBERTa or DistilBERT); `config` in BERT's terms.
+    pub architecture: Architecture,
     pub config: BertConfig,
-    /// `config.json` as read (RoBERTa's and DistilBERT's say their family in `model_type`).
-    pub config_json: Vec<u8>,
     pub tokenizer_json: Vec<u8>,
     /// sentence-transformers' `max_seq_length` if given, else the position limit.
     pub max_len: usize,
@@ -57,16 +58,16 @@ pub struct BertFiles {
 impl BertFiles {
     /// Reads `config.json`, `tokenizer.json` and the optional `sentence_bert_config.json`.
     pub fn read(dir: &Path) -> Result<Self> {
-        let config_json = read_text(&dir.join("config.json"))?;
-        let (_, config) = encoder_family(config_json.as_bytes())
-            .map_err(anyhow::Error::msg)
-            .with_context(|| format!("in {}", dir.display()))?;
+        let (architecture, config) =
+            encoder_family(read_text(&dir.join("config.json"))?.as_bytes())
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("in {}", dir.display()))?;
         let max_len = sentence_max_len(dir)?.unwrap_or(config.max_position_embeddings);
         Ok(Self {
             dir: dir.to_path_buf(),
             tokenizer_json: read_bytes(&dir.join("tokenizer.json"))?,
+            architecture,
             config,
-            config_json: config_json.into_bytes(),
             max_len,
         })
     }

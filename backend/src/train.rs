@@ -414,23 +414,31 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Resu
     )
 }
 
-/// The classifier a run trains: the encoder's family with Hugging Face's head (or the
-/// mean-pooled head), the training set's labels.
+/// The classifier a run trains: Hugging Face's head for the encoder's family (or the
+/// mean-pooled head on BERT), the training set's labels.
 fn classifier_config(
     files: &BertFiles,
     train: &Dataset,
     config: &TrainConfig,
 ) -> Result<ClassifierConfig> {
-    let labels = train.labels.names().to_vec();
-    let mut model = ClassifierConfig::for_encoder(&files.config_json, labels, config.max_len)
-        .with_context(|| format!("in {}", files.dir.display()))?;
-    if config.head == Head::MeanPooled {
-        if model.architecture != Architecture::Bert {
-            bail!("the mean-pooled head is only trained on BERT encoders");
-        }
-        model.architecture = Architecture::MeanPooled;
-    }
-    Ok(model)
+    let architecture = match (files.architecture, config.head) {
+        (Architecture::DistilBert, _) => bail!(
+            "{}: fine-tuning DistilBERT is not supported (its checkpoints are read, not \
+             written); start from a BERT or RoBERTa checkpoint",
+            files.dir.display()
+        ),
+        (Architecture::Bert, Head::MeanPooled) => Architecture::MeanPooled,
+        (_, Head::MeanPooled) => bail!("the mean-pooled head is only trained on BERT encoders"),
+        (family, Head::HfPooler) => family,
+    };
+    Ok(ClassifierConfig {
+        architecture,
+        ..ClassifierConfig::bert(
+            files.config.clone(),
+            train.labels.names().to_vec(),
+            config.max_len,
+        )
+    })
 }
 
 /// A whole training run writing into `out`: reuses a finished model of the same run (one whose

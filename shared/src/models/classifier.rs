@@ -140,30 +140,6 @@ impl ClassifierConfig {
         }
     }
 
-    /// A new classifier over a pretrained encoder or classifier (its `config.json`): Hugging
-    /// Face's head for the encoder's family (BERT without a `model_type`), `labels`, `max_len`.
-    pub fn for_encoder(
-        config_json: &[u8],
-        labels: Vec<String>,
-        max_len: usize,
-    ) -> Result<Self, LoadError> {
-        let config = encoder_config_value(config_json)
-            .and_then(|value| Self::from_hf(&value))
-            .map_err(LoadError::Config)?;
-        if config.architecture == Architecture::DistilBert {
-            return Err(LoadError::Config(
-                "fine-tuning DistilBERT is not supported (its checkpoints are read, not \
-                 written); start from a BERT or RoBERTa checkpoint"
-                    .into(),
-            ));
-        }
-        Ok(Self {
-            labels,
-            max_len,
-            ..config
-        })
-    }
-
     /// Reads a classifier's `config.json`: a Hugging Face BERT, RoBERTa or DistilBERT
     /// sequence-classification config, or Flipside 0.1's own.
     pub fn from_json(bytes: &[u8]) -> Result<Self, LoadError> {
@@ -255,16 +231,11 @@ impl ClassifierConfig {
 /// An encoder's family and its configuration in BERT's terms, from its Hugging Face
 /// `config.json` (BERT when it names no `model_type`, as sentence-transformers' MiniLM does).
 pub fn encoder_family(config_json: &[u8]) -> Result<(Architecture, BertConfig), String> {
-    family_of(&encoder_config_value(config_json)?)
-}
-
-/// A `config.json` as JSON, with `model_type` defaulting to BERT.
-fn encoder_config_value(config_json: &[u8]) -> Result<Value, String> {
     let mut value: Value = serde_json::from_slice(config_json).map_err(|e| e.to_string())?;
     if value.get("model_type").is_none() {
         value["model_type"] = json!("bert");
     }
-    Ok(value)
+    family_of(&value)
 }
 
 /// The family a Hugging Face config names in `model_type`, and its configuration in BERT's
