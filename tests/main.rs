@@ -13,3 +13,4 @@ mod generate;
 mod retrieval;
 mod saliency;
 mod server;
+mod t5;

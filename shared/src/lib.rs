@@ -12,6 +12,7 @@ pub mod highlight;
 pub mod metrics;
 pub mod models;
 pub mod pos;
+pub mod random;
 pub mod records;
 pub mod saliency;
 pub mod sentences;

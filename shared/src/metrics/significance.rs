@@ -9,6 +9,7 @@
 //! correction `(count + 1) / (B + 1)`, capped at 1; the interval is the percentile interval.
 //! (Efron & Tibshirani 1993, ch. 16; the example resampling is Koehn 2004's paired bootstrap.)
 
+use crate::random::SplitMix64;
 use serde::{Deserialize, Serialize};
 
 /// Mean and sample standard deviation (divisor `n − 1`; 0 for fewer than two values).
@@ -121,26 +122,6 @@ pub fn paired_bootstrap(
         ci_high: quantile(0.975),
         p_value,
         replicates,
-    }
-}
-
-/// A small, fast, seedable generator (Steele et al.'s SplitMix64): the bootstrap needs only
-/// uniform indices, and the same numbers on every platform.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A uniform index in `0..n` (Lemire's multiply-shift; the bias is below 2⁻³² for the
-    /// sizes used here).
-    fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next()) * n as u128) >> 64) as usize
     }
 }
 

@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod classifier;
 pub mod encoder;
 pub mod pooling;
+pub mod t5;
 
 use checkpoint::CheckpointError;
 
