@@ -9,6 +9,7 @@ pub mod batching;
 pub mod data;
 pub mod diff;
 pub mod highlight;
+pub mod infill;
 pub mod metrics;
 pub mod models;
 pub mod pos;

@@ -14,7 +14,7 @@ use crate::data::Input;
 use crate::models::bert::BertInput;
 
 /// Why text could not be tokenised.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TokenizeError {
     #[error("invalid tokenizer.json: {0}")]
     Load(String),
