@@ -9,6 +9,7 @@
 //! [`DecoderCache`]; [`decode`] searches with it.
 
 pub mod decode;
+pub mod loss;
 pub mod position;
 
 use burn::module::{Module, Param};
