@@ -17,6 +17,7 @@ pub mod editing;
 pub mod experiment;
 pub mod explain;
 pub mod home;
+pub mod infiller;
 pub mod llm;
 pub mod methods;
 pub mod models;

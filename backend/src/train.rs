@@ -136,6 +136,12 @@ pub struct TrainRecord {
     pub losses: Vec<f64>,
     /// Wall time spent training, across resumptions.
     pub train_seconds: f64,
+    /// The validation loss after each epoch (objectives with a validation set).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validation_losses: Vec<f64>,
+    /// The epoch (1-based) whose model had the lowest validation loss: the one kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub best_epoch: Option<usize>,
     pub backend: String,
     pub flipside_version: String,
 }
@@ -162,6 +168,8 @@ impl TrainRecord {
             step: 0,
             losses: Vec::new(),
             train_seconds: 0.0,
+            validation_losses: Vec::new(),
+            best_epoch: None,
             backend: backend.to_string(),
             flipside_version: env!("CARGO_PKG_VERSION").to_string(),
         }
@@ -218,11 +226,17 @@ pub trait Objective<B: AutodiffBackend> {
         batch: &[usize],
         device: &B::Device,
     ) -> Result<Tensor<B, 1>>;
+    /// The loss on held-out data, measured after each epoch; when given, the model of the
+    /// epoch with the lowest one is the run's result (not the last).
+    fn validation_loss(&self, _model: &Self::Model, _device: &B::Device) -> Option<f64> {
+        None
+    }
 }
 
 /// Runs the optimisation described by `fresh` (its config and total steps), resuming from the
 /// checkpoint in `state_dir` when it holds one of the same run, saving checkpoints there, and
-/// stopping early after `pause_after` steps. Returns the model and the record; the run is
+/// stopping early after `pause_after` steps. Returns the model (of a finished run with a
+/// validation set: the epoch with the lowest validation loss) and the record; the run is
 /// finished when `record.step == record.total_steps`.
 pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
     objective: &O,
@@ -240,6 +254,7 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
         .with_epsilon(1e-8)
         .init::<B, O::Model>();
 
+    let mut best: Option<O::Model> = None;
     let (mut model, mut record) = match read_record(state_dir)? {
         Some(saved) => {
             if !same_run(&saved, &fresh) {
@@ -258,6 +273,14 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
                     .load(state_dir.join("optimizer"), device)
                     .context("cannot load the optimizer checkpoint")?,
             );
+            if saved.best_epoch.is_some() {
+                best = Some(
+                    objective
+                        .skeleton(device)
+                        .load_file(state_dir.join("best"), &recorder, device)
+                        .context("cannot load the best model of the training checkpoint")?,
+                );
+            }
             tracing::info!(
                 step = saved.step,
                 total,
@@ -313,17 +336,47 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
             .unwrap_or_default();
         bar.set_message(format!("loss {running:.3}"));
         bar.inc(1);
+        if record.step % steps_per_epoch == 0
+            && let Some(loss) = objective.validation_loss(&model, device)
+        {
+            let epoch = record.step / steps_per_epoch;
+            let improved = record
+                .validation_losses
+                .iter()
+                .all(|&previous| loss < previous);
+            record.validation_losses.push(loss);
+            tracing::info!(epoch, loss, improved, "validation loss");
+            if improved {
+                record.best_epoch = Some(epoch);
+                best = Some(model.clone());
+            }
+        }
         if record.step % config.checkpoint_every.max(1) == 0
             || pause_at == Some(record.step)
             || record.step == total
         {
             record.train_seconds = seconds_before + started.elapsed().as_secs_f64();
-            save_state(state_dir, &model, &optimizer, &record, &recorder)?;
+            save_state(
+                state_dir,
+                &model,
+                best.as_ref(),
+                &optimizer,
+                &record,
+                &recorder,
+            )?;
         }
     }
     bar.finish_and_clear();
     record.train_seconds = seconds_before + started.elapsed().as_secs_f64();
-    Ok((model, record))
+    let finished = record.step == total;
+    Ok((
+        if finished {
+            best.unwrap_or(model)
+        } else {
+            model
+        },
+        record,
+    ))
 }
 
 /// The record of the finished model in `out` if it comes from the run `fresh` describes
@@ -542,6 +595,7 @@ fn read_record(dir: &Path) -> Result<Option<TrainRecord>> {
 fn save_state<B: AutodiffBackend, M: AutodiffModule<B>, O: Optimizer<M, B>>(
     state_dir: &Path,
     model: &M,
+    best: Option<&M>,
     optimizer: &O,
     record: &TrainRecord,
     recorder: &NamedMpkFileRecorder<FullPrecisionSettings>,
@@ -556,6 +610,11 @@ fn save_state<B: AutodiffBackend, M: AutodiffModule<B>, O: Optimizer<M, B>>(
         .clone()
         .save_file(staging.join("model"), recorder)
         .context("cannot save the model checkpoint")?;
+    if let Some(best) = best {
+        best.clone()
+            .save_file(staging.join("best"), recorder)
+            .context("cannot save the best model")?;
+    }
     recorder
         .record(optimizer.to_record(), staging.join("optimizer"))
         .context("cannot save the optimizer checkpoint")?;

@@ -10,6 +10,7 @@ mod eval;
 mod experiment;
 mod generate;
 mod index;
+mod infiller;
 mod llm;
 mod pairs;
 mod quickstart;
@@ -72,6 +73,9 @@ pub enum Command {
     /// Build and inspect retrieval corpora: review sentences from built-in data and files
     #[command(subcommand)]
     Corpus(corpus::CorpusCommand),
+    /// The T5 infiller AutoCAD rewrites rationales with: score, pretrain
+    #[command(subcommand)]
+    Infiller(infiller::InfillerCommand),
     /// Build sentence indexes over corpora and search them (dense retrieval, HNSW)
     #[command(subcommand)]
     Index(index::IndexCommand),
@@ -128,6 +132,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Similarity(args) => embed::similarity(&home, args),
         Command::Classifier(command) => classifier::run(&home, command),
         Command::Corpus(command) => corpus::run(&home, command),
+        Command::Infiller(command) => infiller::run(&home, command),
         Command::Index(command) => index::run(&home, command),
         Command::Retriever(command) => retriever::run(&home, command),
         Command::Reranker(command) => reranker::run(&home, command),

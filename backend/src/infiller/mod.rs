@@ -1,0 +1,303 @@
+//! The T5 infiller on disk and in training: Hugging Face T5 directories (any HF T5
+//! `model.safetensors` loads; the directories Flipside writes load in `transformers`), scoring a
+//! target given an input, and the sequence-to-sequence objective that pretraining
+//! ([`pretrain`]) and label-controlled infilling share.
+
+pub mod pretrain;
+pub mod rationales;
+pub mod train;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
+use flipside_shared::infill::{T5Tokenizer, unlikelihood_mask};
+use flipside_shared::models::checkpoint::save_safetensors;
+use flipside_shared::models::t5::loss::{cross_entropy, unlikelihood};
+use flipside_shared::models::t5::{T5Config, T5Model};
+
+use crate::home::Home;
+use crate::models::write_atomic;
+use crate::train::Objective;
+
+/// The asset whose `tokenizer.json` is T5's vocabulary (used when a checkpoint has none).
+pub const T5_TOKENIZER_ASSET: &str = "t5-tokenizer";
+
+/// A loaded infiller: model, its config and its tokenizer.
+pub struct Infiller<B: Backend> {
+    pub model: T5Model<B>,
+    pub config: T5Config,
+    pub tokenizer: T5Tokenizer,
+    /// The `tokenizer.json` bytes (saved with the model).
+    pub tokenizer_json: Vec<u8>,
+}
+
+/// The tokenizer of a T5 directory: its own `tokenizer.json`, else the `t5-tokenizer` asset (every
+/// T5 and flan-t5 checkpoint uses that vocabulary).
+pub fn read_tokenizer(home: &Home, dir: &Path) -> Result<Vec<u8>> {
+    let own = dir.join("tokenizer.json");
+    let path = if own.is_file() {
+        own
+    } else {
+        home.asset(T5_TOKENIZER_ASSET)?.join("tokenizer.json")
+    };
+    fs::read(&path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Loads a Hugging Face T5 directory (`config.json`, `model.safetensors`, optional
+/// `tokenizer.json`), with dropout off, for inference.
+pub fn load_infiller<B: Backend>(
+    home: &Home,
+    dir: &Path,
+    device: &B::Device,
+) -> Result<Infiller<B>> {
+    let (model, config) = load_t5::<B>(dir, device)?;
+    let tokenizer_json = read_tokenizer(home, dir)?;
+    let tokenizer = T5Tokenizer::from_json(&tokenizer_json)?;
+    if tokenizer.vocab_size() > config.vocab_size {
+        bail!(
+            "{}: the tokenizer has {} tokens, the model only {}",
+            dir.display(),
+            tokenizer.vocab_size(),
+            config.vocab_size
+        );
+    }
+    Ok(Infiller {
+        model: model.without_dropout(),
+        config,
+        tokenizer,
+        tokenizer_json,
+    })
+}
+
+/// Loads the model of a T5 directory, as it was saved (dropout as configured).
+pub fn load_t5<B: Backend>(dir: &Path, device: &B::Device) -> Result<(T5Model<B>, T5Config)> {
+    let config_path = dir.join("config.json");
+    let json = fs::read_to_string(&config_path)
+        .with_context(|| format!("{} is not a T5 directory: no config.json", dir.display()))?;
+    let config = T5Config::from_json(&json).map_err(anyhow::Error::msg)?;
+    let weights_path = dir.join("model.safetensors");
+    let weights = fs::read(&weights_path)
+        .with_context(|| format!("cannot read {}", weights_path.display()))?;
+    let model = config
+        .load::<B>(weights, device)
+        .with_context(|| format!("loading {}", weights_path.display()))?;
+    Ok((model, config))
+}
+
+/// Writes a T5 directory that `transformers` loads as `T5ForConditionalGeneration`.
+pub fn save_t5<B: Backend>(
+    dir: &Path,
+    model: &T5Model<B>,
+    config: &T5Config,
+    tokenizer_json: &[u8],
+) -> Result<()> {
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    write_atomic(&dir.join("model.safetensors"), &save_safetensors(model)?)?;
+    write_atomic(&dir.join("config.json"), config.to_json().as_bytes())?;
+    write_atomic(&dir.join("tokenizer.json"), tokenizer_json)?;
+    Ok(())
+}
+
+/// A default directory under the home's models for `name`.
+pub fn default_dir(home: &Home, name: &str) -> PathBuf {
+    home.models().join(name)
+}
+
+impl<B: Backend> Infiller<B> {
+    /// The mean per-token log-likelihood of `target` (its tokens and `</s>`) given `input`,
+    /// teacher-forced, and the number of target tokens.
+    pub fn score(&self, input: &str, target: &str) -> Result<(f64, usize)> {
+        let device = self.model.shared.weight.device();
+        let input = self.tokenizer.encode(input)?;
+        let target = self.tokenizer.encode(target)?;
+        let batch = Seq2SeqBatch::new(&[(&input, &target)], &[], self.model.pad_token_id, &device);
+        let logits =
+            self.model
+                .forward(batch.input_ids, batch.attention_mask, batch.labels.clone());
+        let nll = cross_entropy(logits, batch.labels, batch.target_mask)
+            .into_scalar()
+            .elem::<f64>();
+        Ok((-nll, target.len()))
+    }
+}
+
+/// One training pair: encoder input and target ids (both closed by `</s>`), and the inputs
+/// whose target must become unlikely (AutoCAD: the same masked text with another label).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seq2SeqExample {
+    pub input: Vec<u32>,
+    pub target: Vec<u32>,
+    pub negatives: Vec<Vec<u32>>,
+}
+
+/// A padded batch: rows of (input, target) pairs.
+struct Seq2SeqBatch<B: Backend> {
+    input_ids: Tensor<B, 2, Int>,
+    attention_mask: Tensor<B, 2>,
+    labels: Tensor<B, 2, Int>,
+    /// 1 for real target tokens.
+    target_mask: Tensor<B, 2>,
+    /// 1 for target tokens the unlikelihood term penalises (negative rows only).
+    unlikely_mask: Tensor<B, 2>,
+}
+
+impl<B: Backend> Seq2SeqBatch<B> {
+    /// `positives` are learned (cross-entropy); `negatives` (input, target, unlikelihood mask)
+    /// are made unlikely. Both padded to the longest input and target.
+    fn new(
+        positives: &[(&[u32], &[u32])],
+        negatives: &[(&[u32], &[u32], Vec<bool>)],
+        pad: u32,
+        device: &B::Device,
+    ) -> Self {
+        let rows: Vec<(&[u32], &[u32])> = positives
+            .iter()
+            .copied()
+            .chain(negatives.iter().map(|(i, t, _)| (*i, *t)))
+            .collect();
+        let source = rows.iter().map(|(i, _)| i.len()).max().unwrap_or(1);
+        let steps = rows.iter().map(|(_, t)| t.len()).max().unwrap_or(1);
+        let n = rows.len();
+        let mut input_ids = vec![pad as i64; n * source];
+        let mut attention = vec![0f32; n * source];
+        let mut labels = vec![pad as i64; n * steps];
+        let mut target_mask = vec![0f32; n * steps];
+        let mut unlikely_mask = vec![0f32; n * steps];
+        for (r, (input, target)) in rows.iter().enumerate() {
+            for (j, &id) in input.iter().enumerate() {
+                input_ids[r * source + j] = id as i64;
+                attention[r * source + j] = 1.0;
+            }
+            for (j, &id) in target.iter().enumerate() {
+                labels[r * steps + j] = id as i64;
+                if r < positives.len() {
+                    target_mask[r * steps + j] = 1.0;
+                }
+            }
+        }
+        for (k, (_, _, mask)) in negatives.iter().enumerate() {
+            let r = positives.len() + k;
+            for (j, &penalise) in mask.iter().enumerate() {
+                unlikely_mask[r * steps + j] = if penalise { 1.0 } else { 0.0 };
+            }
+        }
+        let ints =
+            |v: Vec<i64>, w| Tensor::<B, 2, Int>::from_data(TensorData::new(v, [n, w]), device);
+        let floats = |v: Vec<f32>, w| Tensor::<B, 2>::from_data(TensorData::new(v, [n, w]), device);
+        Self {
+            input_ids: ints(input_ids, source),
+            attention_mask: floats(attention, source),
+            labels: ints(labels, steps),
+            target_mask: floats(target_mask, steps),
+            unlikely_mask: floats(unlikely_mask, steps),
+        }
+    }
+}
+
+/// MLE on every example's target, plus `alpha` × unlikelihood of the target under each of its
+/// negative inputs (penalising span words only, see [`unlikelihood_mask`]).
+pub fn seq2seq_loss<B: Backend>(
+    model: &T5Model<B>,
+    examples: &[&Seq2SeqExample],
+    alpha: f64,
+    tokenizer: &T5Tokenizer,
+    device: &B::Device,
+) -> Tensor<B, 1> {
+    let positives: Vec<(&[u32], &[u32])> = examples
+        .iter()
+        .map(|e| (e.input.as_slice(), e.target.as_slice()))
+        .collect();
+    let negatives: Vec<(&[u32], &[u32], Vec<bool>)> = if alpha > 0.0 {
+        examples
+            .iter()
+            .flat_map(|e| {
+                let mask = unlikelihood_mask(&e.target, tokenizer);
+                e.negatives
+                    .iter()
+                    .map(move |n| (n.as_slice(), e.target.as_slice(), mask.clone()))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let batch = Seq2SeqBatch::<B>::new(&positives, &negatives, model.pad_token_id, device);
+    let logits = model.forward(batch.input_ids, batch.attention_mask, batch.labels.clone());
+    let mle = cross_entropy(logits.clone(), batch.labels.clone(), batch.target_mask);
+    if negatives.is_empty() {
+        return mle;
+    }
+    mle + unlikelihood(logits, batch.labels, batch.unlikely_mask) * alpha
+}
+
+/// Training a T5 on [`Seq2SeqExample`]s: from `start` (a T5 directory) or, without one, from
+/// `config`'s random initialisation.
+pub struct Seq2SeqObjective {
+    pub examples: Vec<Seq2SeqExample>,
+    pub config: T5Config,
+    pub start: Option<PathBuf>,
+    pub alpha: f64,
+    pub tokenizer: T5Tokenizer,
+}
+
+impl<B: AutodiffBackend> Objective<B> for Seq2SeqObjective {
+    type Model = T5Model<B>;
+
+    fn items(&self) -> usize {
+        self.examples.len()
+    }
+
+    fn init(&self, device: &B::Device) -> Result<Self::Model> {
+        let mut model = self.config.init::<B>(device);
+        if let Some(dir) = &self.start {
+            let weights = fs::read(dir.join("model.safetensors"))
+                .with_context(|| format!("cannot read {}/model.safetensors", dir.display()))?;
+            model = self.config.load::<B>(weights, device)?;
+        }
+        Ok(model)
+    }
+
+    fn skeleton(&self, device: &B::Device) -> Self::Model {
+        self.config.init::<B>(device)
+    }
+
+    fn loss(
+        &self,
+        model: &Self::Model,
+        batch: &[usize],
+        device: &B::Device,
+    ) -> Result<Tensor<B, 1>> {
+        let examples: Vec<&Seq2SeqExample> = batch.iter().map(|&i| &self.examples[i]).collect();
+        Ok(seq2seq_loss(
+            model,
+            &examples,
+            self.alpha,
+            &self.tokenizer,
+            device,
+        ))
+    }
+}
+
+/// Mean cross-entropy per target token over `examples` (no gradients), in batches.
+pub fn held_out_loss<B: Backend>(
+    model: &T5Model<B>,
+    examples: &[Seq2SeqExample],
+    tokenizer: &T5Tokenizer,
+    batch_size: usize,
+    device: &B::Device,
+) -> f64 {
+    let mut total = 0.0;
+    let mut tokens = 0usize;
+    for chunk in examples.chunks(batch_size.max(1)) {
+        let refs: Vec<&Seq2SeqExample> = chunk.iter().collect();
+        let count: usize = chunk.iter().map(|e| e.target.len()).sum();
+        let loss = seq2seq_loss(model, &refs, 0.0, tokenizer, device)
+            .into_scalar()
+            .elem::<f64>();
+        total += loss * count as f64;
+        tokens += count;
+    }
+    total / tokens.max(1) as f64
+}

@@ -1,0 +1,261 @@
+//! AutoCAD's rationales (§3.2): the words a classifier's gradient saliency marks, masked for
+//! the infiller to rewrite.
+//!
+//! Word score = the largest gradient-norm saliency of its sub-tokens (normalised over the
+//! input's tokens, [`word_saliency`]); only examples the classifier gets right with
+//! p(gold) > `min_confidence` get rationales; the top `top_fraction` of the words (both texts
+//! jointly for NLI) are candidates, of which those scoring at least `min_relative` × the
+//! example's highest word score are kept. `--rationales random` masks as many words chosen
+//! uniformly (seeded per text) on the same examples: AutoCAD's ablation.
+
+use anyhow::Result;
+use burn::backend::Autodiff;
+use burn::tensor::backend::Backend;
+use flipside_shared::data::{Input, stable_hash};
+use flipside_shared::infill::MaskedText;
+use flipside_shared::models::classifier::TextClassifier;
+use flipside_shared::random::SplitMix64;
+use flipside_shared::saliency::{WordSaliency, word_saliency};
+use serde::{Deserialize, Serialize};
+
+/// Which words are masked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum RationaleSource {
+    /// The classifier's gradient saliency (AutoCAD).
+    Saliency,
+    /// As many words, chosen at random (the ablation).
+    Random,
+}
+
+/// How rationales are chosen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RationaleSettings {
+    pub source: RationaleSource,
+    pub top_fraction: f64,
+    pub min_relative: f64,
+    pub min_confidence: f32,
+    pub seed: u64,
+}
+
+impl Default for RationaleSettings {
+    fn default() -> Self {
+        Self {
+            source: RationaleSource::Saliency,
+            top_fraction: 0.3,
+            min_relative: 0.3,
+            min_confidence: 0.8,
+            seed: 0,
+        }
+    }
+}
+
+/// An example's masked text (the hypothesis for NLI) and premise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rationale {
+    pub text: MaskedText,
+    pub premise: Option<MaskedText>,
+}
+
+impl Rationale {
+    /// Masked spans in all.
+    pub fn spans(&self) -> usize {
+        self.text.spans.len() + self.premise.as_ref().map_or(0, |p| p.spans.len())
+    }
+}
+
+/// One example to find rationales for.
+#[derive(Debug, Clone)]
+pub struct RationaleRequest<'a> {
+    pub text: &'a str,
+    pub premise: Option<&'a str>,
+    /// The gold label's index in the classifier's labels.
+    pub label: usize,
+}
+
+/// Why an example has no rationale.
+pub type NoRationale = String;
+
+/// Finds rationales with a classifier on an autodiff backend.
+pub struct RationaleFinder<B: Backend> {
+    pub classifier: TextClassifier<Autodiff<B>>,
+    pub settings: RationaleSettings,
+}
+
+impl<B: Backend> RationaleFinder<B> {
+    /// Rationales for `requests`, in batches of `batch_size`.
+    pub fn find(
+        &self,
+        requests: &[RationaleRequest],
+        batch_size: usize,
+    ) -> Result<Vec<std::result::Result<Rationale, NoRationale>>> {
+        let mut out = Vec::with_capacity(requests.len());
+        for chunk in requests.chunks(batch_size.max(1)) {
+            let inputs: Vec<Input> = chunk
+                .iter()
+                .map(|r| Input::with_premise(r.premise, r.text))
+                .collect();
+            let refs: Vec<&Input> = inputs.iter().collect();
+            let probabilities = self.classifier.predict_batch(&refs)?;
+            let width = self.classifier.config.labels.len();
+            let labels: Vec<usize> = chunk.iter().map(|r| r.label).collect();
+            let saliencies = word_saliency(
+                &self.classifier.model,
+                &self.classifier.tokenizer,
+                &refs,
+                &labels,
+                &self.classifier.device,
+            )?;
+            for ((request, words), probs) in chunk
+                .iter()
+                .zip(saliencies)
+                .zip(probabilities.chunks(width))
+            {
+                out.push(self.rationale(request, &words, probs));
+            }
+        }
+        Ok(out)
+    }
+
+    fn rationale(
+        &self,
+        request: &RationaleRequest,
+        words: &[WordSaliency],
+        probabilities: &[f32],
+    ) -> std::result::Result<Rationale, NoRationale> {
+        let gold = probabilities[request.label];
+        let predicted =
+            flipside_shared::metrics::argmax_rows(probabilities, probabilities.len())[0];
+        if predicted != request.label || gold <= self.settings.min_confidence {
+            return Err(format!(
+                "the classifier gives its label p = {gold:.2} (rationales need a correct \
+                 prediction with p > {})",
+                self.settings.min_confidence
+            ));
+        }
+        let chosen = match self.settings.source {
+            RationaleSource::Saliency => salient_words(words, &self.settings),
+            RationaleSource::Random => {
+                let count = salient_words(words, &self.settings).len();
+                random_words(
+                    words.len(),
+                    count,
+                    stable_hash(self.settings.seed, request.text),
+                )
+            }
+        };
+        if chosen.is_empty() {
+            return Err("no word reaches the saliency threshold".into());
+        }
+        Ok(mask_words(request, words, &chosen))
+    }
+}
+
+/// Indices into `words` of the rationale: the top `top_fraction` by score, those scoring at
+/// least `min_relative` × the best; in text order.
+pub fn salient_words(words: &[WordSaliency], settings: &RationaleSettings) -> Vec<usize> {
+    if words.is_empty() {
+        return Vec::new();
+    }
+    let best = words.iter().map(|w| w.score).fold(0.0f32, f32::max);
+    let top = ((words.len() as f64 * settings.top_fraction).ceil() as usize).max(1);
+    let mut order: Vec<usize> = (0..words.len()).collect();
+    order.sort_by(|&a, &b| words[b].score.total_cmp(&words[a].score).then(a.cmp(&b)));
+    let mut chosen: Vec<usize> = order
+        .into_iter()
+        .take(top)
+        .filter(|&i| best > 0.0 && f64::from(words[i].score / best) >= settings.min_relative)
+        .collect();
+    chosen.sort_unstable();
+    chosen
+}
+
+/// `count` distinct indices below `n`, drawn with a generator seeded by `seed`; sorted.
+fn random_words(n: usize, count: usize, seed: u64) -> Vec<usize> {
+    let mut rng = SplitMix64(seed);
+    let mut indices: Vec<usize> = (0..n).collect();
+    for i in 0..count.min(n) {
+        let j = i + rng.below(n - i);
+        indices.swap(i, j);
+    }
+    let mut chosen = indices[..count.min(n)].to_vec();
+    chosen.sort_unstable();
+    chosen
+}
+
+/// The request's texts with the `chosen` words (indices into `words`, which list the premise's
+/// words, then the hypothesis's, for NLI) masked.
+fn mask_words(request: &RationaleRequest, words: &[WordSaliency], chosen: &[usize]) -> Rationale {
+    let hypothesis_text = usize::from(request.premise.is_some());
+    let positions = |text: usize| -> Vec<usize> {
+        let first = words.iter().position(|w| w.text == text).unwrap_or(0);
+        chosen
+            .iter()
+            .filter(|&&i| words[i].text == text)
+            .map(|&i| i - first)
+            .collect()
+    };
+    Rationale {
+        text: MaskedText::new(request.text, &positions(hypothesis_text)),
+        premise: request.premise.map(|p| MaskedText::new(p, &positions(0))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn word(text: usize, word: &str, score: f32) -> WordSaliency {
+        WordSaliency {
+            word: word.into(),
+            text,
+            start: 0,
+            end: word.len(),
+            score,
+        }
+    }
+
+    #[test]
+    fn top_thirty_percent_above_three_tenths_of_the_best() {
+        let words: Vec<WordSaliency> = [0.05, 0.40, 0.02, 0.10, 0.30, 0.01, 0.03, 0.02, 0.05, 0.02]
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| word(0, &format!("w{i}"), s))
+            .collect();
+        // Top 3 of 10: 0.40, 0.30, 0.10; 0.10 < 0.3 × 0.40 drops.
+        assert_eq!(salient_words(&words, &RationaleSettings::default()), [1, 4]);
+    }
+
+    #[test]
+    fn nli_masks_index_each_text_from_its_own_first_word() {
+        let request = RationaleRequest {
+            text: "a dog sleeps",
+            premise: Some("two dogs run fast"),
+            label: 0,
+        };
+        let words = vec![
+            word(0, "two", 0.1),
+            word(0, "dogs", 0.1),
+            word(0, "run", 0.5),
+            word(0, "fast", 0.1),
+            word(1, "a", 0.1),
+            word(1, "dog", 0.1),
+            word(1, "sleeps", 0.6),
+        ];
+        let rationale = mask_words(&request, &words, &[2, 6]);
+        assert_eq!(rationale.text.masked(0), "a dog <extra_id_0>");
+        assert_eq!(
+            rationale.premise.unwrap().masked(1),
+            "two dogs <extra_id_1> fast"
+        );
+    }
+
+    #[test]
+    fn random_words_are_distinct_seeded_and_sorted() {
+        let a = random_words(20, 6, 7);
+        assert_eq!(a, random_words(20, 6, 7));
+        assert_eq!(a.len(), 6);
+        assert!(a.windows(2).all(|w| w[0] < w[1]));
+        assert_ne!(a, random_words(20, 6, 8));
+    }
+}
