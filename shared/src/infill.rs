@@ -77,6 +77,24 @@ impl T5Tokenizer {
             .map_err(|e| TokenizeError::Encode(e.to_string()))
     }
 
+    /// The text of `ids` with sentinels kept (padding and `</s>` dropped): a fill as generated.
+    pub fn decode_with_sentinels(&self, ids: &[u32]) -> Result<String, TokenizeError> {
+        let kept: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&id| id != self.pad && id != self.eos)
+            .collect();
+        self.inner
+            .decode(&kept, false)
+            .map(|text| text.trim().to_string())
+            .map_err(|e| TokenizeError::Encode(e.to_string()))
+    }
+
+    /// The vocabulary entry of `id` (`▁word` for a word-initial piece).
+    pub fn piece(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
     /// The id of `<extra_id_k>`, if the vocabulary has it.
     pub fn sentinel(&self, k: usize) -> Option<u32> {
         (k < self.sentinels as usize).then(|| self.first_sentinel - k as u32)

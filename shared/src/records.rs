@@ -49,6 +49,7 @@ impl Counterfactual {
     pub fn keywords(&self) -> &[String] {
         match &self.provenance {
             Provenance::Core(core) => &core.keywords,
+            Provenance::Autocad(_) => &[],
         }
     }
 }
@@ -60,6 +61,24 @@ impl Counterfactual {
 pub enum Provenance {
     /// CORE and its ablations: query sentences, retrieved helpers, keywords and the LLM prompt.
     Core(CoreProvenance),
+    /// AutoCAD: the masked rationales and the infiller's fills.
+    Autocad(AutocadProvenance),
+}
+
+/// How an AutoCAD edit was made.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AutocadProvenance {
+    /// The text with each rationale span replaced by its sentinel (`<extra_id_k>`).
+    pub masked: String,
+    /// The words each span masked, in order.
+    pub spans: Vec<String>,
+    /// What the infiller wrote into each span, in order.
+    pub fills: Vec<String>,
+    /// How the rationales were chosen: `saliency` or `random`.
+    pub rationales: String,
+    /// The infiller's generated ids decoded with sentinels, that the fills were read from.
+    pub reply: String,
 }
 
 /// How a CORE-family edit was made.
@@ -282,7 +301,9 @@ mod tests {
         assert!((core.timing.context_ms - 10.92126175).abs() < 1e-9);
         assert!((core.timing.edit_ms - 541.6608689999999).abs() < 1e-9);
         assert_eq!(core.timing.prompt_tokens, 367);
-        let Provenance::Core(provenance) = &core.provenance;
+        let Provenance::Core(provenance) = &core.provenance else {
+            panic!("a CORE record");
+        };
         assert_eq!(provenance.retrieved.len(), 3);
         assert_eq!(provenance.prompt.as_ref().unwrap().id, "core-sentiment");
         assert_eq!(provenance.sampling.unwrap().seed, core.seed);

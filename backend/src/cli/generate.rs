@@ -15,8 +15,10 @@ use crate::editing::items::{Selection, Unit, select_items, task_of};
 use crate::editing::keywords::Lexicons;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
+use crate::infiller::rationales::{RationaleSettings, RationaleSource};
+use crate::infiller::read_tokenizer;
 use crate::llm::Sampling;
-use crate::methods::{self, EditSettings, ModelsConfig, load_models};
+use crate::methods::{self, EditSettings, InfillerSetup, ModelsConfig, load_models};
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir, write_atomic};
 use crate::pipeline::batch::{BatchRun, generate};
 use crate::retrieval::encoders::RetrieverEncoders;
@@ -67,9 +69,17 @@ pub struct GenerateArgs {
     /// attempt, retried up to --max-attempts (by default edits are kept and marked `flipped`)
     #[arg(long)]
     pub verify: bool,
-    /// Classifier that checks each edit (a model directory or a name under HOME/models)
+    /// Classifier that checks each edit (a model directory or a name under HOME/models); AutoCAD
+    /// also takes its rationales from it
     #[arg(long, default_value = DEFAULT_CLASSIFIER, value_name = "MODEL")]
     pub classifier: String,
+    /// The T5 infiller AutoCAD edits with (`flipside infiller train`'s output)
+    /// [default: HOME/models/infiller]
+    #[arg(long, value_name = "DIR")]
+    pub infiller: Option<String>,
+    /// How AutoCAD picks the words it rewrites
+    #[arg(long, value_enum, default_value_t = RationaleSource::Saliency)]
+    pub rationales: RationaleSource,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
 
@@ -224,6 +234,23 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
     } else {
         None
     };
+    let infiller = if method.card().infills {
+        let dir = match &args.infiller {
+            Some(name) => resolve_model_dir(home, name)?,
+            None => home.models().join("infiller"),
+        };
+        Some(InfillerSetup {
+            tokenizer_json: read_tokenizer(home, &dir)?,
+            dir,
+            rationales: RationaleSettings {
+                source: args.rationales,
+                seed: args.seed,
+                ..RationaleSettings::default()
+            },
+        })
+    } else {
+        None
+    };
     let models = with_backend!(
         args.device,
         load_models(ModelsConfig {
@@ -231,6 +258,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
             retrieval,
             llm,
             lexicons,
+            infiller,
         })
     )?;
     let pipeline = methods::pipeline(method, &models, &settings)?;

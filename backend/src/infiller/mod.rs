@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use flipside_shared::infill::{T5Tokenizer, unlikelihood_mask};
+use flipside_shared::infill::{T5Tokenizer, parse_fills, unlikelihood_mask};
 use flipside_shared::models::checkpoint::save_safetensors;
+use flipside_shared::models::t5::decode::{DecodeSettings, Search, generate};
 use flipside_shared::models::t5::loss::{cross_entropy, unlikelihood};
 use flipside_shared::models::t5::{T5Config, T5Model};
 
@@ -53,23 +54,29 @@ pub fn load_infiller<B: Backend>(
     dir: &Path,
     device: &B::Device,
 ) -> Result<Infiller<B>> {
-    let (model, config) = load_t5::<B>(dir, device)?;
-    let tokenizer_json = read_tokenizer(home, dir)?;
-    let tokenizer = T5Tokenizer::from_json(&tokenizer_json)?;
-    if tokenizer.vocab_size() > config.vocab_size {
-        bail!(
-            "{}: the tokenizer has {} tokens, the model only {}",
-            dir.display(),
-            tokenizer.vocab_size(),
-            config.vocab_size
-        );
+    Infiller::from_dir(dir, read_tokenizer(home, dir)?, device)
+}
+
+impl<B: Backend> Infiller<B> {
+    /// The T5 in `dir` with `tokenizer_json` ([`read_tokenizer`]), dropout off.
+    pub fn from_dir(dir: &Path, tokenizer_json: Vec<u8>, device: &B::Device) -> Result<Self> {
+        let (model, config) = load_t5::<B>(dir, device)?;
+        let tokenizer = T5Tokenizer::from_json(&tokenizer_json)?;
+        if tokenizer.vocab_size() > config.vocab_size {
+            bail!(
+                "{}: the tokenizer has {} tokens, the model only {}",
+                dir.display(),
+                tokenizer.vocab_size(),
+                config.vocab_size
+            );
+        }
+        Ok(Infiller {
+            model: model.without_dropout(),
+            config,
+            tokenizer,
+            tokenizer_json,
+        })
     }
-    Ok(Infiller {
-        model: model.without_dropout(),
-        config,
-        tokenizer,
-        tokenizer_json,
-    })
 }
 
 /// Loads the model of a T5 directory, as it was saved (dropout as configured).
@@ -121,6 +128,88 @@ impl<B: Backend> Infiller<B> {
             .into_scalar()
             .elem::<f64>();
         Ok((-nll, target.len()))
+    }
+}
+
+/// AutoCAD's sampling (nucleus p 0.9, temperature 0.7).
+pub const FILL_TOP_P: f64 = 0.9;
+pub const FILL_TEMPERATURE: f64 = 0.7;
+
+/// What the infiller wrote for a masked input.
+#[derive(Debug, Clone)]
+pub struct Fill {
+    /// The generated text with its sentinels.
+    pub reply: String,
+    /// Each span's fill, or why the reply cannot be used (a sentinel dropped or reordered).
+    pub fills: std::result::Result<Vec<String>, String>,
+}
+
+/// Fills masked inputs: the infiller, behind a lock, for the pipeline's editor.
+pub trait Infill: Send + Sync {
+    /// The model's name for records.
+    fn name(&self) -> &str;
+    /// Samples the fills of `input`'s `spans` sentinels (seeded), never writing `banned` words.
+    fn fill(&self, input: &str, spans: usize, banned: &[String], seed: u64) -> Result<Fill>;
+}
+
+/// An [`Infiller`] shared by the pipeline's workers.
+pub struct SharedInfiller<B: Backend> {
+    pub name: String,
+    pub infiller: std::sync::Mutex<Infiller<B>>,
+}
+
+impl<B: Backend> Infill for SharedInfiller<B> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn fill(&self, input: &str, spans: usize, banned: &[String], seed: u64) -> Result<Fill> {
+        let infiller = self.infiller.lock().expect("infiller lock");
+        infiller.fill(input, spans, banned, seed)
+    }
+}
+
+impl<B: Backend> Infiller<B> {
+    /// [`Infill::fill`]: nucleus sampling with AutoCAD's settings, room for every span (a few
+    /// words each), the first piece of each `banned` word never generated.
+    pub fn fill(&self, input: &str, spans: usize, banned: &[String], seed: u64) -> Result<Fill> {
+        let device = self.model.shared.weight.device();
+        let ids = self.tokenizer.encode(input)?;
+        let n = ids.len();
+        let input_ids = Tensor::<B, 2, Int>::from_data(
+            TensorData::new(ids.iter().map(|&i| i as i64).collect::<Vec<_>>(), [1, n]),
+            &device,
+        );
+        let encoded = self.model.encode(input_ids, Tensor::ones([1, n], &device));
+        let mut banned_ids = Vec::new();
+        for word in banned {
+            // The word's first real piece (not a bare word-start marker `▁`).
+            let pieces = self.tokenizer.encode_plain(word)?;
+            let first = pieces
+                .iter()
+                .find(|&&id| self.tokenizer.piece(id).is_some_and(|p| p != "\u{2581}"));
+            banned_ids.extend(first);
+        }
+        let settings = DecodeSettings {
+            search: Search::Nucleus {
+                top_p: FILL_TOP_P,
+                temperature: FILL_TEMPERATURE,
+                seed,
+            },
+            max_tokens: (12 * spans + 8).min(512),
+            banned: banned_ids,
+        };
+        let decoded = generate(&self.model, &encoded, &settings).remove(0);
+        Ok(Fill {
+            reply: self.tokenizer.decode_with_sentinels(&decoded.tokens)?,
+            fills: parse_fills(&decoded.tokens, spans, &self.tokenizer).map_err(|e| {
+                if decoded.finished {
+                    e.to_string()
+                } else {
+                    format!("{e} (cut off at {} tokens)", settings.max_tokens)
+                }
+            }),
+        })
     }
 }
 

@@ -151,6 +151,45 @@ impl<B: Backend> RationaleFinder<B> {
     }
 }
 
+/// Finds one example's rationale: a [`RationaleFinder`] behind a lock, for the pipeline.
+pub trait FindRationale: Send + Sync {
+    fn settings(&self) -> RationaleSettings;
+    /// The rationale of `text` (with `premise`) for its gold `label`, or why it has none.
+    fn rationale(
+        &self,
+        text: &str,
+        premise: Option<&str>,
+        label: &str,
+    ) -> Result<std::result::Result<Rationale, NoRationale>>;
+}
+
+impl<B: Backend> FindRationale for std::sync::Mutex<RationaleFinder<B>> {
+    fn settings(&self) -> RationaleSettings {
+        self.lock().expect("rationale lock").settings.clone()
+    }
+
+    fn rationale(
+        &self,
+        text: &str,
+        premise: Option<&str>,
+        label: &str,
+    ) -> Result<std::result::Result<Rationale, NoRationale>> {
+        let finder = self.lock().expect("rationale lock");
+        let labels = &finder.classifier.config.labels;
+        let Some(label) = labels.iter().position(|l| l == label) else {
+            return Ok(Err(format!(
+                "the classifier has no label {label:?} ({labels:?})"
+            )));
+        };
+        let request = RationaleRequest {
+            text,
+            premise,
+            label,
+        };
+        Ok(finder.find(&[request], 1)?.remove(0))
+    }
+}
+
 /// Indices into `words` of the rationale: the top `top_fraction` by score, those scoring at
 /// least `min_relative` × the best; in text order.
 pub fn salient_words(words: &[WordSaliency], settings: &RationaleSettings) -> Vec<usize> {

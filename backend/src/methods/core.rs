@@ -35,6 +35,7 @@ impl Method for Core {
             retrieves: true,
             uses_llm: true,
             uses_keywords: true,
+            infills: false,
         }
     }
     fn check(&self, settings: &EditSettings) -> Result<()> {
@@ -58,6 +59,7 @@ impl Method for LlmOnly {
             retrieves: false,
             uses_llm: true,
             uses_keywords: false,
+            infills: false,
         }
     }
     fn check(&self, settings: &EditSettings) -> Result<()> {
@@ -80,6 +82,7 @@ impl Method for RetrieveOnly {
             retrieves: true,
             uses_llm: false,
             uses_keywords: false,
+            infills: false,
         }
     }
     fn stages(&self, models: &Models, settings: &EditSettings) -> Result<Stages> {
@@ -119,6 +122,7 @@ impl RetrievalContext {
         Ok(Context {
             retrieval: Some(retrieval),
             millis: started.elapsed().as_secs_f64() * 1e3,
+            ..Context::default()
         })
     }
 }

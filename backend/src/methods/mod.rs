@@ -6,6 +6,7 @@
 //! is a [`Method`]: what it needs loaded, and the context stage and editor it plugs into the
 //! pipeline. Adding one is a new file here and one line in [`METHODS`].
 
+pub mod autocad;
 pub mod core;
 
 use std::collections::BTreeMap;
@@ -16,17 +17,26 @@ use anyhow::{Context as _, Result, bail};
 use burn::tensor::backend::Backend;
 use flipside_shared::api::{MethodId, MethodInfo};
 
+use burn::backend::Autodiff;
+
 use crate::compute::Compute;
 use crate::editing::keywords::Lexicons;
 use crate::editing::prompts::Task;
 use crate::editing::retrieve::{RetrievalSetup, Retrieve, Retriever};
+use crate::infiller::rationales::{FindRationale, RationaleFinder, RationaleSettings};
+use crate::infiller::{Infill, Infiller, SharedInfiller};
 use crate::llm::{LlmClient, Sampling};
 use crate::models::load_classifier;
 use crate::pipeline::judge::{Classify, FlipCheck};
 use crate::pipeline::{ContextStage, Editor, Pipeline};
 
 /// Every method, the default first.
-pub static METHODS: [&dyn Method; 3] = [&core::Core, &core::LlmOnly, &core::RetrieveOnly];
+pub static METHODS: [&dyn Method; 4] = [
+    &core::Core,
+    &core::LlmOnly,
+    &core::RetrieveOnly,
+    &autocad::Autocad,
+];
 
 /// What a method is, for the command line, the API and the browser.
 #[derive(Debug)]
@@ -43,6 +53,8 @@ pub struct MethodCard {
     pub uses_llm: bool,
     /// Whether keywords guide its editor (the demo lets a user replace them).
     pub uses_keywords: bool,
+    /// Whether a T5 infiller edits (needs an infiller directory).
+    pub infills: bool,
 }
 
 /// A way of making counterfactuals.
@@ -145,6 +157,9 @@ pub struct Models {
     /// The LLM (for methods that prompt one).
     pub llm: Option<Arc<dyn LlmClient>>,
     pub lexicons: Arc<Lexicons>,
+    /// The T5 infiller and the classifier's rationales (AutoCAD).
+    pub infiller: Option<Arc<dyn Infill>>,
+    pub rationales: Option<Arc<dyn FindRationale>>,
 }
 
 /// Which models to load.
@@ -154,10 +169,21 @@ pub struct ModelsConfig {
     pub retrieval: Option<RetrievalSetup>,
     pub llm: Option<Arc<dyn LlmClient>>,
     pub lexicons: Arc<Lexicons>,
+    /// An infiller directory (for AutoCAD), and how its rationales are chosen.
+    pub infiller: Option<InfillerSetup>,
 }
 
-/// Loads the classifier and the retriever on backend `B`.
+/// The infiller AutoCAD edits with.
+pub struct InfillerSetup {
+    pub dir: PathBuf,
+    /// Its `tokenizer.json` (its own, or the `t5-tokenizer` asset's).
+    pub tokenizer_json: Vec<u8>,
+    pub rationales: RationaleSettings,
+}
+
+/// Loads the classifier, the retriever and the infiller on backend `B`.
 pub fn load_models<B: Backend>(compute: Compute<B>, config: ModelsConfig) -> Result<Models> {
+    let device = compute.device.clone();
     let lexicons = config.lexicons;
     let classifier = load_classifier::<B>(&config.classifier_dir, &compute.device)?;
     let retriever: Option<Arc<dyn Retrieve>> = match config.retrieval {
@@ -168,13 +194,43 @@ pub fn load_models<B: Backend>(compute: Compute<B>, config: ModelsConfig) -> Res
         }
         None => None,
     };
+    let (infiller, rationales) = match config.infiller {
+        Some(setup) => {
+            let (infiller, finder) =
+                load_infiller_setup::<B>(&device, &config.classifier_dir, setup)?;
+            (Some(infiller), Some(finder))
+        }
+        None => (None, None),
+    };
     Ok(Models {
         classifier: Arc::new(Mutex::new(classifier)),
         classifier_name: config.classifier_dir.display().to_string(),
         retriever,
         llm: config.llm,
         lexicons,
+        infiller,
+        rationales,
     })
+}
+
+/// The infiller of `setup` and a rationale finder over the classifier in `classifier_dir`.
+fn load_infiller_setup<B: Backend>(
+    device: &B::Device,
+    classifier_dir: &std::path::Path,
+    setup: InfillerSetup,
+) -> Result<(Arc<dyn Infill>, Arc<dyn FindRationale>)> {
+    let infiller = Infiller::<B>::from_dir(&setup.dir, setup.tokenizer_json, device)
+        .with_context(|| format!("loading the infiller {}", setup.dir.display()))?;
+    let classifier = load_classifier::<Autodiff<B>>(classifier_dir, device)?;
+    let infiller: Arc<dyn Infill> = Arc::new(SharedInfiller {
+        name: setup.dir.display().to_string(),
+        infiller: Mutex::new(infiller),
+    });
+    let finder: Arc<dyn FindRationale> = Arc::new(Mutex::new(RationaleFinder {
+        classifier,
+        settings: setup.rationales,
+    }));
+    Ok((infiller, finder))
 }
 
 /// `method`'s pipeline over `models`: its stages, and the classifier's flip check.
@@ -188,6 +244,12 @@ pub fn pipeline(
     }
     if method.retrieves() && models.retriever.is_none() {
         bail!("the {} method needs an index to retrieve from", method.id());
+    }
+    if method.card().infills && models.infiller.is_none() {
+        bail!(
+            "the {} method needs an infiller: train one with `flipside infiller train`",
+            method.id()
+        );
     }
     let Stages { context, editor } = method.stages(models, settings)?;
     Ok(Pipeline {
@@ -213,7 +275,10 @@ mod tests {
         assert_eq!(ids.len(), METHODS.len());
         assert_eq!(method("llm-only").unwrap().id(), "llm-only");
         let error = method("nope").map(|m| m.id()).unwrap_err().to_string();
-        assert!(error.contains("core, llm-only, retrieve-only"), "{error}");
+        assert!(
+            error.contains("core, llm-only, retrieve-only, autocad"),
+            "{error}"
+        );
         assert_eq!(method_infos()[0].id.as_str(), "core");
     }
 }

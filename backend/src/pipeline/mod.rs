@@ -25,6 +25,7 @@ use flipside_shared::data::{Input, stable_hash};
 use flipside_shared::records::{Counterfactual, FailedAttempt, PromptRef, Provenance, Timing};
 
 use crate::editing::retrieve::Retrieval;
+use crate::infiller::rationales::{Rationale, RationaleSource};
 
 /// What to edit: one example and the label to flip it to.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +56,8 @@ impl Item {
 pub struct Context {
     /// Retrieved helpers and their keywords (CORE, retrieve-only).
     pub retrieval: Option<Retrieval>,
+    /// The masked rationale, or why the item has none, and how it was chosen (AutoCAD).
+    pub rationale: Option<(std::result::Result<Rationale, String>, RationaleSource)>,
     pub millis: f64,
 }
 

@@ -47,6 +47,7 @@ impl Resources {
                 retrieval: Some(config.retrieval),
                 llm: Some(config.llm),
                 lexicons: Arc::new(Lexicons::load(home)?),
+                infiller: None,
             },
         )?;
         let corpus = CorpusInfo {

@@ -1,0 +1,139 @@
+//! AutoCAD (Wen et al., 2022): the classifier's saliency marks the rationale words of an item
+//! (the context stage), a T5 trained for label-controlled infilling rewrites them for the
+//! target label (the editor); the pipeline's flip check is AutoCAD's consistency filter.
+//!
+//! Each attempt samples the infiller once (nucleus p 0.9, temperature 0.7, the label words
+//! banned, seeded by the attempt); a reply that drops or reorders a sentinel is a failed attempt
+//! with its reason. For NLI the rationale is found over premise and hypothesis jointly, the
+//! premise is given unmasked and only the hypothesis is rewritten (Flipside edits hypotheses).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context as _, Result};
+use flipside_shared::infill::{MaskedText, infill_input};
+use flipside_shared::records::{AutocadProvenance, Provenance};
+
+use super::{EditSettings, Method, MethodCard, Models, Stages};
+use crate::infiller::Infill;
+use crate::infiller::rationales::{FindRationale, Rationale, RationaleSource};
+use crate::pipeline::{Candidate, Context, ContextStage, Editor, Item, NoEdit};
+
+/// AutoCAD.
+pub struct Autocad;
+
+static AUTOCAD: MethodCard = MethodCard {
+    id: "autocad",
+    label: "AutoCAD",
+    description: "the classifier's most salient words masked and refilled for the target label \
+                  by a T5 trained with unlikelihood (needs --infiller)",
+    retrieves: false,
+    uses_llm: false,
+    uses_keywords: false,
+    infills: true,
+};
+
+impl Method for Autocad {
+    fn card(&self) -> &'static MethodCard {
+        &AUTOCAD
+    }
+
+    fn stages(&self, models: &Models, _settings: &EditSettings) -> Result<Stages> {
+        let infiller = models.infiller.clone().context(
+            "the autocad method needs an infiller: train one with `flipside infiller train` \
+             and pass --infiller DIR",
+        )?;
+        let finder = models
+            .rationales
+            .clone()
+            .context("the autocad method needs the classifier's rationales")?;
+        Ok(Stages {
+            context: Some(Arc::new(RationaleStage { finder })),
+            editor: Arc::new(InfillEditor {
+                infiller,
+                labels: models.classifier.labels(),
+            }),
+        })
+    }
+}
+
+/// Finds the item's rationale (for its own label: the words that make it what it is).
+struct RationaleStage {
+    finder: Arc<dyn FindRationale>,
+}
+
+impl ContextStage for RationaleStage {
+    fn context(&self, item: &Item) -> Result<Context> {
+        let started = Instant::now();
+        let found = self
+            .finder
+            .rationale(&item.text, item.premise.as_deref(), &item.label)?
+            .map(|rationale| Rationale {
+                // Flipside rewrites the hypothesis only: the premise stays as it is.
+                premise: rationale
+                    .premise
+                    .map(|p| MaskedText::new(&p.words.join(" "), &[])),
+                ..rationale
+            });
+        Ok(Context {
+            rationale: Some((found, self.finder.settings().source)),
+            millis: started.elapsed().as_secs_f64() * 1000.0,
+            ..Context::default()
+        })
+    }
+}
+
+/// Rewrites the masked rationale spans with the infiller, for the target label.
+struct InfillEditor {
+    infiller: Arc<dyn Infill>,
+    /// Every label word (banned from the fills).
+    labels: Vec<String>,
+}
+
+impl Editor for InfillEditor {
+    fn model(&self) -> Option<&str> {
+        Some(self.infiller.name())
+    }
+
+    fn propose(
+        &self,
+        item: &Item,
+        context: &Context,
+        seed: u64,
+    ) -> Result<std::result::Result<Candidate, NoEdit>> {
+        let (rationale, source) = match &context.rationale {
+            Some((Ok(rationale), source)) => (rationale, *source),
+            Some((Err(reason), _)) => return Ok(Err(NoEdit::new(reason.clone(), None))),
+            None => return Ok(Err(NoEdit::new("no rationale was looked for", None))),
+        };
+        let input = infill_input(&rationale.text, rationale.premise.as_ref(), &item.target);
+        let spans = rationale.text.spans.len();
+        let fill = self.infiller.fill(&input, spans, &self.labels, seed)?;
+        let fills = match fill.fills {
+            Ok(fills) => fills,
+            Err(reason) => return Ok(Err(NoEdit::new(reason, Some(fill.reply)))),
+        };
+        let text = rationale.text.filled(&fills);
+        if text.split_whitespace().eq(item.text.split_whitespace()) {
+            return Ok(Err(NoEdit::new(
+                "the fills restore the original words",
+                Some(fill.reply),
+            )));
+        }
+        Ok(Ok(Candidate {
+            text,
+            provenance: Provenance::Autocad(AutocadProvenance {
+                masked: rationale.text.masked(0),
+                spans: rationale.text.span_texts(),
+                fills,
+                rationales: match source {
+                    RationaleSource::Saliency => "saliency".into(),
+                    RationaleSource::Random => "random".into(),
+                },
+                reply: fill.reply,
+            }),
+            prompt_tokens: 0,
+            completion_tokens: 0,
+        }))
+    }
+}
