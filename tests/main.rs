@@ -10,6 +10,7 @@ mod cli;
 mod encoder_parity;
 mod experiment;
 mod generate;
+mod infiller;
 mod retrieval;
 mod saliency;
 mod server;

@@ -302,6 +302,8 @@ pub enum FillError {
     TextBeforeSentinel,
     #[error("sentinel <extra_id_{found}> where <extra_id_{expected}> was due")]
     OutOfOrder { expected: usize, found: usize },
+    #[error("sentinel <extra_id_{found}> beyond the input's {spans}")]
+    Extra { found: usize, spans: usize },
     #[error("{found} of {expected} sentinels came back")]
     Missing { expected: usize, found: usize },
     #[error(transparent)]
@@ -325,7 +327,10 @@ pub fn parse_fills(
         }
         match tokenizer.sentinel_index(id) {
             Some(found) => {
-                if found != segments.len() || found >= spans {
+                if found >= spans {
+                    return Err(FillError::Extra { found, spans });
+                }
+                if found != segments.len() {
                     return Err(FillError::OutOfOrder {
                         expected: segments.len(),
                         found,

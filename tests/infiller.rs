@@ -1,0 +1,233 @@
+//! The T5 infiller and AutoCAD from the command line, with tiny models: span-corruption
+//! pretraining resumes to bit-identical weights, `infiller score` reads what it wrote, and on
+//! a toy task `infiller pretrain` → `infiller train` → `generate --method autocad` → `eval cf`
+//! makes verified counterfactuals whose records say which words were masked and how they were
+//! filled.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common::{flipside, success, toy_sentiment_csv};
+
+const TINY: [&str; 10] = [
+    "--d-model",
+    "32",
+    "--d-ff",
+    "64",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--d-kv",
+    "16",
+];
+
+/// A corpus of the toy sentiment sentences in `dir/corpus`.
+fn toy_corpus(dir: &Path) -> std::path::PathBuf {
+    let text: String = toy_sentiment_csv()
+        .lines()
+        .skip(1)
+        .map(|line| line.rsplit_once(',').unwrap().0.to_string() + "\n")
+        .collect();
+    std::fs::write(dir.join("toy.txt"), text).unwrap();
+    let corpus = dir.join("corpus");
+    success(
+        flipside()
+            .args(["corpus", "build", "--min-words", "3", "--corpus"])
+            .arg(&corpus)
+            .arg(dir.join("toy.txt")),
+    );
+    corpus
+}
+
+fn pretrain(corpus: &Path, out: &Path, extra: &[&str]) -> String {
+    success(
+        flipside()
+            .args([
+                "infiller",
+                "pretrain",
+                "--held-out",
+                "8",
+                "--batch-size",
+                "8",
+            ])
+            .args(["--epochs", "2", "--checkpoint-every", "2", "--corpus"])
+            .arg(corpus)
+            .arg("--out")
+            .arg(out)
+            .args(TINY)
+            .args(extra),
+    )
+}
+
+#[test]
+fn pretraining_resumes_to_identical_weights_and_scores_what_it_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = toy_corpus(dir.path());
+    let whole = dir.path().join("whole");
+    let out = pretrain(&corpus, &whole, &[]);
+    assert!(out.contains("held-out loss"), "{out}");
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(whole.join("pretrain.json")).unwrap()).unwrap();
+    assert_eq!(report["train_sentences"], 40);
+    assert!(
+        report["held_out_loss"].as_f64().unwrap()
+            < report["held_out_loss_initial"].as_f64().unwrap(),
+        "{report}"
+    );
+
+    let resumed = dir.path().join("resumed");
+    let paused = pretrain(&corpus, &resumed, &["--pause-after", "3"]);
+    assert!(paused.contains("paused after step 3/10"), "{paused}");
+    pretrain(&corpus, &resumed, &[]);
+    assert_eq!(
+        std::fs::read(whole.join("model.safetensors")).unwrap(),
+        std::fs::read(resumed.join("model.safetensors")).unwrap(),
+        "a resumed run must end with the same weights"
+    );
+
+    let score = |model: &Path| {
+        success(
+            flipside()
+                .args(["infiller", "score", "--model"])
+                .arg(model)
+                .args([
+                    "--input",
+                    "the film we saw on day 0 was <extra_id_0> negative",
+                ])
+                .args(["--target", "<extra_id_0> dreadful"]),
+        )
+    };
+    let scored = score(&whole);
+    assert!(scored.starts_with("mean log-likelihood -"), "{scored}");
+    assert_eq!(scored, score(&resumed));
+}
+
+#[test]
+fn autocad_makes_verified_counterfactuals_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let corpus = toy_corpus(root);
+    std::fs::write(root.join("toy.csv"), toy_sentiment_csv()).unwrap();
+    // A classifier confident on the toy task (rationales need p(gold) > 0.8).
+    success(
+        flipside()
+            .args(["classifier", "train", "--data"])
+            .arg(root.join("toy.csv"))
+            .arg("--out")
+            .arg(root.join("classifier"))
+            .args([
+                "--epochs",
+                "6",
+                "--batch-size",
+                "8",
+                "--max-len",
+                "16",
+                "--lr",
+                "2e-4",
+            ]),
+    );
+    pretrain(&corpus, &root.join("pretrained"), &[]);
+    let trained = success(
+        flipside()
+            .args(["infiller", "train", "--data"])
+            .arg(root.join("toy.csv"))
+            .arg("--classifier")
+            .arg(root.join("classifier"))
+            .arg("--base")
+            .arg(root.join("pretrained"))
+            .arg("--out")
+            .arg(root.join("infiller"))
+            .args(["--epochs", "12", "--batch-size", "8", "--lr", "3e-3"]),
+    );
+    assert!(
+        trained.contains("48 of 48 items had rationales"),
+        "{trained}"
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(root.join("infiller/infill.json")).unwrap()).unwrap();
+    assert_eq!(report["alpha"], 0.3);
+    assert_eq!(report["validation_losses"].as_array().unwrap().len(), 12);
+
+    let out = root.join("autocad.jsonl");
+    success(
+        flipside()
+            .args([
+                "generate", "--method", "autocad", "--verify", "--limit", "20", "--data",
+            ])
+            .arg(root.join("toy.csv"))
+            .arg("--classifier")
+            .arg(root.join("classifier"))
+            .arg("--infiller")
+            .arg(root.join("infiller"))
+            .arg("--out")
+            .arg(&out),
+    );
+    let records: Vec<Value> = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert!(
+        !records.is_empty(),
+        "no verified counterfactual of 20 items"
+    );
+    for record in &records {
+        assert_eq!(record["method"], "autocad");
+        assert_eq!(
+            record["flipped"], true,
+            "--verify keeps flips only: {record}"
+        );
+        let provenance = &record["provenance"];
+        assert_eq!(provenance["kind"], "autocad");
+        assert_eq!(provenance["rationales"], "saliency");
+        let (masked, fills) = (
+            provenance["masked"].as_str().unwrap(),
+            provenance["fills"].as_array().unwrap(),
+        );
+        assert_eq!(fills.len(), provenance["spans"].as_array().unwrap().len());
+        // The edit is the masked text with each sentinel replaced by its fill.
+        let mut rebuilt = masked.to_string();
+        for (k, fill) in fills.iter().enumerate() {
+            rebuilt = rebuilt.replace(&format!("<extra_id_{k}>"), fill.as_str().unwrap());
+        }
+        let words = |text: &str| {
+            text.split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            words(&rebuilt),
+            words(record["edited"].as_str().unwrap()),
+            "{record}"
+        );
+    }
+    let failures =
+        std::fs::read_to_string(root.join("autocad.jsonl.failures.jsonl")).unwrap_or_default();
+    for line in failures.lines() {
+        let failure: Value = serde_json::from_str(line).unwrap();
+        assert!(
+            failure["reason"].as_str().is_some_and(|r| !r.is_empty()),
+            "{failure}"
+        );
+    }
+
+    let evaluated = success(
+        flipside()
+            .args(["eval", "cf", "--no-ppl"])
+            .arg(&out)
+            .arg("--classifier")
+            .arg(root.join("classifier")),
+    );
+    let row = evaluated
+        .lines()
+        .find(|line| line.starts_with("autocad.jsonl"))
+        .unwrap_or_else(|| panic!("{evaluated}"));
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(fields[1], records.len().to_string(), "{evaluated}");
+    assert_eq!(
+        fields[2], "1.000",
+        "every verified record flips: {evaluated}"
+    );
+}
