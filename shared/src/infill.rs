@@ -486,7 +486,7 @@ mod tests {
     #[test]
     fn autocad_format_masks_merged_spans_and_puts_the_label_last() {
         let text = MaskedText::new("the film was great and fun", &[3, 5, 4]);
-        assert_eq!(text.spans, [3..6]);
+        assert_eq!(text.spans, vec![(3..6)]);
         let text = MaskedText::new("the film was great and fun", &[1, 3, 5]);
         assert_eq!(
             infill_input(&text, None, "negative"),
