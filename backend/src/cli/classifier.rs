@@ -14,7 +14,9 @@ use crate::compute::{Compute, DeviceChoice};
 use crate::explain::{explain, print_explanation};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_classifier, resolve_model_dir};
-use crate::train::{Evaluation, TrainConfig, TrainRun, evaluate_dir, train_classifier};
+use crate::train::{
+    Evaluation, TrainConfig, TrainOutcome, TrainRun, evaluate_dir, train_classifier,
+};
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -211,6 +213,18 @@ pub fn run(home: &Home, command: ClassifierCommand) -> Result<()> {
     }
 }
 
+/// Prints how to resume a paused training run; whether it was paused.
+pub fn report_pause(outcome: &TrainOutcome) -> bool {
+    let record = &outcome.record;
+    if outcome.paused {
+        println!(
+            "paused after step {}/{} ({:.0} s so far); run the same command again to resume",
+            record.step, record.total_steps, record.train_seconds
+        );
+    }
+    outcome.paused
+}
+
 fn train(home: &Home, args: TrainArgs) -> Result<()> {
     let data = args
         .read
@@ -241,11 +255,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     };
     let outcome = with_backend!(args.device, train_classifier(&run))?;
     let record = &outcome.record;
-    if outcome.paused {
-        println!(
-            "paused after step {}/{} ({:.0} s so far); run the same command again to resume",
-            record.step, record.total_steps, record.train_seconds
-        );
+    if report_pause(&outcome) {
         return Ok(());
     }
     println!("model    {}", out.display());

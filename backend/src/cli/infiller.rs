@@ -6,6 +6,7 @@ use anyhow::Result;
 use burn::tensor::backend::Backend;
 use clap::{Args, Subcommand};
 
+use super::classifier::report_pause;
 use super::data::ReadArgs;
 use super::generate::DEFAULT_CLASSIFIER;
 use crate::compute::{Compute, DeviceChoice};
@@ -242,11 +243,7 @@ fn run_pretrain(home: &Home, args: PretrainArgs) -> Result<()> {
     };
     let (outcome, report) = with_backend!(args.device, pretrain(&run))?;
     let record = &outcome.record;
-    if outcome.paused {
-        println!(
-            "paused after step {}/{} ({:.0} s so far); run the same command again to resume",
-            record.step, record.total_steps, record.train_seconds
-        );
+    if report_pause(&outcome) {
         return Ok(());
     }
     println!("model          {}", run.out.display());
@@ -303,11 +300,7 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
     };
     let (outcome, report) = with_backend!(args.device, train_infiller(&run))?;
     let record = &outcome.record;
-    if outcome.paused {
-        println!(
-            "paused after step {}/{} ({:.0} s so far); run the same command again to resume",
-            record.step, record.total_steps, record.train_seconds
-        );
+    if report_pause(&outcome) {
         return Ok(());
     }
     println!("model       {}", run.out.display());
