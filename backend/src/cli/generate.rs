@@ -16,7 +16,6 @@ use crate::editing::keywords::Lexicons;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
 use crate::infiller::rationales::{RationaleSettings, RationaleSource};
-use crate::infiller::read_tokenizer;
 use crate::llm::Sampling;
 use crate::methods::{self, EditSettings, InfillerSetup, ModelsConfig, load_models};
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir, write_atomic};
@@ -235,19 +234,12 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         None
     };
     let infiller = if method.card().infills {
-        let dir = match &args.infiller {
-            Some(name) => resolve_model_dir(home, name)?,
-            None => home.models().join("infiller"),
+        let rationales = RationaleSettings {
+            source: args.rationales,
+            seed: args.seed,
+            ..RationaleSettings::default()
         };
-        Some(InfillerSetup {
-            tokenizer_json: read_tokenizer(home, &dir)?,
-            dir,
-            rationales: RationaleSettings {
-                source: args.rationales,
-                seed: args.seed,
-                ..RationaleSettings::default()
-            },
-        })
+        InfillerSetup::resolve(home, args.infiller.as_deref(), true, rationales)?
     } else {
         None
     };

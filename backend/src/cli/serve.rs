@@ -12,7 +12,9 @@ use super::values::method_prompt;
 use crate::corpus::corpus_dir;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
+use crate::infiller::rationales::RationaleSettings;
 use crate::llm::{DEFAULT_EDITOR_MODEL, LlmClient};
+use crate::methods::InfillerSetup;
 use crate::methods::{EditSettings, METHODS};
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::prepare::{SMALL_CORPUS, corpus_with_index, fetch_assets, imdb_classifier};
@@ -57,6 +59,10 @@ pub struct ServeArgs {
     /// [default: imdb-400, trained on first run; imdb-2000 with --full]
     #[arg(long, value_name = "MODEL")]
     pub classifier: Option<String>,
+    /// The T5 infiller AutoCAD edits with in jobs and the demo [default: HOME/models/infiller,
+    /// when it exists; without one the autocad method is refused]
+    #[arg(long, value_name = "DIR")]
+    pub infiller: Option<String>,
     /// Corpus to retrieve helpers from [default: rt (Rotten Tomatoes sentences), built and
     /// indexed on first run; movies with --full]
     #[arg(long, value_name = "NAME")]
@@ -142,6 +148,12 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
             classifier_dir,
             llm,
             settings,
+            infiller: InfillerSetup::resolve(
+                home,
+                args.infiller.as_deref(),
+                false,
+                RationaleSettings::default(),
+            )?,
         },
     )?;
 

@@ -23,10 +23,12 @@ use crate::compute::Compute;
 use crate::editing::keywords::Lexicons;
 use crate::editing::prompts::Task;
 use crate::editing::retrieve::{RetrievalSetup, Retrieve, Retriever};
+use crate::home::Home;
 use crate::infiller::rationales::{FindRationale, RationaleFinder, RationaleSettings};
 use crate::infiller::{Infill, Infiller, SharedInfiller};
 use crate::llm::{LlmClient, Sampling};
 use crate::models::load_classifier;
+use crate::models::resolve_model_dir;
 use crate::pipeline::judge::{Classify, FlipCheck};
 use crate::pipeline::{ContextStage, Editor, Pipeline};
 
@@ -179,6 +181,35 @@ pub struct InfillerSetup {
     /// Its `tokenizer.json` (its own, or the `t5-tokenizer` asset's).
     pub tokenizer_json: Vec<u8>,
     pub rationales: RationaleSettings,
+}
+
+impl InfillerSetup {
+    /// The infiller named `name` (a directory or a name under HOME/models), else
+    /// HOME/models/infiller when `required` or when it exists; `None` when there is none.
+    pub fn resolve(
+        home: &Home,
+        name: Option<&str>,
+        required: bool,
+        rationales: RationaleSettings,
+    ) -> Result<Option<Self>> {
+        let dir = match name {
+            Some(name) => resolve_model_dir(home, name)?,
+            None => home.models().join("infiller"),
+        };
+        if name.is_none() && !required && !dir.is_dir() {
+            return Ok(None);
+        }
+        Ok(Some(Self {
+            tokenizer_json: crate::infiller::read_tokenizer(home, &dir).with_context(|| {
+                format!(
+                    "no infiller at {}: train one with `flipside infiller train`",
+                    dir.display()
+                )
+            })?,
+            dir,
+            rationales,
+        }))
+    }
 }
 
 /// Loads the classifier, the retriever and the infiller on backend `B`.

@@ -14,7 +14,7 @@ use crate::editing::keywords::Lexicons;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
 use crate::llm::LlmClient;
-use crate::methods::{EditSettings, Models, ModelsConfig, load_models};
+use crate::methods::{EditSettings, InfillerSetup, Models, ModelsConfig, load_models};
 
 /// How to load [`Resources`].
 pub struct ResourceConfig {
@@ -23,6 +23,8 @@ pub struct ResourceConfig {
     pub corpus: String,
     pub classifier_dir: PathBuf,
     pub llm: Arc<dyn LlmClient>,
+    /// The infiller (AutoCAD), if there is one.
+    pub infiller: Option<InfillerSetup>,
     pub settings: EditSettings,
 }
 
@@ -47,7 +49,7 @@ impl Resources {
                 retrieval: Some(config.retrieval),
                 llm: Some(config.llm),
                 lexicons: Arc::new(Lexicons::load(home)?),
-                infiller: None,
+                infiller: config.infiller,
             },
         )?;
         let corpus = CorpusInfo {
