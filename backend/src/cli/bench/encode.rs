@@ -76,9 +76,10 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
         .sum::<usize>() as f64
         / sentences.len().max(1) as f64;
     println!(
-        "encode bench: {} sentences (mean {mean_words:.1} words), batch {}, {threads} threads, max_len {max_len}",
+        "encode bench: {} sentences (mean {mean_words:.1} words), batch {}, {threads} threads, max_len {max_len}; CPU features: {}",
         sentences.len(),
-        args.batch_size
+        args.batch_size,
+        super::cpu_features()
     );
 
     let reference = if args.no_reference {

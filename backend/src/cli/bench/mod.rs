@@ -2,6 +2,7 @@
 
 mod browser;
 mod encode;
+mod infiller;
 mod llm;
 mod retrieval;
 
@@ -24,6 +25,9 @@ pub enum BenchCommand {
     /// Prompt and decode tokens per second of the embedded LLM vs llama-cpp-python (same GGUF,
     /// prompt and threads)
     Llm(llm::LlmBenchArgs),
+    /// T5 training tokens/s and sampling samples/s vs transformers (PyTorch, CPU; same weights,
+    /// batches and threads)
+    Infiller(infiller::InfillerBenchArgs),
     /// HNSW search vs faiss IndexIVFFlat and IndexHNSWFlat: build time, memory, recall@k,
     /// queries per second
     Retrieval(retrieval::RetrievalBenchArgs),
@@ -33,8 +37,33 @@ pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Browser(args) => browser::bench_browser(home, args),
         BenchCommand::Encode(args) => encode::bench_encode(home, args),
+        BenchCommand::Infiller(args) => infiller::bench_infiller(home, args),
         BenchCommand::Llm(args) => llm::bench_llm(home, args),
         BenchCommand::Retrieval(args) => retrieval::bench_retrieval(home, args),
+    }
+}
+
+/// The SIMD features of this CPU that matter for speed, e.g. "avx2 fma (no avx512f)": every speed
+/// figure is only comparable between machines with the same ones.
+pub fn cpu_features() -> String {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let features = [
+            ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+            ("fma", std::arch::is_x86_feature_detected!("fma")),
+            ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
+        ];
+        let has: Vec<&str> = features.iter().filter(|f| f.1).map(|f| f.0).collect();
+        let lacks: Vec<&str> = features.iter().filter(|f| !f.1).map(|f| f.0).collect();
+        if lacks.is_empty() {
+            has.join(" ")
+        } else {
+            format!("{} (no {})", has.join(" "), lacks.join(", "))
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        std::env::consts::ARCH.to_string()
     }
 }
 
