@@ -1,7 +1,8 @@
-//! The T5 infiller on disk and in training: Hugging Face T5 directories (any HF T5
+//! The T5 infiller AutoCAD edits with: Hugging Face T5 directories (any HF T5
 //! `model.safetensors` loads; the directories Flipside writes load in `transformers`), scoring a
-//! target given an input, and the sequence-to-sequence objective that pretraining
-//! ([`pretrain`]) and label-controlled infilling share.
+//! target given an input, sampling fills ([`Infill`]), and the sequence-to-sequence objective
+//! that span-corruption pretraining ([`pretrain`]) and label-controlled infilling ([`train`],
+//! on [`rationales`]) share.
 
 pub mod pretrain;
 pub mod rationales;

@@ -171,7 +171,7 @@ pub fn pretrain<B: Backend>(
         run.noise_density,
         run.mean_span,
         run.held_out,
-        serde_json::to_string(&train_texts.len())?
+        train_texts.len()
     );
     let fresh = TrainRecord::new(
         &run.train,
