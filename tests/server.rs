@@ -155,7 +155,7 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         .iter()
         .map(|m| m["id"].as_str().unwrap())
         .collect();
-    assert_eq!(methods, ["core", "llm-only", "retrieve-only"]);
+    assert_eq!(methods, ["core", "llm-only", "retrieve-only", "autocad"]);
 
     let text = "The film was wonderful and the cast superb.";
     let retrieved = json_of(
@@ -230,9 +230,19 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         "bad_request",
     );
     assert!(
-        message.contains("core, llm-only, retrieve-only"),
+        message.contains("core, llm-only, retrieve-only, autocad"),
         "{message}"
     );
+    // A method this server has no model for is refused up front, saying what it needs.
+    let message = check_error(
+        server.post(
+            "/edit",
+            &json!({"text": text, "label": "positive", "method": "autocad"}),
+        ),
+        400,
+        "bad_request",
+    );
+    assert!(message.contains("needs an infiller"), "{message}");
     // Given keywords are used as given.
     let own = json_of(
         server.post(
@@ -386,7 +396,7 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     // The method type is the registry's enum.
     assert_eq!(
         openapi["components"]["schemas"]["MethodId"]["enum"],
-        json!(["core", "llm-only", "retrieve-only"])
+        json!(["core", "llm-only", "retrieve-only", "autocad"])
     );
 
     // The embedded model's OpenAI-compatible API is served beside.

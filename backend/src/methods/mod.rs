@@ -264,12 +264,8 @@ fn load_infiller_setup<B: Backend>(
     Ok((infiller, finder))
 }
 
-/// `method`'s pipeline over `models`: its stages, and the classifier's flip check.
-pub fn pipeline(
-    method: &'static dyn Method,
-    models: &Models,
-    settings: &EditSettings,
-) -> Result<Pipeline> {
+/// Fails when `models` lack what `method` needs (an LLM, an index, an infiller).
+pub fn check_models(method: &dyn Method, models: &Models) -> Result<()> {
     if method.uses_llm() && models.llm.is_none() {
         bail!("the {} method needs an LLM", method.id());
     }
@@ -278,10 +274,21 @@ pub fn pipeline(
     }
     if method.card().infills && models.infiller.is_none() {
         bail!(
-            "the {} method needs an infiller: train one with `flipside infiller train`",
+            "the {} method needs an infiller: train one with `flipside infiller train` (the \
+             server: --infiller DIR)",
             method.id()
         );
     }
+    Ok(())
+}
+
+/// `method`'s pipeline over `models`: its stages, and the classifier's flip check.
+pub fn pipeline(
+    method: &'static dyn Method,
+    models: &Models,
+    settings: &EditSettings,
+) -> Result<Pipeline> {
+    check_models(method, models)?;
     let Stages { context, editor } = method.stages(models, settings)?;
     Ok(Pipeline {
         method: method.id(),

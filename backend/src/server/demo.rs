@@ -106,6 +106,8 @@ pub async fn edit(
         }
         None => methods::METHODS[0],
     };
+    methods::check_models(method, &state.resources.models)
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     if request.keywords.is_some() && !method.card().uses_keywords {
         return Err(ApiError::bad_request(format!(
             "keywords: the {} method takes none",

@@ -36,7 +36,9 @@ pub async fn create(
     JsonBody(mut request): JsonBody<JobRequest>,
 ) -> ApiResult<(StatusCode, Json<Job>)> {
     let method = job_method(&request.method);
-    methods::method(method.as_str()).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    methods::method(method.as_str())
+        .and_then(|m| methods::check_models(m, &state.resources.models))
+        .map_err(|e| ApiError::bad_request(e.to_string()))?;
     request.method = Some(method);
     if !(1..=MAX_JOB_ITEMS).contains(&request.limit) {
         return Err(ApiError::bad_request(format!(
