@@ -243,8 +243,9 @@ impl T5Config {
                 .init(device),
             encoder: stack(self.num_layers, false),
             decoder: stack(self.decoder_layers(), true),
+            // HF draws an untied head from N(0, 1), like the embedding.
             lm_head: (!self.tie_word_embeddings)
-                .then(|| linear(self.d_model, self.vocab_size, d.powf(-0.5))),
+                .then(|| linear(self.d_model, self.vocab_size, 1.0)),
             output_scale: if self.tie_word_embeddings {
                 d.powf(-0.5)
             } else {
