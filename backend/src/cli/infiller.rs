@@ -27,8 +27,15 @@ pub enum InfillerCommand {
     /// Mean per-token log-likelihood of a target given an input (teacher forcing)
     Score(ScoreArgs),
     /// Pretrain a T5 from scratch by span corruption on corpus sentences (resumes if interrupted)
+    ///
+    /// Training defaults: 1 epoch, batch 32, lr 1e-3, warm-up 0.02, weight decay 0.01, max
+    /// length 64, seed 42, a checkpoint every 200 steps.
     Pretrain(PretrainArgs),
     /// Train label-controlled infilling on classifier rationales, MLE + α·unlikelihood (AutoCAD)
+    ///
+    /// Training defaults: 5 epochs, batch 16, lr 3e-4, no warm-up, weight decay 0.1, max length
+    /// 128, seed 42, a checkpoint every 100 steps; the epoch with the lowest validation loss is
+    /// kept.
     Train(TrainArgs),
 }
 
@@ -120,8 +127,7 @@ pub struct PretrainArgs {
     pub train: OptimiserArgs,
 }
 
-/// Optimiser settings; each left out takes the command's own default (pretraining: 1 epoch,
-/// batch 32, lr 1e-3, warmup 0.02, max length 64, seed 42, a checkpoint every 200 steps).
+/// Optimiser settings; each left out takes the command's own default (see its `--help`).
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Training")]
 pub struct OptimiserArgs {
