@@ -131,7 +131,7 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
     pretrain(&corpus, &root.join("pretrained"), &[]);
     let trained = success(
         flipside()
-            .args(["infiller", "train", "--data"])
+            .args(["infiller", "train", "--unit", "text", "--data"])
             .arg(root.join("toy.csv"))
             .arg("--classifier")
             .arg(root.join("classifier"))

@@ -33,7 +33,7 @@ pub enum InfillerCommand {
     Pretrain(PretrainArgs),
     /// Train label-controlled infilling on classifier rationales, MLE + α·unlikelihood (AutoCAD)
     ///
-    /// Training defaults: 5 epochs, batch 16, lr 3e-4, no warm-up, weight decay 0.1, max length
+    /// Training defaults: 3 epochs, batch 16, lr 3e-4, no warm-up, weight decay 0.1, max length
     /// 128, seed 42, a checkpoint every 100 steps; the epoch with the lowest validation loss is
     /// kept.
     Train(TrainArgs),
@@ -44,15 +44,17 @@ pub struct TrainArgs {
     /// Training data: imdb[:split], rotten-tomatoes, or a CSV/TSV/JSONL file[:split]
     #[arg(long, default_value = "imdb:train")]
     pub data: String,
-    /// Use the first N examples (after a seeded shuffle)
-    #[arg(long, value_name = "N")]
-    pub limit: Option<usize>,
+    /// Use the first N examples (after a seeded shuffle; 0: all). The default, 1,000 IMDb
+    /// sentences for 3 epochs, trains in about 7 minutes (MLE) or 13 (with unlikelihood) on 2
+    /// CPU cores
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub limit: usize,
     /// Skip examples with more words than this
     #[arg(long, value_name = "N")]
     pub max_words: Option<usize>,
     /// Train on whole texts, or on each review's sentence that carries its label (as `generate
-    /// --unit sentence` edits)
-    #[arg(long, value_enum, default_value_t)]
+    /// --unit sentence` edits; sentiment data labelled negative/positive)
+    #[arg(long, value_enum, default_value_t = Unit::Sentence)]
     pub unit: Unit,
     /// The classifier whose saliency marks the rationales (a directory or a name under
     /// HOME/models); its label names are the label words
@@ -105,9 +107,10 @@ pub struct PretrainArgs {
     /// Corpus to pretrain on: a name under <home>/corpora (from `corpus build`) or a directory
     #[arg(long, default_value = "movies")]
     pub corpus: String,
-    /// Pretrain on at most this many sentences [default: all]
-    #[arg(long, value_name = "N")]
-    pub limit: Option<usize>,
+    /// Pretrain on at most this many sentences (0: all). The default took 72 minutes on 2 CPU
+    /// cores with the default model (held-out loss 3.65)
+    #[arg(long, value_name = "N", default_value_t = 40_000)]
+    pub limit: usize,
     /// Sentences held out to measure the span-corruption loss
     #[arg(long, default_value_t = 500)]
     pub held_out: usize,
@@ -237,7 +240,7 @@ fn run_pretrain(home: &Home, args: PretrainArgs) -> Result<()> {
     model.d_kv = args.model.d_kv;
     let run = PretrainRun {
         corpus_dir: corpus_dir(home, &args.corpus),
-        limit: args.limit,
+        limit: (args.limit > 0).then_some(args.limit),
         held_out: args.held_out,
         model,
         train: args.train.over(default_train()),
@@ -276,7 +279,7 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
     let train = args.train.over(infill_defaults());
     let selection = Selection {
         target: "flip".into(),
-        limit: args.limit,
+        limit: (args.limit > 0).then_some(args.limit),
         max_words: args.max_words,
         unit: args.unit,
         seed: train.seed,

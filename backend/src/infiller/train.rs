@@ -29,7 +29,7 @@ use crate::train::{Objective, TrainConfig, TrainOutcome, TrainRecord, run_traini
 /// pretraining learns faster at 3e-4).
 pub fn default_train() -> TrainConfig {
     TrainConfig {
-        epochs: 5,
+        epochs: 3,
         batch_size: 16,
         lr: 3e-4,
         weight_decay: 0.1,
