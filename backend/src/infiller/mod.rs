@@ -12,6 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use burn::module::AutodiffModule;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use flipside_shared::infill::{T5Tokenizer, parse_fills, unlikelihood_mask};
@@ -326,6 +327,8 @@ pub fn seq2seq_loss<B: Backend>(
 /// `config`'s random initialisation.
 pub struct Seq2SeqObjective {
     pub examples: Vec<Seq2SeqExample>,
+    /// Held-out examples whose loss picks the best epoch (none: the last epoch's model).
+    pub validation: Vec<Seq2SeqExample>,
     pub config: T5Config,
     pub start: Option<PathBuf>,
     pub alpha: f64,
@@ -340,13 +343,12 @@ impl<B: AutodiffBackend> Objective<B> for Seq2SeqObjective {
     }
 
     fn init(&self, device: &B::Device) -> Result<Self::Model> {
-        let mut model = self.config.init::<B>(device);
-        if let Some(dir) = &self.start {
-            let weights = fs::read(dir.join("model.safetensors"))
-                .with_context(|| format!("cannot read {}/model.safetensors", dir.display()))?;
-            model = self.config.load::<B>(weights, device)?;
-        }
-        Ok(model)
+        let Some(dir) = &self.start else {
+            return Ok(self.config.init::<B>(device));
+        };
+        let weights = fs::read(dir.join("model.safetensors"))
+            .with_context(|| format!("cannot read {}/model.safetensors", dir.display()))?;
+        Ok(self.config.load::<B>(weights, device)?)
     }
 
     fn skeleton(&self, device: &B::Device) -> Self::Model {
@@ -367,6 +369,18 @@ impl<B: AutodiffBackend> Objective<B> for Seq2SeqObjective {
             &self.tokenizer,
             device,
         ))
+    }
+
+    fn validation_loss(&self, model: &Self::Model, device: &B::Device) -> Option<f64> {
+        (!self.validation.is_empty()).then(|| {
+            held_out_loss(
+                &model.valid(),
+                &self.validation,
+                &self.tokenizer,
+                16,
+                device,
+            )
+        })
     }
 }
 

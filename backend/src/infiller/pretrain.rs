@@ -188,6 +188,7 @@ pub fn pretrain<B: Backend>(
     );
     let objective = Seq2SeqObjective {
         examples,
+        validation: Vec::new(),
         config: run.model.clone(),
         start: None,
         alpha: 0.0,

@@ -10,19 +10,19 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
-use burn::tensor::backend::{AutodiffBackend, Backend};
+use burn::tensor::backend::Backend;
 use flipside_shared::data::stable_hash;
 use flipside_shared::infill::{T5Tokenizer, infill_input, infill_target};
-use flipside_shared::models::t5::{T5Config, T5Model};
+use flipside_shared::models::t5::T5Config;
 use serde::{Deserialize, Serialize};
 
 use super::rationales::{Rationale, RationaleFinder, RationaleRequest, RationaleSettings};
-use super::{Seq2SeqExample, Seq2SeqObjective, held_out_loss, save_t5};
+use super::{Seq2SeqExample, Seq2SeqObjective, save_t5};
 use crate::compute::Compute;
 use crate::models::{load_classifier, write_atomic};
 use crate::pipeline::Item;
 use crate::progress;
-use crate::train::{Objective, TrainConfig, TrainOutcome, TrainRecord, run_training};
+use crate::train::{TrainConfig, TrainOutcome, TrainRecord, run_training};
 
 /// Infill training's optimiser defaults (AutoCAD: AdamW, betas (0.9, 0.98) — ours (0.9,
 /// 0.999) — weight decay 0.1, batch 8, 10 epochs at lr 1e-5 for t5-large; a small T5 from our
@@ -107,45 +107,6 @@ pub fn infill_example(
         target,
         negatives,
     }))
-}
-
-/// [`Seq2SeqObjective`] with a validation set.
-struct InfillObjective {
-    inner: Seq2SeqObjective,
-    validation: Vec<Seq2SeqExample>,
-}
-
-impl<B: AutodiffBackend> Objective<B> for InfillObjective {
-    type Model = T5Model<B>;
-
-    fn items(&self) -> usize {
-        <Seq2SeqObjective as Objective<B>>::items(&self.inner)
-    }
-    fn init(&self, device: &B::Device) -> Result<Self::Model> {
-        self.inner.init(device)
-    }
-    fn skeleton(&self, device: &B::Device) -> Self::Model {
-        <Seq2SeqObjective as Objective<B>>::skeleton(&self.inner, device)
-    }
-    fn loss(
-        &self,
-        model: &Self::Model,
-        batch: &[usize],
-        device: &B::Device,
-    ) -> Result<burn::tensor::Tensor<B, 1>> {
-        self.inner.loss(model, batch, device)
-    }
-    fn validation_loss(&self, model: &Self::Model, device: &B::Device) -> Option<f64> {
-        (!self.validation.is_empty()).then(|| {
-            held_out_loss(
-                &model.valid(),
-                &self.validation,
-                &self.inner.tokenizer,
-                16,
-                device,
-            )
-        })
-    }
 }
 
 /// Trains (or resumes) the infiller into `run.out`.
@@ -245,15 +206,13 @@ pub fn train_infiller<B: Backend>(
         std::any::type_name::<B>(),
     );
     let (train_examples, validation_examples) = (train.len(), validation.len());
-    let objective = InfillObjective {
-        inner: Seq2SeqObjective {
-            examples: train,
-            config: config.clone(),
-            start: Some(run.base.clone()),
-            alpha: run.alpha,
-            tokenizer,
-        },
+    let objective = Seq2SeqObjective {
+        examples: train,
         validation,
+        config: config.clone(),
+        start: Some(run.base.clone()),
+        alpha: run.alpha,
+        tokenizer,
     };
     let outcome = run_training::<Autodiff<B>, _>(
         &objective,
