@@ -2,13 +2,14 @@
 //! pretraining resumes to bit-identical weights, `infiller score` reads what it wrote, and on
 //! a toy task `infiller pretrain` → `infiller train` → `generate --method autocad` → `eval cf`
 //! makes verified counterfactuals whose records say which words were masked and how they were
-//! filled.
+//! filled; an infiller trained with retrieved keywords does the same for `--method
+//! autocad-retrieval`, whose records also carry the keywords.
 
 use std::path::Path;
 
 use serde_json::Value;
 
-use crate::common::{flipside, success, toy_sentiment_csv};
+use crate::common::{failure, flipside, success, toy_sentiment_csv};
 
 const TINY: [&str; 10] = [
     "--d-model",
@@ -129,18 +130,38 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
             ]),
     );
     pretrain(&corpus, &root.join("pretrained"), &[]);
-    let trained = success(
-        flipside()
-            .args(["infiller", "train", "--unit", "text", "--data"])
+    let train = |out: &str, extra: &[&str]| {
+        success(
+            flipside()
+                .args(["infiller", "train", "--unit", "text", "--data"])
+                .arg(root.join("toy.csv"))
+                .arg("--classifier")
+                .arg(root.join("classifier"))
+                .arg("--base")
+                .arg(root.join("pretrained"))
+                .arg("--out")
+                .arg(root.join(out))
+                .args(["--epochs", "12", "--batch-size", "8", "--lr", "3e-3"])
+                .args(extra),
+        )
+    };
+    let generate = |method: &str, infiller: &str| {
+        let mut command = flipside();
+        command
+            .args(["generate", "--method", method, "--verify", "--limit", "20"])
+            .arg("--data")
             .arg(root.join("toy.csv"))
             .arg("--classifier")
             .arg(root.join("classifier"))
-            .arg("--base")
-            .arg(root.join("pretrained"))
+            .arg("--infiller")
+            .arg(root.join(infiller))
+            .arg("--corpus")
+            .arg(&corpus)
             .arg("--out")
-            .arg(root.join("infiller"))
-            .args(["--epochs", "12", "--batch-size", "8", "--lr", "3e-3"]),
-    );
+            .arg(root.join(format!("{method}.jsonl")));
+        command
+    };
+    let trained = train("infiller", &[]);
     assert!(
         trained.contains("48 of 48 items had rationales"),
         "{trained}"
@@ -149,32 +170,83 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
         serde_json::from_slice(&std::fs::read(root.join("infiller/infill.json")).unwrap()).unwrap();
     assert_eq!(report["alpha"], 0.3);
     assert_eq!(report["validation_losses"].as_array().unwrap().len(), 12);
+    assert!(report.get("guidance").is_none(), "{report}");
 
+    success(&mut generate("autocad", "infiller"));
     let out = root.join("autocad.jsonl");
-    success(
+    for record in verified_autocad_records(&out, "autocad") {
+        assert!(record["provenance"].get("keywords").is_none(), "{record}");
+    }
+    let evaluated = success(
         flipside()
-            .args([
-                "generate", "--method", "autocad", "--verify", "--limit", "20", "--data",
-            ])
-            .arg(root.join("toy.csv"))
+            .args(["eval", "cf", "--no-ppl"])
+            .arg(&out)
             .arg("--classifier")
-            .arg(root.join("classifier"))
-            .arg("--infiller")
-            .arg(root.join("infiller"))
-            .arg("--out")
-            .arg(&out),
+            .arg(root.join("classifier")),
     );
-    let records: Vec<Value> = std::fs::read_to_string(&out)
+    let row = evaluated
+        .lines()
+        .find(|line| line.starts_with("autocad.jsonl"))
+        .unwrap_or_else(|| panic!("{evaluated}"));
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        fields[1],
+        verified_autocad_records(&out, "autocad").len().to_string(),
+        "{evaluated}"
+    );
+    assert_eq!(
+        fields[2], "1.000",
+        "every verified record flips: {evaluated}"
+    );
+
+    // Retrieval-guided infilling: an index of the corpus, an infiller trained with the keywords
+    // of retrieved sentences; the plain one is refused for the guided method.
+    success(flipside().args(["index", "build", "--corpus"]).arg(&corpus));
+    let refused = failure(&mut generate("autocad-retrieval", "infiller"));
+    assert!(
+        refused.contains("trained without retrieved keywords"),
+        "{refused}"
+    );
+    let trained = train(
+        "guided",
+        &["--retrieval", "--corpus", corpus.to_str().unwrap()],
+    );
+    assert!(trained.contains("keywords    retrieved from"), "{trained}");
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(root.join("guided/infill.json")).unwrap()).unwrap();
+    assert!(
+        report["guidance"]["with_keywords"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    success(&mut generate("autocad-retrieval", "guided"));
+    for record in
+        verified_autocad_records(&root.join("autocad-retrieval.jsonl"), "autocad-retrieval")
+    {
+        let provenance = &record["provenance"];
+        let keywords = provenance["keywords"].as_array().unwrap();
+        assert!(!keywords.is_empty() && keywords.len() <= 12, "{record}");
+        assert!(
+            !provenance["retrieved"].as_array().unwrap().is_empty(),
+            "{record}"
+        );
+    }
+}
+
+/// The records of a `generate --verify` run of an AutoCAD method: at least one, each flipped,
+/// its edit the masked text with each sentinel replaced by its fill; every failed attempt
+/// says why.
+fn verified_autocad_records(out: &Path, method: &str) -> Vec<Value> {
+    let records: Vec<Value> = std::fs::read_to_string(out)
         .unwrap()
         .lines()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
     assert!(
         !records.is_empty(),
-        "no verified counterfactual of 20 items"
+        "no verified counterfactual of 20 items by {method}"
     );
     for record in &records {
-        assert_eq!(record["method"], "autocad");
+        assert_eq!(record["method"], method);
         assert_eq!(
             record["flipped"], true,
             "--verify keeps flips only: {record}"
@@ -187,7 +259,6 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
             provenance["fills"].as_array().unwrap(),
         );
         assert_eq!(fills.len(), provenance["spans"].as_array().unwrap().len());
-        // The edit is the masked text with each sentinel replaced by its fill.
         let mut rebuilt = masked.to_string();
         for (k, fill) in fills.iter().enumerate() {
             rebuilt = rebuilt.replace(&format!("<extra_id_{k}>"), fill.as_str().unwrap());
@@ -203,31 +274,17 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
             "{record}"
         );
     }
-    let failures =
-        std::fs::read_to_string(root.join("autocad.jsonl.failures.jsonl")).unwrap_or_default();
-    for line in failures.lines() {
+    let mut failures = out.as_os_str().to_owned();
+    failures.push(".failures.jsonl");
+    for line in std::fs::read_to_string(failures)
+        .unwrap_or_default()
+        .lines()
+    {
         let failure: Value = serde_json::from_str(line).unwrap();
         assert!(
             failure["reason"].as_str().is_some_and(|r| !r.is_empty()),
             "{failure}"
         );
     }
-
-    let evaluated = success(
-        flipside()
-            .args(["eval", "cf", "--no-ppl"])
-            .arg(&out)
-            .arg("--classifier")
-            .arg(root.join("classifier")),
-    );
-    let row = evaluated
-        .lines()
-        .find(|line| line.starts_with("autocad.jsonl"))
-        .unwrap_or_else(|| panic!("{evaluated}"));
-    let fields: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(fields[1], records.len().to_string(), "{evaluated}");
-    assert_eq!(
-        fields[2], "1.000",
-        "every verified record flips: {evaluated}"
-    );
+    records
 }

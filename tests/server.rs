@@ -155,7 +155,16 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         .iter()
         .map(|m| m["id"].as_str().unwrap())
         .collect();
-    assert_eq!(methods, ["core", "llm-only", "retrieve-only", "autocad"]);
+    assert_eq!(
+        methods,
+        [
+            "core",
+            "llm-only",
+            "retrieve-only",
+            "autocad",
+            "autocad-retrieval"
+        ]
+    );
 
     let text = "The film was wonderful and the cast superb.";
     let retrieved = json_of(
@@ -230,7 +239,7 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         "bad_request",
     );
     assert!(
-        message.contains("core, llm-only, retrieve-only, autocad"),
+        message.contains("core, llm-only, retrieve-only, autocad, autocad-retrieval"),
         "{message}"
     );
     // A method this server has no model for is refused up front, saying what it needs.
@@ -396,7 +405,13 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     // The method type is the registry's enum.
     assert_eq!(
         openapi["components"]["schemas"]["MethodId"]["enum"],
-        json!(["core", "llm-only", "retrieve-only", "autocad"])
+        json!([
+            "core",
+            "llm-only",
+            "retrieve-only",
+            "autocad",
+            "autocad-retrieval"
+        ])
     );
 
     // The embedded model's OpenAI-compatible API is served beside.

@@ -271,16 +271,30 @@ impl MaskedText {
 
 /// AutoCAD's encoder input: the masked text(s) with the label word last. Sentiment: `TEXT
 /// LABEL`; NLI: `mnli hypothesis: HYPOTHESIS premise: PREMISE LABEL`, sentinels numbered across
-/// the hypothesis, then the premise.
-pub fn infill_input(text: &MaskedText, premise: Option<&MaskedText>, label: &str) -> String {
-    match premise {
-        None => format!("{} {label}", text.masked(0)),
+/// the hypothesis, then the premise. Non-empty `keywords` (retrieval-guided infilling: words
+/// of retrieved sentences with that label) go in a field of their own just before the label:
+/// `… keywords: a, b, c LABEL`.
+pub fn infill_input(
+    text: &MaskedText,
+    premise: Option<&MaskedText>,
+    keywords: &[String],
+    label: &str,
+) -> String {
+    let mut input = match premise {
+        None => text.masked(0),
         Some(premise) => format!(
-            "mnli hypothesis: {} premise: {} {label}",
+            "mnli hypothesis: {} premise: {}",
             text.masked(0),
             premise.masked(text.spans.len())
         ),
+    };
+    if !keywords.is_empty() {
+        input.push_str(" keywords: ");
+        input.push_str(&keywords.join(", "));
     }
+    input.push(' ');
+    input.push_str(label);
+    input
 }
 
 /// The target for [`infill_input`]: every span's words behind its sentinel.
@@ -489,7 +503,7 @@ mod tests {
         assert_eq!(text.spans, vec![(3..6)]);
         let text = MaskedText::new("the film was great and fun", &[1, 3, 5]);
         assert_eq!(
-            infill_input(&text, None, "negative"),
+            infill_input(&text, None, &[], "negative"),
             "the <extra_id_0> was <extra_id_1> and <extra_id_2> negative"
         );
         assert_eq!(
@@ -500,12 +514,17 @@ mod tests {
         assert_eq!(text.filled(&fills), "the plot was awful and");
         let premise = MaskedText::new("a great plot", &[1]);
         assert_eq!(
-            infill_input(&text, Some(&premise), "contradiction"),
+            infill_input(&text, Some(&premise), &[], "contradiction"),
             "mnli hypothesis: the <extra_id_0> was <extra_id_1> and <extra_id_2> premise: a <extra_id_3> plot contradiction"
         );
         assert_eq!(
             infill_target(&text, Some(&premise)),
             "<extra_id_0> film <extra_id_1> great <extra_id_2> fun <extra_id_3> great"
+        );
+        let keywords = ["dull".to_string(), "plodding".to_string()];
+        assert_eq!(
+            infill_input(&text, None, &keywords, "negative"),
+            "the <extra_id_0> was <extra_id_1> and <extra_id_2> keywords: dull, plodding negative"
         );
     }
 

@@ -79,6 +79,12 @@ pub struct AutocadProvenance {
     pub rationales: String,
     /// The infiller's generated ids decoded with sentinels, that the fills were read from.
     pub reply: String,
+    /// The retrieved keywords in the infiller's input (retrieval-guided infilling only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub keywords: Vec<String>,
+    /// The retrieved sentences the keywords came from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retrieved: Vec<Excerpt>,
 }
 
 /// How a CORE-family edit was made.

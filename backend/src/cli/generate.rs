@@ -107,7 +107,7 @@ pub struct PromptArgs {
     /// Most tokens per reply (each item also gets at most 2 × its words + 48)
     #[arg(long, default_value_t = Sampling::default().max_tokens)]
     pub max_tokens: usize,
-    /// Most keywords in a prompt
+    /// Most keywords in a prompt (or in a retrieval-guided infiller's input)
     #[arg(long, default_value_t = EditSettings::default().max_keywords)]
     pub max_keywords: usize,
 }
@@ -137,6 +137,25 @@ pub struct RetrievalArgs {
     /// label, when the corpus knows labels)
     #[arg(long)]
     pub any_label: bool,
+}
+
+impl RetrievalArgs {
+    /// The retrieval these options describe.
+    pub fn setup(&self, home: &Home) -> Result<RetrievalSetup> {
+        let corpus_dir = self.corpus.dir(home);
+        Ok(RetrievalSetup {
+            index_dir: index_dir(&corpus_dir, &self.encoder),
+            corpus_dir,
+            encoders: RetrieverEncoders::resolve(home, &self.encoder)?,
+            reranker: match self.rerank {
+                Some(k) => Some((resolve_model_dir(home, &self.reranker)?, k)),
+                None => None,
+            },
+            per_query: self.k,
+            max_queries: self.max_queries,
+            target_label_only: !self.any_label,
+        })
+    }
 }
 
 /// What a run's output depends on: saved beside it and checked when it resumes.
@@ -198,20 +217,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
     };
     method.check(&settings)?;
     let retrieval = if method.retrieves() {
-        let r = &args.retrieval;
-        let corpus_dir = r.corpus.dir(home);
-        Some(RetrievalSetup {
-            index_dir: index_dir(&corpus_dir, &r.encoder),
-            corpus_dir,
-            encoders: RetrieverEncoders::resolve(home, &r.encoder)?,
-            reranker: match r.rerank {
-                Some(k) => Some((resolve_model_dir(home, &r.reranker)?, k)),
-                None => None,
-            },
-            per_query: r.k,
-            max_queries: r.max_queries,
-            target_label_only: !r.any_label,
-        })
+        Some(args.retrieval.setup(home)?)
     } else {
         None
     };

@@ -8,16 +8,19 @@ use clap::{Args, Subcommand};
 
 use super::classifier::report_pause;
 use super::data::ReadArgs;
-use super::generate::DEFAULT_CLASSIFIER;
+use super::generate::{DEFAULT_CLASSIFIER, RetrievalArgs};
 use crate::compute::{Compute, DeviceChoice};
 use crate::corpus::corpus_dir;
-use crate::editing::items::{Selection, Unit, select_items};
+use crate::editing::items::{Selection, Unit, select_items, task_of};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::infiller::pretrain::{PretrainRun, default_model, default_out, default_train, pretrain};
 use crate::infiller::rationales::{RationaleSettings, RationaleSource};
-use crate::infiller::train::{InfillTrainRun, default_train as infill_defaults, train_infiller};
+use crate::infiller::train::{
+    InfillTrainRun, KeywordGuidance, default_train as infill_defaults, train_infiller,
+};
 use crate::infiller::{T5_TOKENIZER_ASSET, load_infiller, read_tokenizer};
+use crate::methods::EditSettings;
 use crate::models::resolve_model_dir;
 use crate::train::TrainConfig;
 use crate::with_backend;
@@ -36,7 +39,7 @@ pub enum InfillerCommand {
     /// Training defaults: 3 epochs, batch 16, lr 3e-4, no warm-up, weight decay 0.1, max length
     /// 128, seed 42, a checkpoint every 100 steps; the epoch with the lowest validation loss is
     /// kept.
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -81,6 +84,16 @@ pub struct TrainArgs {
     pub pause_after: Option<usize>,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
+    /// Retrieval-guided infilling (for `generate --method autocad-retrieval`): each input also
+    /// gets the keywords of corpus sentences retrieved for the example with its own label (the
+    /// options under Retrieval say how)
+    #[arg(long)]
+    pub retrieval: bool,
+    /// Most keywords in an input (with --retrieval; keep `generate --max-keywords` the same)
+    #[arg(long, default_value_t = EditSettings::default().max_keywords)]
+    pub max_keywords: usize,
+    #[command(flatten)]
+    pub retrieval_options: RetrievalArgs,
     #[command(flatten)]
     pub train: OptimiserArgs,
     #[command(flatten)]
@@ -215,7 +228,7 @@ pub fn run(home: &Home, command: InfillerCommand) -> Result<()> {
             Ok(())
         }
         InfillerCommand::Pretrain(args) => run_pretrain(home, args),
-        InfillerCommand::Train(args) => run_train(home, args),
+        InfillerCommand::Train(args) => run_train(home, *args),
     }
 }
 
@@ -284,9 +297,19 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
         unit: args.unit,
         seed: train.seed,
     };
-    let mut items = select_items(&dataset, &selection, &Lexicons::load(home)?)?;
+    let lexicons = std::sync::Arc::new(Lexicons::load(home)?);
+    let mut items = select_items(&dataset, &selection, &lexicons)?;
     let mut seen = std::collections::HashSet::new();
     items.retain(|item| seen.insert(item.id.clone()));
+    let guidance = match args.retrieval {
+        true => Some(KeywordGuidance {
+            retrieval: args.retrieval_options.setup(home)?,
+            lexicons,
+            task: task_of(&items),
+            max_keywords: args.max_keywords,
+        }),
+        false => None,
+    };
     let base = match &args.base {
         Some(base) => resolve_model_dir(home, base)?,
         None => default_out(&home.models()),
@@ -306,6 +329,7 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
         train,
         out: args.out.unwrap_or_else(|| home.models().join("infiller")),
         pause_after: args.pause_after,
+        guidance,
     };
     let (outcome, report) = with_backend!(args.device, train_infiller(&run))?;
     let record = &outcome.record;
@@ -326,6 +350,14 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
         .iter()
         .map(|l| format!("{l:.3}"))
         .collect();
+    if let Some(guidance) = &report.guidance {
+        println!(
+            "keywords    retrieved from {} for {} of {} examples",
+            guidance.corpus.display(),
+            guidance.with_keywords,
+            report.with_rationale
+        );
+    }
     println!(
         "validation  {} (kept epoch {})",
         losses.join(" "),

@@ -85,8 +85,8 @@ pub enum Command {
     /// Train cross-encoder re-rankers for retrieved counterfactual candidates
     #[command(subcommand)]
     Reranker(reranker::RerankerCommand),
-    /// Make counterfactuals of a dataset: CORE (retrieve + LLM edit), or its LLM-only or
-    /// retrieve-only ablations; each is checked by a classifier (resumable JSON lines)
+    /// Make counterfactuals of a dataset with a method (CORE and its ablations, AutoCAD, AutoCAD
+    /// guided by retrieval); each is checked by a classifier (resumable JSON lines)
     Generate(Box<generate::GenerateArgs>),
     /// Evaluate generated counterfactuals
     #[command(subcommand)]

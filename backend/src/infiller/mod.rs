@@ -152,17 +152,25 @@ pub trait Infill: Send + Sync {
     fn name(&self) -> &str;
     /// Samples the fills of `input`'s `spans` sentinels (seeded), never writing `banned` words.
     fn fill(&self, input: &str, spans: usize, banned: &[String], seed: u64) -> Result<Fill>;
+    /// Whether it was trained with retrieved keywords in its inputs (`infiller train
+    /// --retrieval`).
+    fn guided(&self) -> bool;
 }
 
 /// An [`Infiller`] shared by the pipeline's workers.
 pub struct SharedInfiller<B: Backend> {
     pub name: String,
     pub infiller: std::sync::Mutex<Infiller<B>>,
+    pub guided: bool,
 }
 
 impl<B: Backend> Infill for SharedInfiller<B> {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn guided(&self) -> bool {
+        self.guided
     }
 
     fn fill(&self, input: &str, spans: usize, banned: &[String], seed: u64) -> Result<Fill> {

@@ -4,10 +4,17 @@
 //! same masked input under every other label must make that target unlikely: loss = MLE +
 //! α·UL, the unlikelihood on span words only. Validation loss (MLE on held-out examples) picks
 //! the best epoch; resumable like every training here.
+//!
+//! With [`KeywordGuidance`] (retrieval-guided infilling, beyond the paper) each input also
+//! carries the keywords of corpus sentences retrieved for the example with its own label, and
+//! each unlikelihood row those retrieved for the other label: the infiller learns to write
+//! fills in the spirit of the keywords it is given, which at generation are the target label's.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
@@ -16,9 +23,15 @@ use flipside_shared::infill::{T5Tokenizer, infill_input, infill_target};
 use flipside_shared::models::t5::T5Config;
 use serde::{Deserialize, Serialize};
 
-use super::rationales::{Rationale, RationaleFinder, RationaleRequest, RationaleSettings};
+use super::rationales::{
+    NoRationale, Rationale, RationaleFinder, RationaleRequest, RationaleSettings,
+};
 use super::{Seq2SeqExample, Seq2SeqObjective, save_t5};
 use crate::compute::Compute;
+use crate::editing::keywords::Lexicons;
+use crate::editing::prompts::Task;
+use crate::editing::retrieve::{RetrievalSetup, Retriever};
+use crate::methods::core::RetrievalContext;
 use crate::models::{load_classifier, write_atomic};
 use crate::pipeline::Item;
 use crate::progress;
@@ -58,6 +71,29 @@ pub struct InfillTrainRun {
     pub train: TrainConfig,
     pub out: PathBuf,
     pub pause_after: Option<usize>,
+    /// Retrieval-guided infilling: keywords of retrieved sentences in every input.
+    pub guidance: Option<KeywordGuidance>,
+}
+
+/// Where retrieval-guided infilling's keywords come from.
+pub struct KeywordGuidance {
+    pub retrieval: RetrievalSetup,
+    pub lexicons: Arc<Lexicons>,
+    pub task: Task,
+    /// Most keywords in an input (`generate`'s `--max-keywords` should match).
+    pub max_keywords: usize,
+}
+
+/// How a retrieval-guided infiller's keywords were found, recorded in `infill.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GuidanceReport {
+    pub corpus: PathBuf,
+    pub index: PathBuf,
+    pub per_query: usize,
+    pub max_queries: usize,
+    pub max_keywords: usize,
+    /// Examples whose own-label retrieval found at least one keyword.
+    pub with_keywords: usize,
 }
 
 /// What infill training saw, saved as `infill.json` beside the model.
@@ -74,21 +110,39 @@ pub struct InfillReport {
     pub validation_losses: Vec<f64>,
     pub best_epoch: Option<usize>,
     pub train_seconds: f64,
+    /// Present when the inputs carried retrieved keywords.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guidance: Option<GuidanceReport>,
+}
+
+impl InfillReport {
+    /// The report saved beside a trained infiller; `None` for a T5 not trained here.
+    pub fn read(dir: &std::path::Path) -> Result<Option<Self>> {
+        match std::fs::read(dir.join("infill.json")) {
+            Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error.into()),
+        }
+    }
 }
 
 /// One item's training example: the masked input under its own label, its target, and the
-/// inputs under every other label (the unlikelihood rows).
+/// inputs under every other label (the unlikelihood rows); each input with its label's
+/// `keywords` (none when the map has no entry).
 pub fn infill_example(
     rationale: &Rationale,
     label: &str,
     labels: &[String],
+    keywords: &KeywordsByLabel,
     tokenizer: &T5Tokenizer,
     max_len: usize,
 ) -> Result<Option<Seq2SeqExample>> {
     let encode = |label: &str| {
+        let keywords = keywords.get(label).map_or(&[][..], Vec::as_slice);
         tokenizer.encode(&infill_input(
             &rationale.text,
             rationale.premise.as_ref(),
+            keywords,
             label,
         ))
     };
@@ -142,19 +196,28 @@ pub fn train_infiller<B: Backend>(
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
+    let (keywords, guidance) = match &run.guidance {
+        Some(guidance) => {
+            let (keywords, report) =
+                guidance_keywords(&compute, guidance, run, &rationales, &labels)?;
+            (keywords, Some(report))
+        }
+        None => (vec![BTreeMap::new(); run.items.len()], None),
+    };
 
     let tokenizer_json = &run.tokenizer_json;
     let tokenizer = T5Tokenizer::from_json(tokenizer_json)?;
     let mut train = Vec::new();
     let mut validation = Vec::new();
     let mut with_rationale = 0;
-    for (item, rationale) in run.items.iter().zip(&rationales) {
+    for ((item, rationale), keywords) in run.items.iter().zip(&rationales).zip(&keywords) {
         let Ok(rationale) = rationale else { continue };
         with_rationale += 1;
         let Some(example) = infill_example(
             rationale,
             &item.label,
             &labels,
+            keywords,
             &tokenizer,
             run.train.max_len,
         )?
@@ -234,6 +297,7 @@ pub fn train_infiller<B: Backend>(
         validation_losses: outcome.record.validation_losses.clone(),
         best_epoch: outcome.record.best_epoch,
         train_seconds: outcome.record.train_seconds,
+        guidance,
     };
     if !outcome.paused {
         write_atomic(
@@ -242,4 +306,60 @@ pub fn train_infiller<B: Backend>(
         )?;
     }
     Ok((outcome, report))
+}
+
+/// Retrieved keywords by the label they were retrieved for.
+pub type KeywordsByLabel = BTreeMap<String, Vec<String>>;
+
+/// For each item with a rationale, the keywords of sentences retrieved for it with each label
+/// (its own for the input, the others for the unlikelihood rows).
+fn guidance_keywords<B: Backend>(
+    compute: &Compute<B>,
+    guidance: &KeywordGuidance,
+    run: &InfillTrainRun,
+    rationales: &[std::result::Result<Rationale, NoRationale>],
+    labels: &[String],
+) -> Result<(Vec<KeywordsByLabel>, GuidanceReport)> {
+    let setup = &guidance.retrieval;
+    let retriever = Retriever::open(compute.clone(), setup.clone(), guidance.lexicons.clone())
+        .context("loading the retrieval index for keyword guidance")?;
+    let context = RetrievalContext::over(
+        Arc::new(Mutex::new(retriever)),
+        guidance.lexicons.clone(),
+        guidance.task,
+        guidance.max_keywords,
+    );
+    let with_rationale = rationales.iter().filter(|r| r.is_ok()).count();
+    let bar = progress::items(with_rationale as u64, "retrieving keywords");
+    let mut keywords = Vec::with_capacity(run.items.len());
+    let mut with_keywords = 0;
+    for (item, rationale) in run.items.iter().zip(rationales) {
+        let mut by_label = BTreeMap::new();
+        if rationale.is_ok() {
+            for label in labels {
+                let query = Item {
+                    target: label.clone(),
+                    ..item.clone()
+                };
+                let found = context
+                    .retrieve(&query, None)?
+                    .retrieval
+                    .unwrap_or_default();
+                by_label.insert(label.clone(), found.keywords);
+            }
+            with_keywords += usize::from(by_label.get(&item.label).is_some_and(|k| !k.is_empty()));
+            bar.inc(1);
+        }
+        keywords.push(by_label);
+    }
+    bar.finish_and_clear();
+    let report = GuidanceReport {
+        corpus: setup.corpus_dir.clone(),
+        index: setup.index_dir.clone(),
+        per_query: setup.per_query,
+        max_queries: setup.max_queries,
+        max_keywords: guidance.max_keywords,
+        with_keywords,
+    };
+    Ok((keywords, report))
 }

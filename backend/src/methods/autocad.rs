@@ -6,14 +6,19 @@
 //! banned, seeded by the attempt); a reply that drops or reorders a sentinel is a failed attempt
 //! with its reason. For NLI the rationale is found over premise and hypothesis jointly, the
 //! premise is given unmasked and only the hypothesis is rewritten (Flipside edits hypotheses).
+//!
+//! [`AutocadRetrieval`] goes beyond the paper: CORE's retrieval finds sentences with the target
+//! label for the item, and their keywords go into the infiller's input (an infiller trained with
+//! `infiller train --retrieval` learnt to write fills in their spirit).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, bail};
 use flipside_shared::infill::{MaskedText, infill_input};
 use flipside_shared::records::{AutocadProvenance, Provenance};
 
+use super::core::RetrievalContext;
 use super::{EditSettings, Method, MethodCard, Models, Stages};
 use crate::infiller::Infill;
 use crate::infiller::rationales::{FindRationale, Rationale, RationaleSource};
@@ -21,6 +26,9 @@ use crate::pipeline::{Candidate, Context, ContextStage, Editor, Item, NoEdit};
 
 /// AutoCAD.
 pub struct Autocad;
+
+/// AutoCAD's infiller steered by the keywords of retrieved target-label sentences.
+pub struct AutocadRetrieval;
 
 static AUTOCAD: MethodCard = MethodCard {
     id: "autocad",
@@ -33,28 +41,77 @@ static AUTOCAD: MethodCard = MethodCard {
     infills: true,
 };
 
+static AUTOCAD_RETRIEVAL: MethodCard = MethodCard {
+    id: "autocad-retrieval",
+    label: "AutoCAD + retrieval",
+    description: "AutoCAD's infiller also given the keywords of label-flipped sentences retrieved \
+                  as CORE retrieves them (needs an infiller trained with --retrieval)",
+    retrieves: true,
+    uses_llm: false,
+    uses_keywords: true,
+    infills: true,
+};
+
 impl Method for Autocad {
     fn card(&self) -> &'static MethodCard {
         &AUTOCAD
     }
 
     fn stages(&self, models: &Models, _settings: &EditSettings) -> Result<Stages> {
-        let infiller = models.infiller.clone().context(
-            "the autocad method needs an infiller: train one with `flipside infiller train` \
-             and pass --infiller DIR",
-        )?;
-        let finder = models
-            .rationales
-            .clone()
-            .context("the autocad method needs the classifier's rationales")?;
+        let (rationale, editor) = infill_stages(models, false)?;
         Ok(Stages {
-            context: Some(Arc::new(RationaleStage { finder })),
-            editor: Arc::new(InfillEditor {
-                infiller,
-                labels: models.classifier.labels(),
-            }),
+            context: Some(Arc::new(rationale)),
+            editor: Arc::new(editor),
         })
     }
+}
+
+impl Method for AutocadRetrieval {
+    fn card(&self) -> &'static MethodCard {
+        &AUTOCAD_RETRIEVAL
+    }
+
+    fn check_loaded(&self, models: &Models) -> Result<()> {
+        match &models.infiller {
+            Some(infiller) if !infiller.guided() => bail!(
+                "the infiller {} was trained without retrieved keywords: train one with \
+                 `flipside infiller train --retrieval` for the autocad-retrieval method",
+                infiller.name()
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    fn stages(&self, models: &Models, settings: &EditSettings) -> Result<Stages> {
+        let (rationale, editor) = infill_stages(models, true)?;
+        Ok(Stages {
+            context: Some(Arc::new(RetrievalAndRationale {
+                retrieval: RetrievalContext::new(models, settings),
+                rationale,
+            })),
+            editor: Arc::new(editor),
+        })
+    }
+}
+
+/// The rationale stage and the infilling editor over `models`' infiller.
+fn infill_stages(models: &Models, with_keywords: bool) -> Result<(RationaleStage, InfillEditor)> {
+    let infiller = models.infiller.clone().context(
+        "AutoCAD needs an infiller: train one with `flipside infiller train` and pass \
+         --infiller DIR",
+    )?;
+    let finder = models
+        .rationales
+        .clone()
+        .context("AutoCAD needs the classifier's rationales")?;
+    Ok((
+        RationaleStage { finder },
+        InfillEditor {
+            infiller,
+            labels: models.classifier.labels(),
+            with_keywords,
+        },
+    ))
 }
 
 /// Finds the item's rationale (for its own label: the words that make it what it is).
@@ -83,11 +140,31 @@ impl ContextStage for RationaleStage {
     }
 }
 
+/// Retrieved target-label sentences with their keywords, and the item's rationale.
+struct RetrievalAndRationale {
+    retrieval: RetrievalContext,
+    rationale: RationaleStage,
+}
+
+impl ContextStage for RetrievalAndRationale {
+    fn context(&self, item: &Item) -> Result<Context> {
+        let retrieved = self.retrieval.context(item)?;
+        let rationale = self.rationale.context(item)?;
+        Ok(Context {
+            retrieval: retrieved.retrieval,
+            millis: retrieved.millis + rationale.millis,
+            ..rationale
+        })
+    }
+}
+
 /// Rewrites the masked rationale spans with the infiller, for the target label.
 struct InfillEditor {
     infiller: Arc<dyn Infill>,
     /// Every label word (banned from the fills).
     labels: Vec<String>,
+    /// Whether the input carries the context's retrieved keywords.
+    with_keywords: bool,
 }
 
 impl Editor for InfillEditor {
@@ -106,7 +183,16 @@ impl Editor for InfillEditor {
             Some((Err(reason), _)) => return Ok(Err(NoEdit::new(reason.clone(), None))),
             None => return Ok(Err(NoEdit::new("no rationale was looked for", None))),
         };
-        let input = infill_input(&rationale.text, rationale.premise.as_ref(), &item.target);
+        let retrieval = match &context.retrieval {
+            Some(retrieval) if self.with_keywords => retrieval.clone(),
+            _ => Default::default(),
+        };
+        let input = infill_input(
+            &rationale.text,
+            rationale.premise.as_ref(),
+            &retrieval.keywords,
+            &item.target,
+        );
         let spans = rationale.text.spans.len();
         let fill = self.infiller.fill(&input, spans, &self.labels, seed)?;
         let fills = match fill.fills {
@@ -131,6 +217,8 @@ impl Editor for InfillEditor {
                     RationaleSource::Random => "random".into(),
                 },
                 reply: fill.reply,
+                keywords: retrieval.keywords,
+                retrieved: retrieval.excerpts,
             }),
             prompt_tokens: 0,
             completion_tokens: 0,

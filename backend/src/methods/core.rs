@@ -104,11 +104,26 @@ pub struct RetrievalContext {
 impl RetrievalContext {
     /// Over `models`' retriever, which [`super::pipeline`] has checked is there.
     pub fn new(models: &Models, settings: &EditSettings) -> Self {
+        Self::over(
+            models.retriever.clone().expect("checked by pipeline()"),
+            models.lexicons.clone(),
+            settings.task,
+            settings.max_keywords,
+        )
+    }
+
+    /// Over `retriever`, keeping at most `max_keywords` keywords.
+    pub fn over(
+        retriever: Arc<dyn Retrieve>,
+        lexicons: Arc<Lexicons>,
+        task: Task,
+        max_keywords: usize,
+    ) -> Self {
         Self {
-            retriever: models.retriever.clone().expect("checked by pipeline()"),
-            lexicons: models.lexicons.clone(),
-            task: settings.task,
-            max_keywords: settings.max_keywords,
+            retriever,
+            lexicons,
+            task,
+            max_keywords,
         }
     }
 

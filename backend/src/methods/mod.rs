@@ -25,6 +25,7 @@ use crate::editing::prompts::Task;
 use crate::editing::retrieve::{RetrievalSetup, Retrieve, Retriever};
 use crate::home::Home;
 use crate::infiller::rationales::{FindRationale, RationaleFinder, RationaleSettings};
+use crate::infiller::train::InfillReport;
 use crate::infiller::{Infill, Infiller, SharedInfiller};
 use crate::llm::{LlmClient, Sampling};
 use crate::models::load_classifier;
@@ -33,11 +34,12 @@ use crate::pipeline::judge::{Classify, FlipCheck};
 use crate::pipeline::{ContextStage, Editor, Pipeline};
 
 /// Every method, the default first.
-pub static METHODS: [&dyn Method; 4] = [
+pub static METHODS: [&dyn Method; 5] = [
     &core::Core,
     &core::LlmOnly,
     &core::RetrieveOnly,
     &autocad::Autocad,
+    &autocad::AutocadRetrieval,
 ];
 
 /// What a method is, for the command line, the API and the browser.
@@ -75,6 +77,11 @@ pub trait Method: Sync {
     /// Fails, before any model is loaded, when `settings` cannot work for it (a prompt
     /// template for another task, say).
     fn check(&self, _settings: &EditSettings) -> Result<()> {
+        Ok(())
+    }
+    /// Fails when loaded `models` cannot serve it in a way the card does not say (an infiller
+    /// trained for another input format, say); [`check_models`] checks what the card says.
+    fn check_loaded(&self, _models: &Models) -> Result<()> {
         Ok(())
     }
     /// Its context stage and editor, over loaded models.
@@ -253,9 +260,11 @@ fn load_infiller_setup<B: Backend>(
     let infiller = Infiller::<B>::from_dir(&setup.dir, setup.tokenizer_json, device)
         .with_context(|| format!("loading the infiller {}", setup.dir.display()))?;
     let classifier = load_classifier::<Autodiff<B>>(classifier_dir, device)?;
+    let guided = InfillReport::read(&setup.dir)?.is_some_and(|r| r.guidance.is_some());
     let infiller: Arc<dyn Infill> = Arc::new(SharedInfiller {
         name: setup.dir.display().to_string(),
         infiller: Mutex::new(infiller),
+        guided,
     });
     let finder: Arc<dyn FindRationale> = Arc::new(Mutex::new(RationaleFinder {
         classifier,
@@ -279,7 +288,7 @@ pub fn check_models(method: &dyn Method, models: &Models) -> Result<()> {
             method.id()
         );
     }
-    Ok(())
+    method.check_loaded(models)
 }
 
 /// `method`'s pipeline over `models`: its stages, and the classifier's flip check.
@@ -314,7 +323,7 @@ mod tests {
         assert_eq!(method("llm-only").unwrap().id(), "llm-only");
         let error = method("nope").map(|m| m.id()).unwrap_err().to_string();
         assert!(
-            error.contains("core, llm-only, retrieve-only, autocad"),
+            error.contains("core, llm-only, retrieve-only, autocad, autocad-retrieval"),
             "{error}"
         );
         assert_eq!(method_infos()[0].id.as_str(), "core");
