@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use flipside_shared::api::EditResponse;
+use flipside_shared::records::{AutocadProvenance, Provenance};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
@@ -61,6 +62,12 @@ pub fn EditResult(
                     </div>
                     <FlippedBadge flipped=record.flipped target=response.target.clone() />
                 </div>
+                {match &record.provenance {
+                    Provenance::Autocad(provenance) => Some(view! {
+                        <Infilled provenance=provenance.clone() />
+                    }),
+                    _ => None,
+                }}
                 <LiveEdit
                     original=response.original.clone()
                     edited=record.edited.clone()
@@ -120,6 +127,35 @@ fn FlippedBadge(flipped: bool, target: String) -> impl IntoView {
         <span class=class data-testid="demo-flipped" data-flipped=flipped.to_string()>
             {text}
         </span>
+    }
+}
+
+/// What an AutoCAD edit rewrote: the text with its rationale spans masked, and each span's
+/// words beside the infiller's fill.
+#[component]
+fn Infilled(provenance: AutocadProvenance) -> impl IntoView {
+    let rows = provenance
+        .spans
+        .iter()
+        .zip(&provenance.fills)
+        .enumerate()
+        .map(|(k, (span, fill))| {
+            view! {
+                <li>
+                    <code>{format!("<extra_id_{k}>")}</code>
+                    {format!(" {span} → {}", if fill.is_empty() { "(nothing)" } else { fill })}
+                </li>
+            }
+        })
+        .collect::<Vec<_>>();
+    view! {
+        <div class="infilled small" data-testid="demo-infilled">
+            <p>
+                {format!("Masked ({} rationale): ", provenance.rationales)}
+                <code data-testid="demo-masked">{provenance.masked.clone()}</code>
+            </p>
+            <ul class="fills">{rows}</ul>
+        </div>
     }
 }
 
