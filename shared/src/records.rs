@@ -45,11 +45,11 @@ pub struct Counterfactual {
 }
 
 impl Counterfactual {
-    /// The keywords the edit was guided by (CORE), if any.
+    /// The keywords the edit was guided by (CORE, retrieval-guided AutoCAD), if any.
     pub fn keywords(&self) -> &[String] {
         match &self.provenance {
             Provenance::Core(core) => &core.keywords,
-            Provenance::Autocad(_) => &[],
+            Provenance::Autocad(autocad) => &autocad.keywords,
         }
     }
 }
