@@ -165,6 +165,17 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
             "autocad-retrieval"
         ]
     );
+    // Each method says whether this server (no infiller) can run it, and if not, why.
+    let unavailable: Vec<Option<&str>> = info["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.get("unavailable").map(|u| u.as_str().unwrap()))
+        .collect();
+    assert_eq!(unavailable[..3], [None, None, None]);
+    for reason in &unavailable[3..] {
+        assert!(reason.unwrap().contains("needs an infiller"), "{reason:?}");
+    }
 
     let text = "The film was wonderful and the cast superb.";
     let retrieved = json_of(

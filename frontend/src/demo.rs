@@ -3,12 +3,13 @@
 //! how the classifier scores it, then lets the user change the edit and re-score it in the
 //! browser.
 
-use flipside_shared::api::{EditRequest, EditResponse, ServerInfo};
+use flipside_shared::api::{EditRequest, EditResponse, MethodId, MethodInfo, ServerInfo};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::api;
 use crate::edit_result::EditResult;
+use crate::method_picker::MethodPicker;
 use crate::retrieved::{KeywordEditor, Retrieved};
 use crate::scoring::{self, Status};
 use crate::ui::{ErrorMessage, Spinner};
@@ -123,6 +124,7 @@ fn Demo(info: ServerInfo) -> impl IntoView {
             .unwrap_or_default(),
     );
     let target = RwSignal::new(other_label(&labels, &label.get_untracked()));
+    let method = RwSignal::new(None::<MethodId>);
     let edit = EditState::new();
 
     let submit = move |event: leptos::ev::SubmitEvent| {
@@ -131,7 +133,7 @@ fn Demo(info: ServerInfo) -> impl IntoView {
             text: text.get_untracked(),
             label: label.get_untracked(),
             target: Some(target.get_untracked()),
-            method: None,
+            method: method.get_untracked(),
             keywords: None,
             seed: Some(0),
         });
@@ -154,16 +156,19 @@ fn Demo(info: ServerInfo) -> impl IntoView {
         label.set(example.label.clone());
     };
     let can_submit = move || !edit.pending.get() && !text.with(|t| t.trim().is_empty());
+    let methods = info.methods.clone();
 
     view! {
         <section class="card">
             <h2>"Flip a label with a minimal edit"</h2>
-            <p class="muted">
-                "The server retrieves sentences with the target label from "
-                {info.corpus.name.clone()} ", takes keywords from them, and asks "
+            <p class="muted" data-testid="demo-method-description">
+                {move || method_description(&methods, method.get())} ". The classifier "
+                {info.classifier.name.clone()}
+                " checks that the edit gets the target label; the LLM is "
                 <strong>{info.model.clone()}</strong>
-                " to change as little of your text as it can so that "
-                {info.classifier.name.clone()} " gives it the target label."
+                ", the helpers come from "
+                {info.corpus.name.clone()}
+                "."
             </p>
             <form class="edit-form" on:submit=submit>
                 <div class="field">
@@ -219,6 +224,10 @@ fn Demo(info: ServerInfo) -> impl IntoView {
                             on_change=Callback::new(move |value| target.set(value))
                         />
                     </div>
+                    <div class="field">
+                        <label for="demo-method">"Method"</label>
+                        <MethodPicker methods=info.methods.clone() chosen=method testid="demo-method" />
+                    </div>
                     <button
                         type="submit"
                         class="primary"
@@ -243,6 +252,16 @@ fn Demo(info: ServerInfo) -> impl IntoView {
         </section>
         <EditOutcome edit />
     }
+}
+
+/// The description of the `chosen` method, or of the server's default (the first).
+fn method_description(methods: &[MethodInfo], chosen: Option<MethodId>) -> String {
+    methods
+        .iter()
+        .find(|m| Some(&m.id) == chosen.as_ref())
+        .or(methods.first())
+        .map(|m| m.description.clone())
+        .unwrap_or_default()
 }
 
 /// A `<select>` of the classifier's labels.
@@ -281,7 +300,7 @@ fn EditOutcome(edit: EditState) -> impl IntoView {
         <Show when=move || edit.pending.get()>
             <p class="status-line" data-testid="demo-pending">
                 <Spinner />
-                " Editing… the LLM runs on the server's CPU, so this takes a few seconds."
+                " Editing… the models run on the server's CPU, so this takes a few seconds."
             </p>
         </Show>
         {move || match edit.answer.get() {
@@ -302,11 +321,16 @@ fn EditOutcome(edit: EditState) -> impl IntoView {
                 view! {
                     <div class="outcome" class:stale=move || edit.pending.get()>
                         <EditResult response try_another pending seed />
-                        <section class="card">
-                            <h2>"How it was made"</h2>
-                            {retrieval}
-                            <KeywordEditor keywords=edit.keywords rerun pending />
-                        </section>
+                        {retrieval
+                            .map(|retrieval| {
+                                view! {
+                                    <section class="card">
+                                        <h2>"How it was made"</h2>
+                                        {retrieval}
+                                        <KeywordEditor keywords=edit.keywords rerun pending />
+                                    </section>
+                                }
+                            })}
                     </div>
                 }
                     .into_any()

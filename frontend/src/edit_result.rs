@@ -31,7 +31,7 @@ pub fn EditResult(
     let original_p = p_target(&response.original_probabilities);
     let timing = &response.timing;
     let small_print = format!(
-        "retrieval {} · LLM {} · classifier {} · model {} · seed {}",
+        "retrieval {} · edit {} · classifier {} · model {} · seed {}",
         format_millis(timing.context_ms),
         format_millis(timing.edit_ms),
         format_millis(timing.judge_ms),

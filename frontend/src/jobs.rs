@@ -14,6 +14,7 @@ use send_wrapper::SendWrapper;
 
 use crate::api;
 use crate::datasets::{Datasets, DatasetsResource};
+use crate::method_picker::MethodPicker;
 use crate::records::Records;
 use crate::route::{Route, navigate};
 use crate::ui::{ErrorMessage, ProgressBar, Spinner, format_time};
@@ -192,40 +193,30 @@ fn StartJob(datasets: DatasetsResource, dataset: RwSignal<String>, jobs: JobList
                 <div class="grid-fields">
                     <label class="field compact">
                         <span>"Method"</span>
-                        <select
-                            data-testid="job-method"
-                            on:change=move |ev| method.set(Some(MethodId(event_target_value(&ev))))
-                        >
-                            {move || match info.get() {
-                                Some(Ok(info)) => {
-                                    info.methods
-                                        .into_iter()
-                                        .enumerate()
-                                        .map(|(i, m)| {
-                                            let id = m.id.clone();
-                                            let selected = move || {
-                                                method.with(|chosen| match chosen {
-                                                    Some(chosen) => *chosen == id,
-                                                    None => i == 0,
-                                                })
-                                            };
-                                            view! {
-                                                <option
-                                                    value=m.id.to_string()
-                                                    title=m.description.clone()
-                                                    prop:selected=selected
-                                                >
-                                                    {m.label.clone()}
-                                                </option>
-                                            }
-                                        })
-                                        .collect_view()
-                                        .into_any()
+                        {move || match info.get() {
+                            Some(Ok(info)) => {
+                                view! {
+                                    <MethodPicker methods=info.methods chosen=method testid="job-method" />
                                 }
-                                Some(Err(_)) => view! { <option value="">"Server default"</option> }.into_any(),
-                                None => view! { <option value="">"Loading…"</option> }.into_any(),
-                            }}
-                        </select>
+                                    .into_any()
+                            }
+                            Some(Err(_)) => {
+                                view! {
+                                    <select data-testid="job-method">
+                                        <option value="">"Server default"</option>
+                                    </select>
+                                }
+                                    .into_any()
+                            }
+                            None => {
+                                view! {
+                                    <select data-testid="job-method" disabled>
+                                        <option value="">"Loading…"</option>
+                                    </select>
+                                }
+                                    .into_any()
+                            }
+                        }}
                     </label>
                     <label class="field compact">
                         <span>"Examples"</span>

@@ -11,6 +11,7 @@ mod demo;
 mod diff_view;
 mod edit_result;
 mod jobs;
+mod method_picker;
 mod records;
 mod retrieved;
 mod route;

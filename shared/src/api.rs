@@ -52,6 +52,9 @@ pub struct MethodInfo {
     pub uses_llm: bool,
     /// Whether keywords guide its edits (`EditRequest.keywords` may replace them).
     pub uses_keywords: bool,
+    /// Why this server cannot run it (a model it needs is not loaded); absent when it can.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<String>,
 }
 
 /// A method's id (`GET /api/info` lists them; the OpenAPI document enumerates them).

@@ -79,6 +79,58 @@ test('the edit demo makes a counterfactual and shows helpers, keywords, diff and
   await page.close();
 });
 
+// An AutoCAD answer as `POST /api/edit` gives it, the record from a run of the README's
+// ablation (this test server has no infiller, so the page is handed this answer).
+const AUTOCAD_ORIGINAL = 'The script is very poor with nothing special at all.';
+const AUTOCAD_EDITED = 'The film is very good with nothing were. at all.';
+const AUTOCAD_MASKED = 'The <extra_id_0> is very <extra_id_1> with nothing <extra_id_2> at all.';
+const AUTOCAD_TIMING = { context_ms: 70.1, edit_ms: 61.3, judge_ms: 12.0, prompt_tokens: 0, completion_tokens: 0 };
+const AUTOCAD_ANSWER = {
+  method: 'autocad', original: AUTOCAD_ORIGINAL, label: 'negative', target: 'positive', keywords: [],
+  record: {
+    key: 'demo→positive', item: 'demo', method: 'autocad', original: AUTOCAD_ORIGINAL,
+    edited: AUTOCAD_EDITED, label: 'negative', target: 'positive', model: 'infiller-ul-saliency',
+    seed: 0, attempt: 1, timing: AUTOCAD_TIMING, prediction: 'positive', target_probability: 0.91,
+    flipped: true,
+    provenance: {
+      kind: 'autocad', masked: AUTOCAD_MASKED, spans: ['script', 'poor', 'special'],
+      fills: ['film', 'good', 'were.'], rationales: 'saliency',
+      reply: '<extra_id_0>film<extra_id_1> good<extra_id_2> were.',
+    },
+  },
+  failures: [], labels: ['negative', 'positive'], original_probabilities: [0.97, 0.03],
+  edited_probabilities: [0.09, 0.91], model: 'infiller-ul-saliency', timing: AUTOCAD_TIMING,
+};
+
+test('the demo offers the methods, disables those the server cannot run, and shows an AutoCAD edit\'s masks and fills', { timeout: 600_000 }, async () => {
+  const { page, errors } = await openApp();
+  const picker = page.getByTestId('demo-method');
+  const values = await picker.locator('option').evaluateAll((options) => options.map((o) => o.value));
+  assert.deepEqual(values, ['core', 'llm-only', 'retrieve-only', 'autocad', 'autocad-retrieval']);
+  assert.equal(await picker.inputValue(), 'core', 'the server\'s default is selected');
+  for (const id of ['autocad', 'autocad-retrieval']) {
+    const option = picker.locator(`option[value="${id}"]`);
+    assert.ok(await option.isDisabled(), `${id} is disabled without an infiller`);
+    assert.match(await option.getAttribute('title'), /needs an infiller/);
+  }
+  await picker.selectOption('llm-only');
+  assert.match(await page.getByTestId('demo-method-description').innerText(), /LLM alone/);
+
+  await page.route('**/api/edit', (route) => route.fulfill({ json: AUTOCAD_ANSWER }));
+  await page.getByTestId('demo-text').fill(AUTOCAD_ORIGINAL);
+  await page.getByTestId('demo-label').selectOption('negative');
+  await page.getByTestId('demo-submit').click();
+  await page.getByTestId('demo-infilled').waitFor({ timeout: LONG });
+  assert.equal(await page.getByTestId('demo-masked').innerText(), AUTOCAD_MASKED);
+  const fills = await page.getByTestId('demo-infilled').locator('li').allInnerTexts();
+  assert.deepEqual(fills, ['<extra_id_0> script → film', '<extra_id_1> poor → good', '<extra_id_2> special → were.']);
+  assert.ok(await page.getByTestId('diff-added').count() >= 1, 'the diff marks the fills');
+  assert.equal(await page.getByTestId('excerpt').count(), 0, 'no helpers for a method that does not retrieve');
+  await page.screenshot({ path: join(SHOTS, 'demo-autocad.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
+
 for (const backend of ['cpu', 'webgpu']) {
   test(`the in-browser classifier (${backend}) matches the server to 1e-3`, { timeout: 600_000 }, async () => {
     const { page, errors } = await openApp(`?backend=${backend}`);

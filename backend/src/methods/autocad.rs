@@ -33,8 +33,8 @@ pub struct AutocadRetrieval;
 static AUTOCAD: MethodCard = MethodCard {
     id: "autocad",
     label: "AutoCAD",
-    description: "the classifier's most salient words masked and refilled for the target label \
-                  by a T5 trained with unlikelihood (needs --infiller)",
+    description: "Mask the classifier's most salient words and refill them for the target label \
+                  with a T5 infiller trained with unlikelihood",
     retrieves: false,
     uses_llm: false,
     uses_keywords: false,
@@ -44,8 +44,8 @@ static AUTOCAD: MethodCard = MethodCard {
 static AUTOCAD_RETRIEVAL: MethodCard = MethodCard {
     id: "autocad-retrieval",
     label: "AutoCAD + retrieval",
-    description: "AutoCAD's infiller also given the keywords of label-flipped sentences retrieved \
-                  as CORE retrieves them (needs an infiller trained with --retrieval)",
+    description: "AutoCAD with the keywords of label-flipped helpers, retrieved as CORE retrieves \
+                  them, in the infiller's input (an infiller trained with --retrieval)",
     retrieves: true,
     uses_llm: false,
     uses_keywords: true,

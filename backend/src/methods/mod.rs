@@ -105,12 +105,14 @@ pub fn method(id: &str) -> Result<&'static dyn Method> {
     }
 }
 
-/// Every method, as the API describes them.
-pub fn method_infos() -> Vec<MethodInfo> {
+/// Every method, as the API describes them, each marked with why `models` cannot run it (if
+/// they cannot).
+pub fn method_infos(models: &Models) -> Vec<MethodInfo> {
     METHODS
         .iter()
         .map(|m| {
             let card = m.card();
+            let unavailable = check_models(*m, models).err().map(|e| e.to_string());
             MethodInfo {
                 id: MethodId::from(card.id),
                 label: card.label.to_string(),
@@ -118,6 +120,7 @@ pub fn method_infos() -> Vec<MethodInfo> {
                 retrieves: card.retrieves,
                 uses_llm: card.uses_llm,
                 uses_keywords: card.uses_keywords,
+                unavailable,
             }
         })
         .collect()
@@ -326,6 +329,6 @@ mod tests {
             error.contains("core, llm-only, retrieve-only, autocad, autocad-retrieval"),
             "{error}"
         );
-        assert_eq!(method_infos()[0].id.as_str(), "core");
+        assert_eq!(METHODS[0].id(), "core", "the default method");
     }
 }

@@ -49,7 +49,7 @@ pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
         classifier: resources.classifier_info.clone(),
         corpus: resources.corpus.clone(),
         examples: demo_examples(),
-        methods: method_infos(),
+        methods: method_infos(&resources.models),
     })
 }
 
