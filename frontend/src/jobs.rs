@@ -200,18 +200,12 @@ fn StartJob(datasets: DatasetsResource, dataset: RwSignal<String>, jobs: JobList
                                 }
                                     .into_any()
                             }
-                            Some(Err(_)) => {
-                                view! {
-                                    <select data-testid="job-method">
-                                        <option value="">"Server default"</option>
-                                    </select>
-                                }
-                                    .into_any()
-                            }
-                            None => {
+                            answer => {
+                                // Loading, or no answer: the server's default is used.
+                                let text = if answer.is_some() { "Server default" } else { "Loading…" };
                                 view! {
                                     <select data-testid="job-method" disabled>
-                                        <option value="">"Loading…"</option>
+                                        <option value="">{text}</option>
                                     </select>
                                 }
                                     .into_any()
