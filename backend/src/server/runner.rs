@@ -7,7 +7,7 @@
 //! before the database: on resume, records already in it are imported (each item key at most
 //! once) and generation continues with the items not yet done.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -29,9 +29,18 @@ use crate::pipeline::store::{failures_path, read_repairing};
 /// Jobs waiting and running, and the channel their progress is published on.
 pub struct JobQueue {
     wake: Notify,
-    cancels: Mutex<HashMap<String, CancellationToken>>,
+    cancels: Mutex<Cancels>,
     /// Every change of every job.
     pub updates: broadcast::Sender<Job>,
+}
+
+/// The cancellation of running jobs, and the queued jobs cancelled before they started: one
+/// lock over both, so that a cancel never falls between the runner picking a job and starting
+/// it.
+#[derive(Default)]
+struct Cancels {
+    running: HashMap<String, CancellationToken>,
+    cancelled_while_queued: HashSet<String>,
 }
 
 impl Default for JobQueue {
@@ -50,15 +59,37 @@ impl JobQueue {
         self.wake.notify_one();
     }
 
-    /// Asks the running job `id` to stop; false when it is not running.
+    /// Asks job `id` to stop: a running job stops after the item in progress (true); a job not
+    /// running yet is never started (false).
     pub fn cancel(&self, id: &str) -> bool {
-        match self.cancels.lock().unwrap().get(id) {
+        let mut cancels = self.cancels.lock().unwrap();
+        match cancels.running.get(id) {
             Some(token) => {
                 token.cancel();
                 true
             }
-            None => false,
+            None => {
+                cancels.cancelled_while_queued.insert(id.to_string());
+                false
+            }
         }
+    }
+
+    /// Marks job `id` running and returns its cancellation token; `None` when it was
+    /// cancelled before it started.
+    fn start(&self, id: &str) -> Option<CancellationToken> {
+        let mut cancels = self.cancels.lock().unwrap();
+        if cancels.cancelled_while_queued.remove(id) {
+            return None;
+        }
+        let token = CancellationToken::new();
+        cancels.running.insert(id.to_string(), token.clone());
+        Some(token)
+    }
+
+    /// Job `id` is no longer running.
+    fn finish(&self, id: &str) {
+        self.cancels.lock().unwrap().running.remove(id);
     }
 }
 
@@ -110,18 +141,17 @@ struct Update {
 
 async fn run_job(state: &AppState, id: &str) -> Result<()> {
     let mut job = state.db.job(id).await?.context("the job vanished")?;
+    let Some(token) = state.jobs.start(id) else {
+        // Cancelled while queued (the cancel request may not have saved that yet).
+        job.status = JobStatus::Cancelled;
+        return publish(state, &mut job).await;
+    };
     if job.status.is_finished() {
-        return Ok(()); // cancelled while queued
+        state.jobs.finish(id);
+        return Ok(());
     }
-    let token = CancellationToken::new();
-    state
-        .jobs
-        .cancels
-        .lock()
-        .unwrap()
-        .insert(id.to_string(), token.clone());
     let result = generate_for(state, &mut job, &token).await;
-    state.jobs.cancels.lock().unwrap().remove(id);
+    state.jobs.finish(id);
     result
 }
 
@@ -273,4 +303,22 @@ pub fn job_method(method: &Option<MethodId>) -> MethodId {
     method
         .clone()
         .unwrap_or_else(|| MethodId::from(methods::METHODS[0].id()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_cancelled_before_it_starts_never_starts() {
+        let queue = JobQueue::default();
+        assert!(!queue.cancel("job-1"), "not running yet");
+        assert!(queue.start("job-1").is_none());
+        // Another job starts, and a cancel reaches it while it runs.
+        let token = queue.start("job-2").unwrap();
+        assert!(queue.cancel("job-2"));
+        assert!(token.is_cancelled());
+        queue.finish("job-2");
+        assert!(!queue.cancel("job-2"), "a finished job is not running");
+    }
 }
