@@ -8,6 +8,8 @@ pub mod checkpoint;
 pub mod classifier;
 pub mod encoder;
 pub mod pooling;
+pub mod search;
+pub mod sequence_loss;
 pub mod t5;
 
 use checkpoint::CheckpointError;

@@ -1,54 +1,12 @@
-//! Generating with T5: greedy, nucleus sampling (seeded) and beam search, with banned tokens,
+//! Generating with T5: [`search`](crate::models::search)'s greedy, nucleus and beam search,
 //! each step one incremental decoder call over a [`DecoderCache`].
-//!
-//! As in Hugging Face's `generate`: banned tokens get −∞ after the log-softmax (their mass is not
-//! redistributed); nucleus sampling divides the logits by the temperature, keeps the most likely
-//! tokens until their mass reaches `top_p`, and samples among them; beam search keeps the best
-//! `beams` running hypotheses by summed log-probability, sets aside those that end in `</s>`,
-//! and ranks finished hypotheses by sum / length^`length_penalty`.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use super::{DecoderCache, Encoded, T5Model};
-use crate::random::SplitMix64;
-
-/// How to choose each next token.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Search {
-    /// The most likely token.
-    Greedy,
-    /// Sample from the smallest set of tokens holding `top_p` of the probability, after dividing
-    /// the logits by `temperature`. Row `r` of a batch draws from `seed + r`.
-    Nucleus {
-        top_p: f64,
-        temperature: f64,
-        seed: u64,
-    },
-    /// Beam search with `beams` hypotheses per input.
-    Beam { beams: usize, length_penalty: f64 },
-}
-
-/// What to generate.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DecodeSettings {
-    pub search: Search,
-    /// Most tokens per output, `</s>` included.
-    pub max_tokens: usize,
-    /// Tokens never generated.
-    pub banned: Vec<u32>,
-}
-
-/// One generated output.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decoded {
-    /// The generated ids, without the start token and without `</s>`.
-    pub tokens: Vec<u32>,
-    /// Summed log-probability of the generated tokens (`</s>` included when it ended).
-    pub log_prob: f64,
-    /// Whether it ended with `</s>` (otherwise it reached `max_tokens`).
-    pub finished: bool,
-}
+pub use crate::models::search::{DecodeSettings, Decoded, Search};
+use crate::models::search::{SpecialTokens, StepDecoder, logit_rows};
 
 /// Generates one output per row of `encoded`.
 pub fn generate<B: Backend>(
@@ -56,327 +14,59 @@ pub fn generate<B: Backend>(
     encoded: &Encoded<B>,
     settings: &DecodeSettings,
 ) -> Vec<Decoded> {
-    match settings.search {
-        Search::Beam {
-            beams,
-            length_penalty,
-        } => beam_search(model, encoded, settings, beams.max(1), length_penalty),
-        _ => token_by_token(model, encoded, settings),
-    }
-}
-
-/// One decoder step for every row: the next-token log-probabilities (bans applied), per row.
-fn step<B: Backend>(
-    model: &T5Model<B>,
-    encoded: &Encoded<B>,
-    cache: &mut DecoderCache<B>,
-    last: &[u32],
-    banned: &[u32],
-) -> Vec<Vec<f32>> {
-    let device = encoded.hidden.device();
-    let ids: Vec<i64> = last.iter().map(|&t| t as i64).collect();
-    let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [last.len(), 1]), &device);
-    let logits = model.decode(encoded, ids, Some(cache));
-    let vocab = logits.dims()[2];
-    let values = logits
-        .into_data()
-        .convert::<f32>()
-        .to_vec::<f32>()
-        .expect("logits are floats");
-    values
-        .chunks(vocab)
-        .map(|row| {
-            let mut row = log_softmax(row);
-            for &token in banned {
-                if let Some(value) = row.get_mut(token as usize) {
-                    *value = f32::NEG_INFINITY;
-                }
-            }
-            row
-        })
-        .collect()
-}
-
-fn log_softmax(logits: &[f32]) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = logits.iter().map(|&x| (x - max).exp()).sum();
-    let log_sum = max + sum.ln();
-    logits.iter().map(|&x| x - log_sum).collect()
-}
-
-/// The first index of the largest value.
-fn argmax(values: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, &value) in values.iter().enumerate() {
-        if value > values[best] {
-            best = i;
-        }
-    }
-    best
-}
-
-/// Nucleus sampling over `log_probs` (bans already −∞) at `temperature`.
-fn nucleus(log_probs: &[f32], top_p: f64, temperature: f64, rng: &mut SplitMix64) -> usize {
-    // Dividing log-probabilities by T is dividing the logits by T (the constant cancels).
-    let scaled: Vec<f64> = log_probs
-        .iter()
-        .map(|&lp| f64::from(lp) / temperature.max(1e-6))
-        .collect();
-    let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let weights: Vec<f64> = scaled.iter().map(|&s| (s - max).exp()).collect();
-    let total: f64 = weights.iter().sum();
-    let mut order: Vec<usize> = (0..weights.len()).filter(|&i| weights[i] > 0.0).collect();
-    order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
-    let mut kept = 0;
-    let mut mass = 0.0;
-    for &i in &order {
-        if kept > 0 && mass >= top_p * total {
-            break;
-        }
-        mass += weights[i];
-        kept += 1;
-    }
-    let mut draw = rng.uniform() * mass;
-    for &i in &order[..kept] {
-        draw -= weights[i];
-        if draw < 0.0 {
-            return i;
-        }
-    }
-    order[kept - 1]
-}
-
-fn token_by_token<B: Backend>(
-    model: &T5Model<B>,
-    encoded: &Encoded<B>,
-    settings: &DecodeSettings,
-) -> Vec<Decoded> {
-    let rows = encoded.hidden.dims()[0];
-    let mut rngs: Vec<SplitMix64> = (0..rows as u64)
-        .map(|r| match settings.search {
-            Search::Nucleus { seed, .. } => SplitMix64(seed.wrapping_add(r)),
-            _ => SplitMix64(0),
-        })
-        .collect();
-    let mut out = vec![
-        Decoded {
-            tokens: Vec::new(),
-            log_prob: 0.0,
-            finished: false,
-        };
-        rows
-    ];
-    let mut cache = DecoderCache::new();
-    let mut last = vec![model.decoder_start_token_id; rows];
-    for _ in 0..settings.max_tokens {
-        let log_probs = step(model, encoded, &mut cache, &last, &settings.banned);
-        for (row, log_probs) in log_probs.iter().enumerate() {
-            let decoded = &mut out[row];
-            if decoded.finished {
-                last[row] = model.pad_token_id;
-                continue;
-            }
-            let token = match settings.search {
-                Search::Nucleus {
-                    top_p, temperature, ..
-                } => nucleus(log_probs, top_p, temperature, &mut rngs[row]),
-                _ => argmax(log_probs),
-            };
-            decoded.log_prob += f64::from(log_probs[token]);
-            if token as u32 == model.eos_token_id {
-                decoded.finished = true;
-            } else {
-                decoded.tokens.push(token as u32);
-            }
-            last[row] = token as u32;
-        }
-        if out.iter().all(|d| d.finished) {
-            break;
-        }
-    }
-    out
-}
-
-/// A finished (or, at the end, unfinished) beam hypothesis and its normalised score.
-struct Hypothesis {
-    score: f64,
-    decoded: Decoded,
-}
-
-fn beam_search<B: Backend>(
-    model: &T5Model<B>,
-    encoded: &Encoded<B>,
-    settings: &DecodeSettings,
-    beams: usize,
-    length_penalty: f64,
-) -> Vec<Decoded> {
-    let inputs = encoded.hidden.dims()[0];
-    let device = encoded.hidden.device();
-    let rows_of = |indices: Vec<i64>| {
-        let n = indices.len();
-        Tensor::<B, 1, Int>::from_data(TensorData::new(indices, [n]), &device)
+    let mut steps = T5Steps {
+        model,
+        encoded: encoded.clone(),
+        cache: DecoderCache::new(),
     };
-    let encoded = encoded.select(rows_of(
-        (0..inputs as i64)
-            .flat_map(|i| std::iter::repeat_n(i, beams))
-            .collect(),
-    ));
-    let normalise = |sum: f64, length: usize| sum / (length.max(1) as f64).powf(length_penalty);
-    // Only the first beam of each input is live at the start (the others would repeat it).
-    let mut sums: Vec<f64> = (0..inputs * beams)
-        .map(|i| {
-            if i % beams == 0 {
-                0.0
-            } else {
-                f64::NEG_INFINITY
-            }
-        })
-        .collect();
-    let mut sequences: Vec<Vec<u32>> = vec![Vec::new(); inputs * beams];
-    let mut finished: Vec<Vec<Hypothesis>> = (0..inputs).map(|_| Vec::new()).collect();
-    let mut done = vec![false; inputs];
-    let mut cache = DecoderCache::new();
-    let mut last = vec![model.decoder_start_token_id; inputs * beams];
-    for _ in 0..settings.max_tokens {
-        let log_probs = step(model, &encoded, &mut cache, &last, &settings.banned);
-        let mut parents = Vec::with_capacity(inputs * beams);
-        let (mut next_sums, mut next_sequences, mut next_last) =
-            (Vec::new(), Vec::new(), Vec::new());
-        for input in 0..inputs {
-            let rows = input * beams..(input + 1) * beams;
-            if done[input] {
-                for row in rows {
-                    parents.push(row as i64);
-                    next_sums.push(sums[row]);
-                    next_sequences.push(sequences[row].clone());
-                    next_last.push(model.pad_token_id);
-                }
-                continue;
-            }
-            let mut candidates: Vec<(f64, usize, usize)> = rows
-                .clone()
-                .filter(|&row| sums[row].is_finite())
-                .flat_map(|row| {
-                    let sum = sums[row];
-                    log_probs[row]
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, lp)| lp.is_finite())
-                        .map(move |(token, &lp)| (sum + f64::from(lp), row, token))
-                })
-                .collect();
-            let keep = (2 * beams).min(candidates.len());
-            if keep < candidates.len() {
-                candidates.select_nth_unstable_by(keep, |a, b| b.0.total_cmp(&a.0));
-                candidates.truncate(keep);
-            }
-            candidates.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-            let mut running = 0;
-            for (rank, &(sum, row, token)) in candidates.iter().enumerate() {
-                if token as u32 == model.eos_token_id {
-                    if rank < beams {
-                        let tokens = sequences[row].clone();
-                        let score = normalise(sum, tokens.len() + 1);
-                        finished[input].push(Hypothesis {
-                            score,
-                            decoded: Decoded {
-                                tokens,
-                                log_prob: sum,
-                                finished: true,
-                            },
-                        });
-                    }
-                    continue;
-                }
-                parents.push(row as i64);
-                next_sums.push(sum);
-                let mut sequence = sequences[row].clone();
-                sequence.push(token as u32);
-                next_sequences.push(sequence);
-                next_last.push(token as u32);
-                running += 1;
-                if running == beams {
-                    break;
-                }
-            }
-            // Too few live candidates (a tiny vocabulary, heavy bans): pad with dead beams.
-            while running < beams {
-                parents.push(rows.start as i64);
-                next_sums.push(f64::NEG_INFINITY);
-                next_sequences.push(Vec::new());
-                next_last.push(model.pad_token_id);
-                running += 1;
-            }
-            let hypotheses = &mut finished[input];
-            hypotheses.sort_by(|a, b| b.score.total_cmp(&a.score));
-            hypotheses.truncate(beams);
-            let best_running = next_sums[next_sums.len() - beams];
-            let length = next_sequences[next_sequences.len() - beams].len();
-            done[input] = hypotheses.len() == beams
-                && normalise(best_running, length) <= hypotheses[beams - 1].score;
-        }
-        cache.select(rows_of(parents));
-        sums = next_sums;
-        sequences = next_sequences;
-        last = next_last;
-        if done.iter().all(|&d| d) {
-            break;
-        }
-    }
-    (0..inputs)
-        .map(|input| {
-            let mut hypotheses = std::mem::take(&mut finished[input]);
-            if !done[input] {
-                for row in input * beams..(input + 1) * beams {
-                    if sums[row].is_finite() {
-                        hypotheses.push(Hypothesis {
-                            score: normalise(sums[row], sequences[row].len()),
-                            decoded: Decoded {
-                                tokens: sequences[row].clone(),
-                                log_prob: sums[row],
-                                finished: false,
-                            },
-                        });
-                    }
-                }
-            }
-            hypotheses
-                .into_iter()
-                .max_by(|a, b| a.score.total_cmp(&b.score))
-                .map(|h| h.decoded)
-                .unwrap_or(Decoded {
-                    tokens: Vec::new(),
-                    log_prob: f64::NEG_INFINITY,
-                    finished: false,
-                })
-        })
-        .collect()
+    crate::models::search::generate(&mut steps, settings)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// T5's decoder over an encoder output, one token per call.
+struct T5Steps<'a, B: Backend> {
+    model: &'a T5Model<B>,
+    encoded: Encoded<B>,
+    cache: DecoderCache<B>,
+}
 
-    #[test]
-    fn nucleus_keeps_the_smallest_set_reaching_top_p() {
-        // Probabilities 0.5, 0.3, 0.15, 0.05: top_p 0.7 keeps the first two only.
-        let log_probs: Vec<f32> = [0.5f32, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
-        let mut rng = SplitMix64(3);
-        let mut counts = [0usize; 4];
-        for _ in 0..2000 {
-            counts[nucleus(&log_probs, 0.7, 1.0, &mut rng)] += 1;
-        }
-        assert_eq!(counts[2] + counts[3], 0, "{counts:?}");
-        // Renormalised over the two kept: 0.625 / 0.375.
-        let share = counts[0] as f64 / 2000.0;
-        assert!((share - 0.625).abs() < 0.04, "{counts:?}");
-        // A banned token (−∞) is never drawn, even with top_p 1.
-        let banned = [0.0f32.ln(), 0.5f32.ln(), 0.5f32.ln()];
-        assert!((0..200).all(|_| nucleus(&banned, 1.0, 0.7, &mut rng) != 0));
+impl<B: Backend> T5Steps<'_, B> {
+    fn rows_tensor(&self, rows: &[usize]) -> Tensor<B, 1, Int> {
+        let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+        let n = rows.len();
+        Tensor::from_data(TensorData::new(rows, [n]), &self.encoded.hidden.device())
+    }
+}
+
+impl<B: Backend> StepDecoder for T5Steps<'_, B> {
+    fn rows(&self) -> usize {
+        self.encoded.hidden.dims()[0]
     }
 
-    #[test]
-    fn argmax_takes_the_first_of_equal_maxima() {
-        assert_eq!(argmax(&[0.1, 0.7, 0.7, 0.2]), 1);
+    fn special_tokens(&self) -> SpecialTokens {
+        SpecialTokens {
+            start: self.model.decoder_start_token_id,
+            end: self.model.eos_token_id,
+            pad: self.model.pad_token_id,
+        }
+    }
+
+    fn step(&mut self, last: &[u32]) -> Vec<Vec<f32>> {
+        let device = self.encoded.hidden.device();
+        let ids: Vec<i64> = last.iter().map(|&t| t as i64).collect();
+        let ids = Tensor::<B, 2, Int>::from_data(TensorData::new(ids, [last.len(), 1]), &device);
+        let logits = self.model.decode(&self.encoded, ids, Some(&mut self.cache));
+        logit_rows(logits)
+    }
+
+    fn repeat_rows(&mut self, times: usize) {
+        let rows: Vec<usize> = (0..self.rows())
+            .flat_map(|r| std::iter::repeat_n(r, times))
+            .collect();
+        self.encoded = self.encoded.select(self.rows_tensor(&rows));
+    }
+
+    fn reorder(&mut self, rows: &[usize]) {
+        // Every copy of an input has the same encoder output: only the cache moves.
+        self.cache.select(self.rows_tensor(rows));
     }
 }

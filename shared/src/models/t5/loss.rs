@@ -4,12 +4,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 
-/// `log Σ exp(x)` over the last dimension, `[rows, steps]`.
-fn log_sum_exp<B: Backend>(x: Tensor<B, 3>) -> Tensor<B, 2> {
-    let max = x.clone().max_dim(2).detach();
-    let summed = (x - max.clone()).exp().sum_dim(2);
-    (summed.log() + max).squeeze_dim(2)
-}
+use crate::models::sequence_loss::{log_sum_exp, token_nll};
 
 /// Whether each vocabulary entry is the label, `[rows, steps, vocab]`.
 fn is_label<B: Backend>(labels: &Tensor<B, 2, Int>, vocab: usize) -> Tensor<B, 3, Bool> {
@@ -38,12 +33,7 @@ pub fn cross_entropy<B: Backend>(
     labels: Tensor<B, 2, Int>,
     mask: Tensor<B, 2>,
 ) -> Tensor<B, 1> {
-    let [rows, steps, _] = logits.dims();
-    let label_logits = logits
-        .clone()
-        .gather(2, labels.reshape([rows, steps, 1]))
-        .squeeze_dim(2);
-    masked_mean(log_sum_exp(logits) - label_logits, mask)
+    masked_mean(token_nll(logits, labels), mask)
 }
 
 /// Mean unlikelihood `−log(1 − p(label))` over the positions where `mask` is 1, with

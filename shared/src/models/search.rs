@@ -1,0 +1,386 @@
+//! Generating from any step-by-step decoder (T5, the Dis-AE): greedy, nucleus sampling
+//! (seeded) and beam search, with banned tokens.
+//!
+//! As in Hugging Face's `generate`: banned tokens get −∞ after the log-softmax (their mass is not
+//! redistributed); nucleus sampling divides the logits by the temperature, keeps the most likely
+//! tokens until their mass reaches `top_p`, and samples among them; beam search keeps the best
+//! `beams` running hypotheses by summed log-probability, sets aside those that end, and ranks
+//! finished hypotheses by sum / length^`length_penalty`.
+
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+
+use crate::random::SplitMix64;
+
+/// How to choose each next token.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Search {
+    /// The most likely token.
+    Greedy,
+    /// Sample from the smallest set of tokens holding `top_p` of the probability, after dividing
+    /// the logits by `temperature`. Row `r` of a batch draws from `seed + r`.
+    Nucleus {
+        top_p: f64,
+        temperature: f64,
+        seed: u64,
+    },
+    /// Beam search with `beams` hypotheses per input.
+    Beam { beams: usize, length_penalty: f64 },
+}
+
+/// What to generate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodeSettings {
+    pub search: Search,
+    /// Most tokens per output, `</s>` included.
+    pub max_tokens: usize,
+    /// Tokens never generated.
+    pub banned: Vec<u32>,
+}
+
+/// One generated output.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    /// The generated ids, without the start token and without `</s>`.
+    pub tokens: Vec<u32>,
+    /// Summed log-probability of the generated tokens (`</s>` included when it ended).
+    pub log_prob: f64,
+    /// Whether it ended with `</s>` (otherwise it reached `max_tokens`).
+    pub finished: bool,
+}
+
+/// A decoder that emits one token per row per call, keeping its own state (its cache, its
+/// LSTM state) between calls.
+pub trait StepDecoder {
+    /// Rows being decoded.
+    fn rows(&self) -> usize;
+    /// The token each row starts from, the one that ends a row, and the one fed to ended rows.
+    fn special_tokens(&self) -> SpecialTokens;
+    /// Feeds one token per row; returns each row's next-token logits.
+    fn step(&mut self, last: &[u32]) -> Vec<Vec<f32>>;
+    /// Repeats every row `times` times (row r becomes rows r·times … r·times + times − 1),
+    /// before the first step.
+    fn repeat_rows(&mut self, times: usize);
+    /// Keeps the rows `rows` in that order; a row is only ever replaced by a row of the same
+    /// input, so what every copy of an input shares need not move.
+    fn reorder(&mut self, rows: &[usize]);
+}
+
+/// The tokens a [`StepDecoder`] starts, ends and pads with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpecialTokens {
+    pub start: u32,
+    pub end: u32,
+    pub pad: u32,
+}
+
+/// Generates one output per row of `decoder`.
+pub fn generate(decoder: &mut impl StepDecoder, settings: &DecodeSettings) -> Vec<Decoded> {
+    match settings.search {
+        Search::Beam {
+            beams,
+            length_penalty,
+        } => beam_search(decoder, settings, beams.max(1), length_penalty),
+        _ => token_by_token(decoder, settings),
+    }
+}
+
+/// One step for every row: the next-token log-probabilities (bans applied), per row.
+fn step(decoder: &mut impl StepDecoder, last: &[u32], banned: &[u32]) -> Vec<Vec<f32>> {
+    decoder
+        .step(last)
+        .iter()
+        .map(|row| {
+            let mut row = log_softmax(row);
+            for &token in banned {
+                if let Some(value) = row.get_mut(token as usize) {
+                    *value = f32::NEG_INFINITY;
+                }
+            }
+            row
+        })
+        .collect()
+}
+
+/// Logits `[rows, 1, vocab]` as one vector per row.
+pub fn logit_rows<B: Backend>(logits: Tensor<B, 3>) -> Vec<Vec<f32>> {
+    let vocab = logits.dims()[2];
+    logits
+        .into_data()
+        .convert::<f32>()
+        .to_vec::<f32>()
+        .expect("logits are floats")
+        .chunks(vocab)
+        .map(<[f32]>::to_vec)
+        .collect()
+}
+
+fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&x| (x - max).exp()).sum();
+    let log_sum = max + sum.ln();
+    logits.iter().map(|&x| x - log_sum).collect()
+}
+
+/// The first index of the largest value.
+fn argmax(values: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &value) in values.iter().enumerate() {
+        if value > values[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Nucleus sampling over `log_probs` (bans already −∞) at `temperature`.
+fn nucleus(log_probs: &[f32], top_p: f64, temperature: f64, rng: &mut SplitMix64) -> usize {
+    // Dividing log-probabilities by T is dividing the logits by T (the constant cancels).
+    let scaled: Vec<f64> = log_probs
+        .iter()
+        .map(|&lp| f64::from(lp) / temperature.max(1e-6))
+        .collect();
+    let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let weights: Vec<f64> = scaled.iter().map(|&s| (s - max).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    let mut order: Vec<usize> = (0..weights.len()).filter(|&i| weights[i] > 0.0).collect();
+    order.sort_by(|&a, &b| weights[b].total_cmp(&weights[a]).then(a.cmp(&b)));
+    let mut kept = 0;
+    let mut mass = 0.0;
+    for &i in &order {
+        if kept > 0 && mass >= top_p * total {
+            break;
+        }
+        mass += weights[i];
+        kept += 1;
+    }
+    let mut draw = rng.uniform() * mass;
+    for &i in &order[..kept] {
+        draw -= weights[i];
+        if draw < 0.0 {
+            return i;
+        }
+    }
+    order[kept - 1]
+}
+
+fn token_by_token(decoder: &mut impl StepDecoder, settings: &DecodeSettings) -> Vec<Decoded> {
+    let rows = decoder.rows();
+    let tokens = decoder.special_tokens();
+    let mut rngs: Vec<SplitMix64> = (0..rows as u64)
+        .map(|r| match settings.search {
+            Search::Nucleus { seed, .. } => SplitMix64(seed.wrapping_add(r)),
+            _ => SplitMix64(0),
+        })
+        .collect();
+    let mut out = vec![
+        Decoded {
+            tokens: Vec::new(),
+            log_prob: 0.0,
+            finished: false,
+        };
+        rows
+    ];
+    let mut last = vec![tokens.start; rows];
+    for _ in 0..settings.max_tokens {
+        let log_probs = step(decoder, &last, &settings.banned);
+        for (row, log_probs) in log_probs.iter().enumerate() {
+            let decoded = &mut out[row];
+            if decoded.finished {
+                last[row] = tokens.pad;
+                continue;
+            }
+            let token = match settings.search {
+                Search::Nucleus {
+                    top_p, temperature, ..
+                } => nucleus(log_probs, top_p, temperature, &mut rngs[row]),
+                _ => argmax(log_probs),
+            };
+            decoded.log_prob += f64::from(log_probs[token]);
+            if token as u32 == tokens.end {
+                decoded.finished = true;
+            } else {
+                decoded.tokens.push(token as u32);
+            }
+            last[row] = token as u32;
+        }
+        if out.iter().all(|d| d.finished) {
+            break;
+        }
+    }
+    out
+}
+
+/// A finished (or, at the end, unfinished) beam hypothesis and its normalised score.
+struct Hypothesis {
+    score: f64,
+    decoded: Decoded,
+}
+
+fn beam_search(
+    decoder: &mut impl StepDecoder,
+    settings: &DecodeSettings,
+    beams: usize,
+    length_penalty: f64,
+) -> Vec<Decoded> {
+    let inputs = decoder.rows();
+    let tokens = decoder.special_tokens();
+    decoder.repeat_rows(beams);
+    let normalise = |sum: f64, length: usize| sum / (length.max(1) as f64).powf(length_penalty);
+    // Only the first beam of each input is live at the start (the others would repeat it).
+    let mut sums: Vec<f64> = (0..inputs * beams)
+        .map(|i| {
+            if i % beams == 0 {
+                0.0
+            } else {
+                f64::NEG_INFINITY
+            }
+        })
+        .collect();
+    let mut sequences: Vec<Vec<u32>> = vec![Vec::new(); inputs * beams];
+    let mut finished: Vec<Vec<Hypothesis>> = (0..inputs).map(|_| Vec::new()).collect();
+    let mut done = vec![false; inputs];
+    let mut last = vec![tokens.start; inputs * beams];
+    for _ in 0..settings.max_tokens {
+        let log_probs = step(decoder, &last, &settings.banned);
+        let mut parents = Vec::with_capacity(inputs * beams);
+        let (mut next_sums, mut next_sequences, mut next_last) =
+            (Vec::new(), Vec::new(), Vec::new());
+        for input in 0..inputs {
+            let rows = input * beams..(input + 1) * beams;
+            if done[input] {
+                for row in rows {
+                    parents.push(row);
+                    next_sums.push(sums[row]);
+                    next_sequences.push(sequences[row].clone());
+                    next_last.push(tokens.pad);
+                }
+                continue;
+            }
+            let mut candidates: Vec<(f64, usize, usize)> = rows
+                .clone()
+                .filter(|&row| sums[row].is_finite())
+                .flat_map(|row| {
+                    let sum = sums[row];
+                    log_probs[row]
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, lp)| lp.is_finite())
+                        .map(move |(token, &lp)| (sum + f64::from(lp), row, token))
+                })
+                .collect();
+            let keep = (2 * beams).min(candidates.len());
+            if keep < candidates.len() {
+                candidates.select_nth_unstable_by(keep, |a, b| b.0.total_cmp(&a.0));
+                candidates.truncate(keep);
+            }
+            candidates.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+            let mut running = 0;
+            for (rank, &(sum, row, token)) in candidates.iter().enumerate() {
+                if token as u32 == tokens.end {
+                    if rank < beams {
+                        let tokens = sequences[row].clone();
+                        let score = normalise(sum, tokens.len() + 1);
+                        finished[input].push(Hypothesis {
+                            score,
+                            decoded: Decoded {
+                                tokens,
+                                log_prob: sum,
+                                finished: true,
+                            },
+                        });
+                    }
+                    continue;
+                }
+                parents.push(row);
+                next_sums.push(sum);
+                let mut sequence = sequences[row].clone();
+                sequence.push(token as u32);
+                next_sequences.push(sequence);
+                next_last.push(token as u32);
+                running += 1;
+                if running == beams {
+                    break;
+                }
+            }
+            // Too few live candidates (a tiny vocabulary, heavy bans): pad with dead beams.
+            while running < beams {
+                parents.push(rows.start);
+                next_sums.push(f64::NEG_INFINITY);
+                next_sequences.push(Vec::new());
+                next_last.push(tokens.pad);
+                running += 1;
+            }
+            let hypotheses = &mut finished[input];
+            hypotheses.sort_by(|a, b| b.score.total_cmp(&a.score));
+            hypotheses.truncate(beams);
+            let best_running = next_sums[next_sums.len() - beams];
+            let length = next_sequences[next_sequences.len() - beams].len();
+            done[input] = hypotheses.len() == beams
+                && normalise(best_running, length) <= hypotheses[beams - 1].score;
+        }
+        decoder.reorder(&parents);
+        sums = next_sums;
+        sequences = next_sequences;
+        last = next_last;
+        if done.iter().all(|&d| d) {
+            break;
+        }
+    }
+    (0..inputs)
+        .map(|input| {
+            let mut hypotheses = std::mem::take(&mut finished[input]);
+            if !done[input] {
+                for row in input * beams..(input + 1) * beams {
+                    if sums[row].is_finite() {
+                        hypotheses.push(Hypothesis {
+                            score: normalise(sums[row], sequences[row].len()),
+                            decoded: Decoded {
+                                tokens: sequences[row].clone(),
+                                log_prob: sums[row],
+                                finished: false,
+                            },
+                        });
+                    }
+                }
+            }
+            hypotheses
+                .into_iter()
+                .max_by(|a, b| a.score.total_cmp(&b.score))
+                .map(|h| h.decoded)
+                .unwrap_or(Decoded {
+                    tokens: Vec::new(),
+                    log_prob: f64::NEG_INFINITY,
+                    finished: false,
+                })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nucleus_keeps_the_smallest_set_reaching_top_p() {
+        // Probabilities 0.5, 0.3, 0.15, 0.05: top_p 0.7 keeps the first two only.
+        let log_probs: Vec<f32> = [0.5f32, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
+        let mut rng = SplitMix64(3);
+        let mut counts = [0usize; 4];
+        for _ in 0..2000 {
+            counts[nucleus(&log_probs, 0.7, 1.0, &mut rng)] += 1;
+        }
+        assert_eq!(counts[2] + counts[3], 0, "{counts:?}");
+        // Renormalised over the two kept: 0.625 / 0.375.
+        let share = counts[0] as f64 / 2000.0;
+        assert!((share - 0.625).abs() < 0.04, "{counts:?}");
+        // A banned token (−∞) is never drawn, even with top_p 1.
+        let banned = [0.0f32.ln(), 0.5f32.ln(), 0.5f32.ln()];
+        assert!((0..200).all(|_| nucleus(&banned, 1.0, 0.7, &mut rng) != 0));
+    }
+
+    #[test]
+    fn argmax_takes_the_first_of_equal_maxima() {
+        assert_eq!(argmax(&[0.1, 0.7, 0.7, 0.2]), 1);
+    }
+}
