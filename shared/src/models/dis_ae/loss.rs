@@ -1,0 +1,340 @@
+//! The Dis-AE's losses (LASS Eq. 1–7) and the annealing of their weights.
+//!
+//! Reconstruction terms are summed over each text's tokens and averaged over texts, as in Coop's
+//! BiMeanVAE (and Eq. 1's sum of log-likelihoods), so the weights α = 5, β = γ = 1 have the
+//! paper's scale. Eq. 3 prints a minus sign before the KL divergence; minimising it would push
+//! `C(z_c)` away from uniform, the opposite of what the text says, so `L_n` is `+KL(U ‖ p)`.
+
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor};
+use serde::{Deserialize, Serialize};
+
+use super::{DisAe, PaddedIds, Sentiment};
+use crate::models::sequence_loss::{log_sum_exp, token_nll};
+
+/// `−log q(x | z)` summed over each text's real target tokens and averaged over texts: logits
+/// `[batch, seq, vocab]`, targets and their 1/0 mask `[batch, seq]`.
+pub fn reconstruction<B: Backend>(
+    logits: Tensor<B, 3>,
+    targets: Tensor<B, 2, Int>,
+    mask: Tensor<B, 2>,
+) -> Tensor<B, 1> {
+    let rows = targets.dims()[0] as f64;
+    (token_nll(logits, targets) * mask).sum().div_scalar(rows)
+}
+
+/// `L_e` (Eq. 2): cross-entropy of the classifier's logits `[batch, classes]` against each
+/// row's class, averaged over rows.
+pub fn emotion<B: Backend>(logits: Tensor<B, 2>, classes: Tensor<B, 1, Int>) -> Tensor<B, 1> {
+    let [rows, labels] = logits.dims();
+    token_nll(
+        logits.reshape([1, rows, labels]),
+        classes.reshape([1, rows]),
+    )
+    .mean()
+}
+
+/// `L_n` (Eq. 3): `KL(U ‖ softmax(logits))` for each row of `[batch, classes]` logits — zero
+/// exactly when the classifier sees no sentiment — averaged over rows.
+pub fn neutrality<B: Backend>(logits: Tensor<B, 2>) -> Tensor<B, 1> {
+    let [rows, labels] = logits.dims();
+    // Σᵢ (1/M)(log(1/M) − log pᵢ) with log pᵢ = xᵢ − logsumexp(x).
+    let lse = log_sum_exp(logits.clone().reshape([1, rows, labels])).reshape([rows]);
+    let mean_logit = logits.mean_dim(1).reshape([rows]);
+    (lse - mean_logit).sub_scalar((labels as f64).ln()).mean()
+}
+
+/// `L_r` (Eq. 4): the classifier's logits of the label vectors `[classes, classes]`, row i
+/// against class i, summed over classes.
+pub fn label_vectors<B: Backend>(logits: Tensor<B, 2>) -> Tensor<B, 1> {
+    let [classes, _] = logits.dims();
+    let own = Tensor::<B, 1, Int>::arange(0..classes as i64, &logits.device());
+    emotion(logits, own).mul_scalar(classes as f64)
+}
+
+/// Cosine similarity of each row of `a` with the same row of `b`, `[batch]`.
+pub fn cosine<B: Backend>(a: Tensor<B, 2>, b: Tensor<B, 2>) -> Tensor<B, 1> {
+    let [rows, _] = a.dims();
+    let dot = (a.clone() * b.clone()).sum_dim(1);
+    let norms = (a.powi_scalar(2).sum_dim(1) * b.powi_scalar(2).sum_dim(1))
+        .sqrt()
+        .clamp_min(1e-8);
+    (dot / norms).reshape([rows])
+}
+
+/// `L_dis` (Eq. 5): `2 + cos(z_e^a, z_e^b) − cos(z_c^a, z_c^b)` averaged over pairs: low when
+/// the pair's sentiments point apart and their contents together.
+pub fn distance<B: Backend>(
+    sentiment_a: Tensor<B, 2>,
+    sentiment_b: Tensor<B, 2>,
+    content_a: Tensor<B, 2>,
+    content_b: Tensor<B, 2>,
+) -> Tensor<B, 1> {
+    (cosine(sentiment_a, sentiment_b) - cosine(content_a, content_b))
+        .add_scalar(2.0)
+        .mean()
+}
+
+/// The weights of Eq. 7 at one step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LossWeights {
+    pub alpha: f64,
+    pub beta: f64,
+    pub gamma: f64,
+}
+
+/// α (on `L_emo`), β (`L_dis`) and γ (`L_cf`), each rising linearly from 0 to its maximum over
+/// the first `ramp_steps` steps (LASS anneals them up from 0 to 5, 1 and 1; it does not say
+/// how fast).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Annealing {
+    pub alpha: f64,
+    pub beta: f64,
+    pub gamma: f64,
+    pub ramp_steps: usize,
+}
+
+impl Default for Annealing {
+    fn default() -> Self {
+        Self {
+            alpha: 5.0,
+            beta: 1.0,
+            gamma: 1.0,
+            ramp_steps: 1000,
+        }
+    }
+}
+
+impl Annealing {
+    /// The weights at `step` (0-based).
+    pub fn weights(&self, step: usize) -> LossWeights {
+        let fraction = if self.ramp_steps == 0 {
+            1.0
+        } else {
+            (step as f64 / self.ramp_steps as f64).min(1.0)
+        };
+        LossWeights {
+            alpha: self.alpha * fraction,
+            beta: self.beta * fraction,
+            gamma: self.gamma * fraction,
+        }
+    }
+}
+
+/// Eq. 7's terms for a batch (`L_dis` and `L_cf` only for pairs).
+#[derive(Debug, Clone)]
+pub struct DisAeLosses<B: Backend> {
+    pub reconstruction: Tensor<B, 1>,
+    /// `L_emo = L_e + L_n + L_r`.
+    pub emotion: Tensor<B, 1>,
+    pub distance: Option<Tensor<B, 1>>,
+    pub counterfactual: Option<Tensor<B, 1>>,
+}
+
+impl<B: Backend> DisAeLosses<B> {
+    /// `L_rec + α L_emo + β L_dis + γ L_cf`.
+    pub fn total(&self, weights: LossWeights) -> Tensor<B, 1> {
+        let mut total =
+            self.reconstruction.clone() + self.emotion.clone().mul_scalar(weights.alpha);
+        if let Some(distance) = &self.distance {
+            total = total + distance.clone().mul_scalar(weights.beta);
+        }
+        if let Some(counterfactual) = &self.counterfactual {
+            total = total + counterfactual.clone().mul_scalar(weights.gamma);
+        }
+        total
+    }
+}
+
+/// Texts (each `[BOS, tokens…, EOS]`) and their sentiment classes.
+#[derive(Debug, Clone)]
+pub struct LabelledBatch<B: Backend> {
+    pub tokens: PaddedIds<B>,
+    /// Class indices, `[batch]`.
+    pub classes: Tensor<B, 1, Int>,
+}
+
+impl<B: Backend> DisAe<B> {
+    /// `L_rec` of decoding `texts` from `latent`: BOS and the tokens in, the tokens and EOS out.
+    fn reconstruction_of(&self, latent: Tensor<B, 2>, texts: &PaddedIds<B>) -> Tensor<B, 1> {
+        let [rows, seq] = texts.ids.dims();
+        let inputs = texts.ids.clone().slice([0..rows, 0..seq - 1]);
+        let targets = texts.ids.clone().slice([0..rows, 1..seq]);
+        let mask = texts.mask.clone().slice([0..rows, 1..seq]);
+        reconstruction(self.decode(latent, inputs), targets, mask)
+    }
+
+    /// Unpaired texts (the corpus-first stage): `L_rec`, and `L_emo` with each text's class.
+    pub fn text_losses(&self, batch: &LabelledBatch<B>) -> DisAeLosses<B> {
+        let encoded = self.encode(&batch.tokens);
+        let emotion = emotion(
+            self.classify(encoded.sentiment.clone()),
+            batch.classes.clone(),
+        ) + neutrality(self.classify(encoded.content.clone()))
+            + label_vectors(self.classify_label_vectors());
+        let latent = self.latent(Sentiment::Encoded(encoded.sentiment), encoded.content);
+        DisAeLosses {
+            reconstruction: self.reconstruction_of(latent, &batch.tokens),
+            emotion,
+            distance: None,
+            counterfactual: None,
+        }
+    }
+
+    /// All of Eq. 7's terms for pairs: row i of `a` and of `b` share content and differ in
+    /// sentiment. `L_cf` decodes each text from its own sentiment and its partner's content.
+    pub fn pair_losses(&self, a: &LabelledBatch<B>, b: &LabelledBatch<B>) -> DisAeLosses<B> {
+        let ea = self.encode(&a.tokens);
+        let eb = self.encode(&b.tokens);
+        let emotion = emotion(self.classify(ea.sentiment.clone()), a.classes.clone())
+            + emotion(self.classify(eb.sentiment.clone()), b.classes.clone())
+            + neutrality(self.classify(ea.content.clone()))
+            + neutrality(self.classify(eb.content.clone()))
+            + label_vectors(self.classify_label_vectors());
+        let distance = distance(
+            ea.sentiment.clone(),
+            eb.sentiment.clone(),
+            ea.content.clone(),
+            eb.content.clone(),
+        );
+        let decode = |sentiment: &Tensor<B, 2>, content: &Tensor<B, 2>, texts: &PaddedIds<B>| {
+            let latent = self.latent(Sentiment::Encoded(sentiment.clone()), content.clone());
+            self.reconstruction_of(latent, texts)
+        };
+        DisAeLosses {
+            reconstruction: decode(&ea.sentiment, &ea.content, &a.tokens)
+                + decode(&eb.sentiment, &eb.content, &b.tokens),
+            emotion,
+            distance: Some(distance),
+            counterfactual: Some(
+                decode(&ea.sentiment, &eb.content, &a.tokens)
+                    + decode(&eb.sentiment, &ea.content, &b.tokens),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+    use burn::tensor::TensorData;
+
+    fn matrix(values: Vec<f32>, shape: [usize; 2]) -> Tensor<Flex, 2> {
+        Tensor::from_data(TensorData::new(values, shape), &Default::default())
+    }
+
+    fn scalar(x: Tensor<Flex, 1>) -> f32 {
+        x.into_scalar()
+    }
+
+    #[test]
+    fn reconstruction_sums_over_tokens_and_averages_over_texts() {
+        // Two texts, two steps, vocabulary 2. Text 0: logits (0, 0) → label 0 (ln 2), then
+        // (ln 3, 0) → label 0 (−ln ¾); text 1: (0, 0) → label 1 (ln 2), then padding.
+        let logits = Tensor::<Flex, 3>::from_data(
+            TensorData::new(
+                vec![0.0, 0.0, 3f32.ln(), 0.0, 0.0, 0.0, 9.0, -9.0],
+                [2, 2, 2],
+            ),
+            &Default::default(),
+        );
+        let targets = Tensor::<Flex, 2, Int>::from_data(
+            TensorData::new(vec![0i64, 0, 1, 1], [2, 2]),
+            &Default::default(),
+        );
+        let mask = matrix(vec![1.0, 1.0, 1.0, 0.0], [2, 2]);
+        let expected = (2.0 * 2f32.ln() - 0.75f32.ln()) / 2.0;
+        let got = scalar(reconstruction(logits, targets, mask));
+        assert!((got - expected).abs() < 1e-5, "{got} vs {expected}");
+    }
+
+    #[test]
+    fn emotion_neutrality_and_label_terms_by_hand() {
+        // Logits (ln 3, 0): p = (¾, ¼).
+        let logits = matrix(vec![3f32.ln(), 0.0], [1, 2]);
+        let class = |c: i64| {
+            Tensor::<Flex, 1, Int>::from_data(TensorData::new(vec![c], [1]), &Default::default())
+        };
+        assert!((scalar(emotion(logits.clone(), class(0))) - -(0.75f32.ln())).abs() < 1e-6);
+        assert!((scalar(emotion(logits.clone(), class(1))) - -(0.25f32.ln())).abs() < 1e-6);
+        // KL(U ‖ p) = ½ ln(½ / ¾) + ½ ln(½ / ¼) = 0.143841.
+        assert!((scalar(neutrality(logits)) - 0.143841).abs() < 1e-5);
+        assert!(scalar(neutrality(matrix(vec![2.0, 2.0, -1.0, -1.0], [2, 2]))).abs() < 1e-6);
+        // Label vectors: row 0 logits (ln 3, 0) → −ln ¾; row 1 (0, ln 3) → −ln ¾; summed.
+        let rows = matrix(vec![3f32.ln(), 0.0, 0.0, 3f32.ln()], [2, 2]);
+        assert!((scalar(label_vectors(rows)) - -2.0 * 0.75f32.ln()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn distance_is_zero_for_opposite_sentiments_and_equal_contents() {
+        let opposite = (
+            matrix(vec![1.0, 0.0], [1, 2]),
+            matrix(vec![-2.0, 0.0], [1, 2]),
+        );
+        let same = (
+            matrix(vec![1.0, 1.0], [1, 2]),
+            matrix(vec![3.0, 3.0], [1, 2]),
+        );
+        let best = distance(opposite.0.clone(), opposite.1, same.0.clone(), same.1);
+        assert!(scalar(best).abs() < 1e-6);
+        // Equal sentiments (cos 1) and orthogonal contents (cos 0): 3.
+        let worst = distance(
+            opposite.0.clone(),
+            opposite.0,
+            same.0,
+            matrix(vec![1.0, -1.0], [1, 2]),
+        );
+        assert!((scalar(worst) - 3.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn annealing_ramps_linearly_then_holds() {
+        let annealing = Annealing {
+            ramp_steps: 4,
+            ..Annealing::default()
+        };
+        assert_eq!(
+            annealing.weights(0),
+            LossWeights {
+                alpha: 0.0,
+                beta: 0.0,
+                gamma: 0.0
+            }
+        );
+        assert_eq!(
+            annealing.weights(1),
+            LossWeights {
+                alpha: 1.25,
+                beta: 0.25,
+                gamma: 0.25
+            }
+        );
+        assert_eq!(annealing.weights(4), annealing.weights(400));
+        assert_eq!(annealing.weights(4).alpha, 5.0);
+        let immediate = Annealing {
+            ramp_steps: 0,
+            ..annealing
+        };
+        assert_eq!(immediate.weights(0).gamma, 1.0);
+    }
+
+    #[test]
+    fn the_total_weighs_each_term() {
+        let one = |x: f32| {
+            Tensor::<Flex, 1>::from_data(TensorData::new(vec![x], [1]), &Default::default())
+        };
+        let losses = DisAeLosses {
+            reconstruction: one(10.0),
+            emotion: one(2.0),
+            distance: Some(one(1.5)),
+            counterfactual: Some(one(7.0)),
+        };
+        let weights = LossWeights {
+            alpha: 5.0,
+            beta: 1.0,
+            gamma: 0.5,
+        };
+        assert!((scalar(losses.total(weights)) - (10.0 + 10.0 + 1.5 + 3.5)).abs() < 1e-5);
+    }
+}

@@ -1,0 +1,636 @@
+//! LASS's disentangled autoencoder (Dis-AE, LASS §3.2), generic over the burn backend, small
+//! enough to run in the browser.
+//!
+//! Coop's BiMeanVAE encoder (a BiLSTM whose states are mean-pooled into `h`) with two attention
+//! heads over the BiLSTM states, queried by `h`: one gives the sentiment vector `z_e`, the other
+//! the content vector `z_c` (the paper's "separate self-attention layers"; it says no more). One
+//! classifier `C` reads both. The decoder never sees `z_e` itself but the mix of the learnable
+//! label vectors `Z_r` weighted by `softmax(C(z_e))`, concatenated with `z_c`; like BiMeanVAE's,
+//! it is an LSTM whose state starts at `tanh(W z)` and which is fed `z` beside every token, with
+//! its output tied to the embedding. The model is deterministic (an autoencoder: LASS's losses
+//! have no KL term), so `z` is the encoder's output itself.
+//!
+//! Recombining the content of one text with the sentiment of another, or of a label
+//! ([`DisAe::latent`] with [`Sentiment`]), and decoding it is how LASS mass-produces
+//! counterfactuals.
+
+pub mod loss;
+pub mod vocabulary;
+
+use burn::module::{Module, Param};
+use burn::nn::{
+    Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig, Lstm, LstmConfig, LstmState,
+};
+use burn::tensor::activation::{softmax, tanh};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+
+use super::checkpoint::{CheckpointError, load_renamed, save_renamed};
+use super::pooling::mean_pool;
+use super::search::{DecodeSettings, Decoded, SpecialTokens, StepDecoder, generate, logit_rows};
+
+/// The Dis-AE's sizes and special tokens (`config.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DisAeConfig {
+    pub vocab_size: usize,
+    /// Token embeddings (Coop: 256).
+    pub d_embed: usize,
+    /// Each direction of the encoder's BiLSTM (Coop: 256).
+    pub d_encoder: usize,
+    /// The sentiment and the content vector, each (the decoder gets both: Coop's z is 512).
+    pub d_latent: usize,
+    /// The decoder LSTM (Coop: 512).
+    pub d_decoder: usize,
+    /// The sentiment classes, in the classifier's order.
+    pub labels: Vec<String>,
+    pub pad_id: u32,
+    pub bos_id: u32,
+    pub eos_id: u32,
+}
+
+impl DisAeConfig {
+    /// Coop's sizes for a vocabulary and label set.
+    pub fn new(vocab_size: usize, labels: Vec<String>, [pad_id, bos_id, eos_id]: [u32; 3]) -> Self {
+        Self {
+            vocab_size,
+            d_embed: 256,
+            d_encoder: 256,
+            d_latent: 256,
+            d_decoder: 512,
+            labels,
+            pad_id,
+            bos_id,
+            eos_id,
+        }
+    }
+
+    /// BOS starts a decoded text, EOS ends it, padding follows it.
+    pub fn special_tokens(&self) -> SpecialTokens {
+        SpecialTokens {
+            start: self.bos_id,
+            end: self.eos_id,
+            pad: self.pad_id,
+        }
+    }
+
+    /// The model with the weights of a `model.safetensors` that [`DisAe::to_safetensors`] wrote.
+    pub fn load<B: Backend>(
+        &self,
+        weights: Vec<u8>,
+        device: &B::Device,
+    ) -> Result<DisAe<B>, CheckpointError> {
+        let mut model = self.init(device);
+        load_renamed(&mut model, weights, &[], false)?;
+        Ok(model)
+    }
+
+    /// A randomly initialised model.
+    pub fn init<B: Backend>(&self, device: &B::Device) -> DisAe<B> {
+        let states = 2 * self.d_encoder;
+        let latent = 2 * self.d_latent;
+        let labels = self.labels.len();
+        DisAe {
+            embedding: EmbeddingConfig::new(self.vocab_size, self.d_embed)
+                .with_initializer(Initializer::Normal {
+                    mean: 0.0,
+                    std: 0.1,
+                })
+                .init(device),
+            forward_lstm: LstmConfig::new(self.d_embed, self.d_encoder, true).init(device),
+            backward_lstm: LstmConfig::new(self.d_embed, self.d_encoder, true).init(device),
+            sentiment_head: AttentionPool::new(states, self.d_latent, device),
+            content_head: AttentionPool::new(states, self.d_latent, device),
+            classifier: LinearConfig::new(self.d_latent, labels).init(device),
+            label_vectors: Initializer::Normal {
+                mean: 0.0,
+                std: 0.1,
+            }
+            .init([labels, self.d_latent], device),
+            initial_state: LinearConfig::new(latent, 2 * self.d_decoder).init(device),
+            decoder: LstmConfig::new(self.d_embed + latent, self.d_decoder, true).init(device),
+            output: LinearConfig::new(self.d_decoder, self.d_embed).init(device),
+            output_bias: Initializer::Zeros.init([self.vocab_size], device),
+        }
+    }
+}
+
+/// Attention pooling: weights from `vᵀ tanh(W s_t + U q)` over the real positions, then the
+/// weighted sum of the states projected to the latent size.
+#[derive(Module, Debug)]
+pub struct AttentionPool<B: Backend> {
+    state: Linear<B>,
+    query: Linear<B>,
+    score: Linear<B>,
+    project: Linear<B>,
+}
+
+impl<B: Backend> AttentionPool<B> {
+    fn new(d_states: usize, d_out: usize, device: &B::Device) -> Self {
+        Self {
+            state: LinearConfig::new(d_states, d_states).init(device),
+            query: LinearConfig::new(d_states, d_states)
+                .with_bias(false)
+                .init(device),
+            score: LinearConfig::new(d_states, 1).with_bias(false).init(device),
+            project: LinearConfig::new(d_states, d_out).init(device),
+        }
+    }
+
+    /// States `[batch, seq, d]`, their 1/0 mask `[batch, seq]` and the query `[batch, d]` →
+    /// `[batch, d_out]`.
+    fn forward(
+        &self,
+        states: Tensor<B, 3>,
+        mask: &Tensor<B, 2>,
+        query: Tensor<B, 2>,
+    ) -> Tensor<B, 2> {
+        let [batch, seq, d] = states.dims();
+        let keys =
+            self.state.forward(states.clone()) + self.query.forward(query).reshape([batch, 1, d]);
+        let scores = self.score.forward(tanh(keys)).reshape([batch, seq]);
+        let scores = scores.mask_fill(mask.clone().equal_elem(0.0), f32::NEG_INFINITY);
+        let weights = softmax(scores, 1).reshape([batch, seq, 1]);
+        self.project
+            .forward((states * weights).sum_dim(1).reshape([batch, d]))
+    }
+}
+
+/// LASS's Dis-AE (see the module documentation).
+#[derive(Module, Debug)]
+pub struct DisAe<B: Backend> {
+    embedding: Embedding<B>,
+    forward_lstm: Lstm<B>,
+    /// Reads each text from its last real token back to its first.
+    backward_lstm: Lstm<B>,
+    sentiment_head: AttentionPool<B>,
+    content_head: AttentionPool<B>,
+    /// `C`: sentiment-class logits of a sentiment or a content vector.
+    classifier: Linear<B>,
+    /// `Z_r`: one learnable sentiment vector per class, `[classes, d_latent]`.
+    pub label_vectors: Param<Tensor<B, 2>>,
+    initial_state: Linear<B>,
+    decoder: Lstm<B>,
+    output: Linear<B>,
+    output_bias: Param<Tensor<B, 1>>,
+}
+
+/// A batch of token ids (`[batch, seq]`, padded with the pad id at the end).
+#[derive(Debug, Clone)]
+pub struct PaddedIds<B: Backend> {
+    pub ids: Tensor<B, 2, Int>,
+    /// 1 for real tokens, 0 for padding.
+    pub mask: Tensor<B, 2>,
+    /// Real tokens per row.
+    pub lengths: Vec<usize>,
+}
+
+impl<B: Backend> PaddedIds<B> {
+    /// Pads `rows` at the end with `pad_id`.
+    pub fn new(rows: &[Vec<u32>], pad_id: u32, device: &B::Device) -> Self {
+        let seq = rows.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut ids = Vec::with_capacity(rows.len() * seq);
+        let mut mask = Vec::with_capacity(rows.len() * seq);
+        for row in rows {
+            for t in 0..seq {
+                ids.push(row.get(t).copied().unwrap_or(pad_id) as i64);
+                mask.push(if t < row.len() { 1.0f32 } else { 0.0 });
+            }
+        }
+        let shape = [rows.len(), seq];
+        Self {
+            ids: Tensor::from_data(TensorData::new(ids, shape), device),
+            mask: Tensor::from_data(TensorData::new(mask, shape), device),
+            lengths: rows.iter().map(Vec::len).collect(),
+        }
+    }
+}
+
+/// What the encoder makes of a batch of texts.
+#[derive(Debug, Clone)]
+pub struct Encoding<B: Backend> {
+    /// `z_e`, `[batch, d_latent]`.
+    pub sentiment: Tensor<B, 2>,
+    /// `z_c`, `[batch, d_latent]`.
+    pub content: Tensor<B, 2>,
+}
+
+/// Where a decoded text's sentiment comes from.
+#[derive(Debug, Clone)]
+pub enum Sentiment<B: Backend> {
+    /// `softmax(C(z_e))`-weighted label vectors of encoded texts (`[batch, d_latent]` `z_e`).
+    Encoded(Tensor<B, 2>),
+    /// The label vector of one class for every row.
+    Label(usize),
+}
+
+/// The decoder's LSTM state between steps.
+pub type DecoderState<B> = LstmState<B, 2>;
+
+impl<B: Backend> DisAe<B> {
+    /// The weights as safetensors bytes (burn's field paths as keys, PyTorch layout).
+    pub fn to_safetensors(&self) -> Result<Vec<u8>, CheckpointError> {
+        save_renamed(self, &[])
+    }
+
+    /// The sentiment and content vectors of `batch`.
+    pub fn encode(&self, batch: &PaddedIds<B>) -> Encoding<B> {
+        let embedded = self.embedding.forward(batch.ids.clone());
+        let (forward, _) = self.forward_lstm.forward(embedded.clone(), None);
+        let reversal = reversal_index::<B>(&batch.lengths, batch.ids.dims()[1], &embedded.device());
+        let (backward, _) = self
+            .backward_lstm
+            .forward(gather_rows(embedded, &reversal), None);
+        let states = Tensor::cat(vec![forward, gather_rows(backward, &reversal)], 2);
+        let pooled = mean_pool(states.clone(), &batch.mask);
+        Encoding {
+            sentiment: self
+                .sentiment_head
+                .forward(states.clone(), &batch.mask, pooled.clone()),
+            content: self.content_head.forward(states, &batch.mask, pooled),
+        }
+    }
+
+    /// `C`'s sentiment-class logits of sentiment or content vectors, `[batch, classes]`.
+    pub fn classify(&self, vectors: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.classifier.forward(vectors)
+    }
+
+    /// `C`'s logits of the label vectors `Z_r`, `[classes, classes]` (row i should say class i).
+    pub fn classify_label_vectors(&self) -> Tensor<B, 2> {
+        self.classify(self.label_vectors.val())
+    }
+
+    /// The decoder's input: the sentiment (as a mix of label vectors) beside `content`,
+    /// `[batch, 2·d_latent]`.
+    pub fn latent(&self, sentiment: Sentiment<B>, content: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [batch, _] = content.dims();
+        let mixed = match sentiment {
+            Sentiment::Encoded(z_e) => {
+                softmax(self.classify(z_e), 1).matmul(self.label_vectors.val())
+            }
+            Sentiment::Label(class) => {
+                let d = self.label_vectors.dims()[1];
+                self.label_vectors
+                    .val()
+                    .slice([class..class + 1, 0..d])
+                    .expand([batch, d])
+            }
+        };
+        Tensor::cat(vec![mixed, content], 1)
+    }
+
+    /// The decoder's state before its first step.
+    pub fn initial_state(&self, latent: &Tensor<B, 2>) -> DecoderState<B> {
+        let [hidden, cell] = tanh(self.initial_state.forward(latent.clone()))
+            .chunk(2, 1)
+            .try_into()
+            .expect("two halves");
+        LstmState::new(cell, hidden)
+    }
+
+    /// Teacher-forced next-token logits `[batch, seq, vocab]` of `inputs` (`[batch, seq]`,
+    /// starting with BOS) given `latent`.
+    pub fn decode(&self, latent: Tensor<B, 2>, inputs: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+        let state = self.initial_state(&latent);
+        self.decode_from(latent, inputs, state).0
+    }
+
+    /// As [`DisAe::decode`] from a given state; also returns the state after the last input
+    /// (one input per row decodes one step).
+    pub fn decode_from(
+        &self,
+        latent: Tensor<B, 2>,
+        inputs: Tensor<B, 2, Int>,
+        state: DecoderState<B>,
+    ) -> (Tensor<B, 3>, DecoderState<B>) {
+        let [batch, seq] = inputs.dims();
+        let [_, d_latent] = latent.dims();
+        let embedded = self.embedding.forward(inputs);
+        let fed = latent
+            .reshape([batch, 1, d_latent])
+            .expand([batch, seq, d_latent]);
+        let (hidden, state) = self
+            .decoder
+            .forward(Tensor::cat(vec![embedded, fed], 2), Some(state));
+        let projected = self.output.forward(hidden);
+        let [_, _, d_embed] = projected.dims();
+        let vocab = self.output_bias.dims()[0];
+        let logits = projected
+            .reshape([batch * seq, d_embed])
+            .matmul(self.embedding.weight.val().transpose())
+            .reshape([batch, seq, vocab])
+            + self.output_bias.val().reshape([1, 1, vocab]);
+        (logits, state)
+    }
+}
+
+impl<B: Backend> DisAe<B> {
+    /// Decodes every row of `latent` (LASS: beam 4, at most 70 tokens).
+    pub fn generate(
+        &self,
+        latent: Tensor<B, 2>,
+        tokens: SpecialTokens,
+        settings: &DecodeSettings,
+    ) -> Vec<Decoded> {
+        let mut steps = DisAeSteps {
+            model: self,
+            state: self.initial_state(&latent),
+            latent,
+            tokens,
+        };
+        generate(&mut steps, settings)
+    }
+}
+
+/// The decoder over fixed latents, one token per call.
+struct DisAeSteps<'a, B: Backend> {
+    model: &'a DisAe<B>,
+    latent: Tensor<B, 2>,
+    state: DecoderState<B>,
+    tokens: SpecialTokens,
+}
+
+impl<B: Backend> DisAeSteps<'_, B> {
+    /// Keeps the rows `rows` of the latents (if `latent_too`) and of the LSTM state.
+    fn select(&mut self, rows: &[usize], latent_too: bool) {
+        let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
+        let n = rows.len();
+        let rows =
+            Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &self.latent.device());
+        if latent_too {
+            self.latent = self.latent.clone().select(0, rows.clone());
+        }
+        self.state = LstmState::new(
+            self.state.cell.clone().select(0, rows.clone()),
+            self.state.hidden.clone().select(0, rows),
+        );
+    }
+}
+
+impl<B: Backend> StepDecoder for DisAeSteps<'_, B> {
+    fn rows(&self) -> usize {
+        self.latent.dims()[0]
+    }
+
+    fn special_tokens(&self) -> SpecialTokens {
+        self.tokens
+    }
+
+    fn step(&mut self, last: &[u32]) -> Vec<Vec<f32>> {
+        let ids: Vec<i64> = last.iter().map(|&t| t as i64).collect();
+        let ids = Tensor::<B, 2, Int>::from_data(
+            TensorData::new(ids, [last.len(), 1]),
+            &self.latent.device(),
+        );
+        let state = LstmState::new(self.state.cell.clone(), self.state.hidden.clone());
+        let (logits, state) = self.model.decode_from(self.latent.clone(), ids, state);
+        self.state = state;
+        logit_rows(logits)
+    }
+
+    fn repeat_rows(&mut self, times: usize) {
+        let rows: Vec<usize> = (0..self.rows())
+            .flat_map(|r| std::iter::repeat_n(r, times))
+            .collect();
+        self.select(&rows, true);
+    }
+
+    fn reorder(&mut self, rows: &[usize]) {
+        // Every copy of an input has the same latent: only the state moves.
+        self.select(rows, false);
+    }
+}
+
+/// For each row, position `t < length` ↦ `length − 1 − t` (padding stays put), `[batch, seq]`:
+/// gathering with it reverses each text in place, and gathering again undoes it.
+fn reversal_index<B: Backend>(
+    lengths: &[usize],
+    seq: usize,
+    device: &B::Device,
+) -> Tensor<B, 2, Int> {
+    let index: Vec<i64> = lengths
+        .iter()
+        .flat_map(|&length| {
+            (0..seq).map(move |t| if t < length { length - 1 - t } else { t } as i64)
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(index, [lengths.len(), seq]), device)
+}
+
+/// `x[b, index[b, t], :]`, `[batch, seq, d]`.
+fn gather_rows<B: Backend>(x: Tensor<B, 3>, index: &Tensor<B, 2, Int>) -> Tensor<B, 3> {
+    let [batch, seq, d] = x.dims();
+    x.gather(
+        1,
+        index
+            .clone()
+            .reshape([batch, seq, 1])
+            .expand([batch, seq, d]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::Flex;
+
+    fn tiny_config() -> DisAeConfig {
+        let labels = vec!["negative".into(), "positive".into()];
+        let mut config = DisAeConfig::new(20, labels, [0, 1, 2]);
+        (
+            config.d_embed,
+            config.d_encoder,
+            config.d_latent,
+            config.d_decoder,
+        ) = (8, 6, 4, 10);
+        config
+    }
+
+    fn tiny() -> DisAe<Flex> {
+        tiny_config().init(&Default::default())
+    }
+
+    fn max_abs_diff<const D: usize>(a: Tensor<Flex, D>, b: Tensor<Flex, D>) -> f32 {
+        (a - b).abs().max().into_scalar()
+    }
+
+    #[test]
+    fn padding_does_not_change_a_text_s_encoding() {
+        let model = tiny();
+        let device = Default::default();
+        let text = vec![1, 5, 6, 7, 2];
+        let alone = model.encode(&PaddedIds::new(std::slice::from_ref(&text), 0, &device));
+        let padded = model.encode(&PaddedIds::new(
+            &[text, vec![1, 9, 9, 9, 9, 9, 9, 2]],
+            0,
+            &device,
+        ));
+        let first = |x: Tensor<Flex, 2>| x.slice([0..1, 0..4]);
+        assert!(max_abs_diff(alone.sentiment, first(padded.sentiment)) < 1e-6);
+        assert!(max_abs_diff(alone.content, first(padded.content)) < 1e-6);
+    }
+
+    #[test]
+    fn recombination_takes_content_from_one_text_and_sentiment_from_the_other() {
+        let model = tiny();
+        let device = Default::default();
+        let encoded = model.encode(&PaddedIds::new(
+            &[vec![1, 5, 6, 2], vec![1, 11, 12, 13, 2]],
+            0,
+            &device,
+        ));
+        let row = |x: &Tensor<Flex, 2>, i: usize| x.clone().slice([i..i + 1, 0..4]);
+        // Row 0's content with row 1's sentiment.
+        let child = model.latent(
+            Sentiment::Encoded(row(&encoded.sentiment, 1)),
+            row(&encoded.content, 0),
+        );
+        let own = model.latent(
+            Sentiment::Encoded(encoded.sentiment.clone()),
+            encoded.content.clone(),
+        );
+        let halves = |x: Tensor<Flex, 2>, i: usize| {
+            (x.clone().slice([i..i + 1, 0..4]), x.slice([i..i + 1, 4..8]))
+        };
+        let (child_sentiment, child_content) = halves(child, 0);
+        let (_, content_0) = halves(own.clone(), 0);
+        let (sentiment_1, _) = halves(own, 1);
+        assert_eq!(max_abs_diff(child_content, content_0), 0.0);
+        assert_eq!(max_abs_diff(child_sentiment, sentiment_1), 0.0);
+        // A label's sentiment is its label vector, whatever the content.
+        let labelled = model.latent(Sentiment::Label(0), encoded.content.clone());
+        let label_vector = model.label_vectors.val().slice([0..1, 0..4]);
+        for i in 0..2 {
+            let (sentiment, _) = halves(labelled.clone(), i);
+            assert_eq!(max_abs_diff(sentiment, label_vector.clone()), 0.0);
+        }
+    }
+
+    #[test]
+    fn trained_on_pairs_it_rewrites_content_with_the_other_sentiment() {
+        use burn::backend::Autodiff;
+        use burn::module::AutodiffModule;
+        use burn::optim::{AdamConfig, GradientsParams, Optimizer};
+
+        use super::loss::{LabelledBatch, LossWeights};
+        use crate::models::search::Search;
+
+        type A = Autodiff<Flex>;
+        let device = Default::default();
+        // 0 pad, 1 BOS, 2 EOS; "the film was great/awful", "the cast is superb/dreadful",
+        // "the plot was fine/dull".
+        let positive = [vec![3, 4, 5, 6], vec![3, 8, 9, 10], vec![3, 12, 5, 13]];
+        let negative = [vec![3, 4, 5, 7], vec![3, 8, 9, 11], vec![3, 12, 5, 14]];
+        let wrap = |texts: &[Vec<u32>]| -> Vec<Vec<u32>> {
+            texts
+                .iter()
+                .map(|t| [vec![1], t.clone(), vec![2]].concat())
+                .collect()
+        };
+        let batch = |texts: &[Vec<u32>], class: i64| LabelledBatch::<A> {
+            tokens: PaddedIds::new(&wrap(texts), 0, &device),
+            classes: Tensor::from_data(
+                TensorData::new(vec![class; texts.len()], [texts.len()]),
+                &device,
+            ),
+        };
+        let (a, b) = (batch(&positive, 1), batch(&negative, 0));
+        let mut config =
+            DisAeConfig::new(15, vec!["negative".into(), "positive".into()], [0, 1, 2]);
+        (
+            config.d_embed,
+            config.d_encoder,
+            config.d_latent,
+            config.d_decoder,
+        ) = (16, 16, 8, 32);
+        let mut model: DisAe<A> = config.init(&device);
+        let mut optimizer = AdamConfig::new().init();
+        let weights = LossWeights {
+            alpha: 5.0,
+            beta: 1.0,
+            gamma: 1.0,
+        };
+        for _ in 0..300 {
+            let loss = model.pair_losses(&a, &b).total(weights);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optimizer.step(1e-2, model, grads);
+        }
+        let model = model.valid();
+        let settings = DecodeSettings {
+            search: Search::Beam {
+                beams: 4,
+                length_penalty: 0.0,
+            },
+            max_tokens: 10,
+            banned: Vec::new(),
+        };
+        let decode = |sentiment: Sentiment<Flex>, content_of: &[Vec<u32>]| -> Vec<Vec<u32>> {
+            let encoded = model.encode(&PaddedIds::new(&wrap(content_of), 0, &device));
+            let latent = model.latent(sentiment, encoded.content);
+            model
+                .generate(latent, config.special_tokens(), &settings)
+                .into_iter()
+                .map(|d| d.tokens)
+                .collect()
+        };
+        // Each positive text's content with the negative label gives its negative twin, and
+        // the other way round.
+        assert_eq!(decode(Sentiment::Label(0), &positive), negative);
+        assert_eq!(decode(Sentiment::Label(1), &negative), positive);
+        // With the sentiment of another text (a negative parent of other content).
+        let other = model.encode(&PaddedIds::new(&wrap(&negative[2..]), 0, &device));
+        let sentiment = other.sentiment.expand([3, config.d_latent]);
+        assert_eq!(decode(Sentiment::Encoded(sentiment), &positive), negative);
+    }
+
+    #[test]
+    fn saved_weights_load_into_the_same_model() {
+        let model = tiny();
+        let mut config = tiny_config();
+        let device = Default::default();
+        let loaded: DisAe<Flex> = config
+            .load(model.to_safetensors().unwrap(), &device)
+            .unwrap();
+        let batch = PaddedIds::new(&[vec![1, 5, 6, 2]], 0, &device);
+        let (a, b) = (model.encode(&batch), loaded.encode(&batch));
+        assert_eq!(max_abs_diff(a.content, b.content), 0.0);
+        let latent = model.latent(Sentiment::Label(1), a.sentiment);
+        let inputs = batch.ids.clone();
+        assert_eq!(
+            max_abs_diff(
+                model.decode(latent.clone(), inputs.clone()),
+                loaded.decode(latent, inputs)
+            ),
+            0.0
+        );
+        // Another size does not load.
+        config.d_latent = 5;
+        assert!(
+            config
+                .load::<Flex>(model.to_safetensors().unwrap(), &device)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn stepwise_decoding_equals_teacher_forcing() {
+        let model = tiny();
+        let device = Default::default();
+        let encoded = model.encode(&PaddedIds::new(&[vec![1, 5, 6, 2]], 0, &device));
+        let latent = model.latent(Sentiment::Label(1), encoded.content);
+        let inputs = PaddedIds::<Flex>::new(&[vec![1, 7, 8, 9]], 0, &device).ids;
+        let full = model.decode(latent.clone(), inputs.clone());
+        let mut state = model.initial_state(&latent);
+        for t in 0..4 {
+            let (logits, next) = model.decode_from(
+                latent.clone(),
+                inputs.clone().slice([0..1, t..t + 1]),
+                state,
+            );
+            state = next;
+            let expected = full.clone().slice([0..1, t..t + 1, 0..20]);
+            assert!(max_abs_diff(logits, expected) < 1e-5, "step {t}");
+        }
+    }
+}
