@@ -18,6 +18,7 @@ pub mod experiment;
 pub mod explain;
 pub mod home;
 pub mod infiller;
+pub mod lass;
 pub mod llm;
 pub mod methods;
 pub mod models;
