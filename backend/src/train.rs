@@ -219,11 +219,13 @@ pub trait Objective<B: AutodiffBackend> {
     fn init(&self, device: &B::Device) -> Result<Self::Model>;
     /// A model of the right shape to load a checkpoint into.
     fn skeleton(&self, device: &B::Device) -> Self::Model;
-    /// The mean loss over the items of `batch`.
+    /// The mean loss over the items of `batch`, at optimiser step `step` (0-based; for losses
+    /// whose weights change over training).
     fn loss(
         &self,
         model: &Self::Model,
         batch: &[usize],
+        step: usize,
         device: &B::Device,
     ) -> Result<Tensor<B, 1>>;
     /// The loss on held-out data, measured after each epoch; when given, the model of the
@@ -315,7 +317,7 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
         let batch = &order[start..(start + config.batch_size).min(order.len())];
 
         B::seed(device, mix(config.seed, record.step as u64 + 1));
-        let loss = objective.loss(&model, batch, device)?;
+        let loss = objective.loss(&model, batch, record.step, device)?;
         let loss_value = loss.clone().into_scalar().elem::<f32>() as f64;
         if !loss_value.is_finite() {
             bail!(
@@ -553,6 +555,7 @@ impl<B: AutodiffBackend> Objective<B> for ClassifierObjective<'_> {
         &self,
         model: &Self::Model,
         batch: &[usize],
+        _step: usize,
         device: &B::Device,
     ) -> Result<Tensor<B, 1>> {
         let examples: Vec<&Example> = batch.iter().map(|&i| &self.train.examples[i]).collect();

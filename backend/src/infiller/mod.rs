@@ -367,6 +367,7 @@ impl<B: AutodiffBackend> Objective<B> for Seq2SeqObjective {
         &self,
         model: &Self::Model,
         batch: &[usize],
+        _step: usize,
         device: &B::Device,
     ) -> Result<Tensor<B, 1>> {
         let examples: Vec<&Seq2SeqExample> = batch.iter().map(|&i| &self.examples[i]).collect();

@@ -311,6 +311,7 @@ impl<B: AutodiffBackend> Objective<B> for DprObjective<'_> {
         &self,
         model: &Self::Model,
         batch: &[usize],
+        _step: usize,
         device: &B::Device,
     ) -> Result<Tensor<B, 1>> {
         let pairs: Vec<&SeedPair> = batch.iter().map(|&i| &self.pairs[i]).collect();
