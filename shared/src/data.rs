@@ -216,8 +216,13 @@ impl Dataset {
 /// A 64-bit hash of `(seed, text)` that is stable across platforms, Rust versions and runs
 /// (FNV-1a followed by the splitmix64 finaliser).
 pub fn stable_hash(seed: u64, text: &str) -> u64 {
+    stable_hash_bytes(seed, text.as_bytes())
+}
+
+/// [`stable_hash`] of any bytes.
+pub fn stable_hash_bytes(seed: u64, bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325 ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    for byte in text.bytes() {
+    for &byte in bytes {
         h ^= byte as u64;
         h = h.wrapping_mul(0x0100_0000_01b3);
     }

@@ -50,6 +50,7 @@ impl Counterfactual {
         match &self.provenance {
             Provenance::Core(core) => &core.keywords,
             Provenance::Autocad(autocad) => &autocad.keywords,
+            Provenance::Lass(_) => &[],
         }
     }
 }
@@ -63,6 +64,25 @@ pub enum Provenance {
     Core(CoreProvenance),
     /// AutoCAD: the masked rationales and the infiller's fills.
     Autocad(AutocadProvenance),
+    /// LASS: the parents the Dis-AE recombined, and the filters' scores.
+    Lass(LassProvenance),
+}
+
+/// How a LASS edit was made: the record's original is the content parent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct LassProvenance {
+    /// The text whose sentiment was used (the sentiment parent); none when it was the target
+    /// label's learnt vector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentiment_parent: Option<String>,
+    /// How the Dis-AE decoded: `beam 4`, or nucleus sampling on later attempts.
+    pub search: String,
+    /// The decoder's mean log-probability per generated token.
+    pub mean_log_prob: f64,
+    /// Perplexity of the edit under the fluency model, when one filtered it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub perplexity: Option<f64>,
 }
 
 /// How an AutoCAD edit was made.

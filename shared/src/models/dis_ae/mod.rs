@@ -15,6 +15,7 @@
 //! counterfactuals.
 
 pub mod loss;
+pub mod reproduce;
 pub mod vocabulary;
 
 use burn::module::{Module, Param};
