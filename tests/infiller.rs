@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::common::{failure, flipside, success, toy_sentiment_csv};
+use crate::common::{failure, flipside, success, toy_classifier, toy_sentiment_csv};
 
 const TINY: [&str; 10] = [
     "--d-model",
@@ -110,25 +110,8 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let corpus = toy_corpus(root);
-    std::fs::write(root.join("toy.csv"), toy_sentiment_csv()).unwrap();
     // A classifier confident on the toy task (rationales need p(gold) > 0.8).
-    success(
-        flipside()
-            .args(["classifier", "train", "--data"])
-            .arg(root.join("toy.csv"))
-            .arg("--out")
-            .arg(root.join("classifier"))
-            .args([
-                "--epochs",
-                "6",
-                "--batch-size",
-                "8",
-                "--max-len",
-                "16",
-                "--lr",
-                "2e-4",
-            ]),
-    );
+    toy_classifier(root);
     pretrain(&corpus, &root.join("pretrained"), &[]);
     let train = |out: &str, extra: &[&str]| {
         success(

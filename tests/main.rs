@@ -11,6 +11,7 @@ mod encoder_parity;
 mod experiment;
 mod generate;
 mod infiller;
+mod lass;
 mod retrieval;
 mod saliency;
 mod server;

@@ -85,6 +85,31 @@ pub fn toy_sentiment_csv() -> String {
     csv
 }
 
+/// Writes [`toy_sentiment_csv`] to `dir/toy.csv` and trains a classifier confident on it into
+/// `dir/classifier`; returns both paths.
+pub fn toy_classifier(dir: &Path) -> (PathBuf, PathBuf) {
+    let (data, classifier) = (dir.join("toy.csv"), dir.join("classifier"));
+    std::fs::write(&data, toy_sentiment_csv()).unwrap();
+    success(
+        flipside()
+            .args(["classifier", "train", "--data"])
+            .arg(&data)
+            .arg("--out")
+            .arg(&classifier)
+            .args([
+                "--epochs",
+                "6",
+                "--batch-size",
+                "8",
+                "--max-len",
+                "16",
+                "--lr",
+                "2e-4",
+            ]),
+    );
+    (data, classifier)
+}
+
 /// A classifier with the pretrained MiniLM encoder and a head initialised from `seed`.
 pub fn minilm_classifier<B: Backend>(
     labels: &[&str],

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::corpus::CorpusArg;
 use super::data::ReadArgs;
+use super::lass::LassArgs;
 use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
 use crate::editing::items::{Selection, Unit, select_items, task_of};
@@ -88,6 +89,8 @@ pub struct GenerateArgs {
     pub retrieval: RetrievalArgs,
     #[command(flatten)]
     pub llm: LlmArgs,
+    #[command(flatten)]
+    pub lass: LassArgs,
     #[command(flatten)]
     pub read: ReadArgs,
 }
@@ -177,6 +180,9 @@ struct RunConfig {
     model: Option<String>,
     sampling: PromptArgs,
     retrieval: Option<RetrievalArgs>,
+    /// Left out for other methods, so that their earlier runs still resume.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lass: Option<LassArgs>,
 }
 
 pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
@@ -214,6 +220,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         max_keywords: args.prompt.max_keywords,
         max_attempts: args.max_attempts,
         verify: args.verify,
+        reproduction: args.lass.settings(),
     };
     method.check(&settings)?;
     let retrieval = if method.retrieves() {
@@ -249,6 +256,11 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
     } else {
         None
     };
+    let reproduces = method.card().reproduces;
+    let (dis_ae, fluency) = match reproduces {
+        true => (args.lass.dir(home, true)?, args.lass.fluency(home)?),
+        false => (None, None),
+    };
     let models = with_backend!(
         args.device,
         load_models(ModelsConfig {
@@ -257,6 +269,8 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
             llm,
             lexicons,
             infiller,
+            dis_ae,
+            fluency,
         })
     )?;
     let pipeline = methods::pipeline(method, &models, &settings)?;
@@ -275,6 +289,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         model: pipeline.editor.model().map(str::to_string),
         sampling: args.prompt.clone(),
         retrieval: method.retrieves().then(|| args.retrieval.clone()),
+        lass: reproduces.then(|| args.lass.clone()),
     };
     check_config(&output, &config)?;
 

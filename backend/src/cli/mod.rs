@@ -11,6 +11,7 @@ mod experiment;
 mod generate;
 mod index;
 mod infiller;
+mod lass;
 mod llm;
 mod pairs;
 mod quickstart;
@@ -76,6 +77,9 @@ pub enum Command {
     /// The T5 infiller AutoCAD rewrites rationales with: score, pretrain
     #[command(subcommand)]
     Infiller(infiller::InfillerCommand),
+    /// LASS's disentangled autoencoder (Dis-AE): train it on texts and LLM-made pairs
+    #[command(subcommand)]
+    Lass(lass::LassCommand),
     /// Build sentence indexes over corpora and search them (dense retrieval, HNSW)
     #[command(subcommand)]
     Index(index::IndexCommand),
@@ -86,7 +90,7 @@ pub enum Command {
     #[command(subcommand)]
     Reranker(reranker::RerankerCommand),
     /// Make counterfactuals of a dataset with a method (CORE and its ablations, AutoCAD, AutoCAD
-    /// guided by retrieval); each is checked by a classifier (resumable JSON lines)
+    /// guided by retrieval, LASS); each is checked by a classifier (resumable JSON lines)
     Generate(Box<generate::GenerateArgs>),
     /// Evaluate generated counterfactuals
     #[command(subcommand)]
@@ -133,6 +137,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Classifier(command) => classifier::run(&home, command),
         Command::Corpus(command) => corpus::run(&home, command),
         Command::Infiller(command) => infiller::run(&home, command),
+        Command::Lass(command) => lass::run(&home, command),
         Command::Index(command) => index::run(&home, command),
         Command::Retriever(command) => retriever::run(&home, command),
         Command::Reranker(command) => reranker::run(&home, command),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::Args;
 
+use super::lass::LassArgs;
 use super::llm::LlmArgs;
 use super::values::method_prompt;
 use crate::corpus::corpus_dir;
@@ -81,6 +82,10 @@ pub struct ServeArgs {
     pub full: bool,
     #[command(flatten)]
     pub llm: LlmArgs,
+    /// The Dis-AE jobs and the demo reproduce with [default: HOME/models/dis-ae, when it exists;
+    /// without one the lass method is refused]
+    #[command(flatten)]
+    pub lass: LassArgs,
 }
 
 /// Prepares the defaults on first run, loads the models and serves until interrupted.
@@ -89,6 +94,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     // preparation.
     let settings = EditSettings {
         prompts: args.prompts.iter().cloned().collect(),
+        reproduction: args.lass.settings(),
         ..EditSettings::default()
     };
     for method in METHODS.iter().filter(|m| m.uses_llm()) {
@@ -100,6 +106,11 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     let mut assets = vec!["minilm", "movie-reviews", "lexicons", "pos-lexicon"];
     if !args.llm.remote() && args.llm.model == DEFAULT_EDITOR_MODEL {
         assets.push(DEFAULT_EDITOR_MODEL);
+    }
+    let dis_ae = args.lass.dir(home, false)?;
+    let fluency_asset = home.manifest().get(&args.lass.fluency_model).is_ok();
+    if dis_ae.is_some() && args.lass.max_perplexity > 0.0 && fluency_asset {
+        assets.push(args.lass.fluency_model.as_str());
     }
     fetch_assets(home, &assets)?;
 
@@ -140,6 +151,10 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         let engine: Arc<dyn LlmClient> = Arc::new(args.llm.local(home)?);
         (engine.clone(), Some(engine))
     };
+    let fluency = match &dis_ae {
+        Some(_) => args.lass.fluency(home)?,
+        None => None,
+    };
     let resources = Resources::load(
         home,
         ResourceConfig {
@@ -154,6 +169,8 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
                 false,
                 RationaleSettings::default(),
             )?,
+            dis_ae,
+            fluency,
         },
     )?;
 

@@ -2,5 +2,6 @@
 //! Dis-AE, in `flipside_shared::models::dis_ae`) to separate content from sentiment, which then
 //! mass-produces counterfactuals cheaply. This module trains its vocabulary and the model.
 
+pub mod model;
 pub mod train;
 pub mod vocabulary;

@@ -1,14 +1,29 @@
 //! Training the Dis-AE with the shared training loop (resumable, seeded): on unpaired labelled
 //! texts (reconstruction and the sentiment terms: the corpus-first stage, beyond the paper), or
-//! on pairs of the same content with opposite sentiment (all of LASS's Eq. 7).
+//! on pairs of the same content with opposite sentiment (all of LASS's Eq. 7). [`train_lass`]
+//! runs the whole of `flipside lass train`: the vocabulary, then each stage that has data.
 
-use anyhow::{Result, bail};
-use burn::tensor::backend::AutodiffBackend;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use burn::backend::Autodiff;
+use burn::module::{AutodiffModule, Module};
+use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{Int, Tensor, TensorData};
+use flipside_shared::data::{stable_hash, stable_hash_bytes};
 use flipside_shared::models::dis_ae::loss::{Annealing, LabelledBatch};
+use flipside_shared::models::dis_ae::reproduce::MAX_TOKENS;
+use flipside_shared::models::dis_ae::vocabulary::Vocabulary;
 use flipside_shared::models::dis_ae::{DisAe, DisAeConfig, PaddedIds};
 
-use crate::train::Objective;
+use super::model::{
+    CONFIG_FILE, LassReport, REPORT_FILE, SentimentParents, VOCABULARY_FILE, WEIGHTS_FILE,
+};
+use super::vocabulary::train_vocabulary;
+use crate::compute::Compute;
+use crate::models::write_atomic;
+use crate::train::{Objective, TrainConfig, TrainOutcome, TrainRecord, run_training};
 
 /// A text as vocabulary ids (`[<s>, …, </s>]`) and its sentiment class.
 #[derive(Debug, Clone, PartialEq)]
@@ -125,6 +140,317 @@ impl<B: AutodiffBackend> Objective<B> for DisAeObjective {
         };
         Ok(losses.total(weights))
     }
+}
+
+/// `lass train`'s model sizes: smaller than Coop's (256/256/256/512) so that it trains on 2
+/// CPU cores and the browser downloads it quickly.
+pub fn default_model() -> DisAeConfig {
+    DisAeConfig {
+        d_embed: 128,
+        d_encoder: 256,
+        d_latent: 128,
+        d_decoder: 256,
+        ..DisAeConfig::new(0, Vec::new(), [0, 1, 2])
+    }
+}
+
+/// The corpus-first stage's optimiser (Coop: Adam lr 1e-3, gradients clipped at 5).
+pub fn corpus_train() -> TrainConfig {
+    TrainConfig {
+        epochs: 1,
+        batch_size: 32,
+        lr: 1e-3,
+        weight_decay: 0.0,
+        warmup: 0.01,
+        max_grad_norm: 5.0,
+        max_len: MAX_TOKENS,
+        seed: 42,
+        checkpoint_every: 200,
+        ..TrainConfig::default()
+    }
+}
+
+/// The pairs stage's optimiser (LASS: Adam, lr 5e-4, linear schedule; our pairs are few, so
+/// more epochs).
+pub fn pair_train() -> TrainConfig {
+    TrainConfig {
+        epochs: 20,
+        lr: 5e-4,
+        ..corpus_train()
+    }
+}
+
+/// A labelled text and its label-flipped counterpart (from `pairs make`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LabelledPair {
+    pub text: String,
+    pub label: String,
+    pub counterfactual: String,
+    pub counterfactual_label: String,
+}
+
+/// What `lass train` trains.
+pub struct LassTrainRun {
+    /// Unpaired `(text, label)`s for the corpus-first stage (none: the stage is skipped).
+    pub texts: Vec<(String, String)>,
+    /// Pairs for the pairs stage (none: the corpus stage's model is the result).
+    pub pairs: Vec<LabelledPair>,
+    /// The model's sizes; its vocabulary size, labels and special ids are filled in here.
+    pub model: DisAeConfig,
+    /// Most ids of the subword vocabulary learnt from the texts and pairs.
+    pub vocabulary_size: usize,
+    pub corpus_train: TrainConfig,
+    pub pair_train: TrainConfig,
+    pub annealing: Annealing,
+    /// Texts of each label kept as sentiment parents in `lass.json`.
+    pub sentiment_parents: usize,
+    pub out: PathBuf,
+    /// Stop each stage after this many steps; running the same command again resumes.
+    pub pause_after: Option<usize>,
+}
+
+/// Where a `lass train` run stands.
+pub struct LassOutcome {
+    /// The stage that ran last (`corpus` or `pairs`) and its outcome.
+    pub stage: &'static str,
+    pub outcome: TrainOutcome,
+    /// What the finished model saw (none while paused).
+    pub report: Option<LassReport>,
+    /// Texts and pair sides left out for having more pieces than the model reads.
+    pub too_long: usize,
+}
+
+/// The corpus-first stage's directory inside a run's output.
+const CORPUS_STAGE: &str = "corpus-stage";
+
+/// Trains (or resumes) a Dis-AE into `run.out`: a vocabulary learnt from every text, the
+/// corpus-first stage on `run.texts` (into `out/corpus-stage` when pairs follow), then the
+/// pairs stage from its weights.
+pub fn train_lass<B: Backend>(compute: Compute<B>, run: &LassTrainRun) -> Result<LassOutcome> {
+    let labels = labels_of(run)?;
+    std::fs::create_dir_all(&run.out)
+        .with_context(|| format!("cannot create {}", run.out.display()))?;
+    let vocabulary_json = vocabulary_for(run)?;
+    let vocabulary = Vocabulary::from_json(&vocabulary_json, MAX_TOKENS)?;
+    let mut config = run.model.clone();
+    config.vocab_size = vocabulary.size();
+    config.labels = labels.clone();
+    let tokens = vocabulary.special_tokens();
+    (config.pad_id, config.bos_id, config.eos_id) = (tokens.pad, tokens.start, tokens.end);
+
+    let class = |label: &str| {
+        labels
+            .iter()
+            .position(|l| l == label)
+            .expect("a known label")
+    };
+    let mut too_long = 0;
+    let mut encode = |text: &str, label: &str| -> Result<Option<EncodedText>> {
+        let ids = vocabulary.encode(text)?;
+        if ids.len() >= MAX_TOKENS {
+            too_long += 1;
+            return Ok(None);
+        }
+        Ok(Some(EncodedText {
+            ids,
+            class: class(label),
+        }))
+    };
+    let mut texts = Vec::new();
+    for (text, label) in &run.texts {
+        texts.extend(encode(text, label)?);
+    }
+    let mut pairs = Vec::new();
+    for pair in &run.pairs {
+        if let (Some(a), Some(b)) = (
+            encode(&pair.text, &pair.label)?,
+            encode(&pair.counterfactual, &pair.counterfactual_label)?,
+        ) {
+            pairs.push((a, b));
+        }
+    }
+    if texts.is_empty() && pairs.is_empty() {
+        bail!("nothing to train on: no text or pair fits in {MAX_TOKENS} pieces");
+    }
+    let write_model = |dir: &Path, model: DisAe<B>| -> Result<()> {
+        write_atomic(&dir.join(CONFIG_FILE), &serde_json::to_vec_pretty(&config)?)?;
+        write_atomic(&dir.join(VOCABULARY_FILE), &vocabulary_json)?;
+        write_atomic(&dir.join(WEIGHTS_FILE), &model.to_safetensors()?)
+    };
+    let fingerprint = |data: &DisAeData, start: Option<&[u8]>| {
+        let identity = format!(
+            "{}|{:?}|{data:?}|{:016x}",
+            serde_json::to_string(&config).unwrap_or_default(),
+            run.annealing,
+            start.map_or(0, |bytes| stable_hash_bytes(0, bytes))
+        );
+        format!("{:016x}", stable_hash(0, &identity))
+    };
+    let stage = |name: &'static str,
+                 data: DisAeData,
+                 train: &TrainConfig,
+                 base: Option<Vec<u8>>,
+                 out: &Path|
+     -> Result<TrainOutcome> {
+        let objective = DisAeObjective {
+            config: config.clone(),
+            data,
+            annealing: run.annealing,
+            base,
+        };
+        objective.check()?;
+        let fresh = TrainRecord::new(
+            train,
+            &run.out,
+            name,
+            fingerprint(&objective.data, objective.base.as_deref()),
+            labels.clone(),
+            <DisAeObjective as Objective<Autodiff<B>>>::items(&objective),
+            std::any::type_name::<B>(),
+        );
+        run_training::<Autodiff<B>, _>(
+            &objective,
+            &compute.device,
+            fresh,
+            out,
+            WEIGHTS_FILE,
+            run.pause_after,
+            |model| write_model(out, model.valid()),
+        )
+    };
+
+    let mut corpus = None;
+    if !texts.is_empty() {
+        let dir = match pairs.is_empty() {
+            true => run.out.clone(),
+            false => run.out.join(CORPUS_STAGE),
+        };
+        let outcome = stage(
+            "corpus",
+            DisAeData::Texts(texts.clone()),
+            &run.corpus_train,
+            None,
+            &dir,
+        )?;
+        if outcome.paused {
+            return Ok(LassOutcome {
+                stage: "corpus",
+                outcome,
+                report: None,
+                too_long,
+            });
+        }
+        corpus = Some((dir, outcome));
+    }
+    let (stage_name, outcome, paired) = if pairs.is_empty() {
+        let (_, outcome) = corpus.clone().expect("texts when there are no pairs");
+        ("corpus", outcome, None)
+    } else {
+        let base = match &corpus {
+            Some((dir, _)) => Some(std::fs::read(dir.join(WEIGHTS_FILE))?),
+            None => None,
+        };
+        let outcome = stage(
+            "pairs",
+            DisAeData::Pairs(pairs.clone()),
+            &run.pair_train,
+            base,
+            &run.out,
+        )?;
+        ("pairs", outcome.clone(), Some(outcome))
+    };
+    if outcome.paused {
+        return Ok(LassOutcome {
+            stage: stage_name,
+            outcome,
+            report: None,
+            too_long,
+        });
+    }
+    let epoch_losses = |outcome: &TrainOutcome| {
+        outcome
+            .record
+            .epoch_losses(outcome.record.steps_per_epoch())
+    };
+    let model = config.load::<B>(std::fs::read(run.out.join(WEIGHTS_FILE))?, &compute.device)?;
+    let report = LassReport {
+        labels,
+        vocabulary_size: config.vocab_size,
+        parameters: model.num_params(),
+        texts: texts.len(),
+        pairs: pairs.len(),
+        corpus_losses: corpus
+            .as_ref()
+            .map(|(_, o)| epoch_losses(o))
+            .unwrap_or_default(),
+        pair_losses: paired.as_ref().map(epoch_losses).unwrap_or_default(),
+        corpus_seconds: corpus.as_ref().map_or(0.0, |(_, o)| o.record.train_seconds),
+        pair_seconds: paired.as_ref().map_or(0.0, |o| o.record.train_seconds),
+        sentiment_parents: sentiment_parents(run, run.sentiment_parents),
+    };
+    write_atomic(
+        &run.out.join(REPORT_FILE),
+        &serde_json::to_vec_pretty(&report)?,
+    )?;
+    Ok(LassOutcome {
+        stage: stage_name,
+        outcome,
+        report: Some(report),
+        too_long,
+    })
+}
+
+/// The labels of the texts and pairs, sorted; exactly two (LASS flips sentiment).
+fn labels_of(run: &LassTrainRun) -> Result<Vec<String>> {
+    let labels: BTreeSet<&str> = run
+        .texts
+        .iter()
+        .map(|(_, label)| label.as_str())
+        .chain(
+            run.pairs
+                .iter()
+                .flat_map(|p| [p.label.as_str(), p.counterfactual_label.as_str()]),
+        )
+        .collect();
+    if labels.len() != 2 {
+        bail!("LASS learns two sentiments; the texts and pairs have the labels {labels:?}");
+    }
+    Ok(labels.into_iter().map(str::to_string).collect())
+}
+
+/// The run's vocabulary: the one already in `out` (a resumed run), else one learnt from every
+/// text and pair side.
+fn vocabulary_for(run: &LassTrainRun) -> Result<Vec<u8>> {
+    let path = run.out.join(VOCABULARY_FILE);
+    if let Ok(bytes) = std::fs::read(&path) {
+        return Ok(bytes);
+    }
+    let texts = run.texts.iter().map(|(text, _)| text.as_str()).chain(
+        run.pairs
+            .iter()
+            .flat_map(|p| [p.text.as_str(), p.counterfactual.as_str()]),
+    );
+    let json = train_vocabulary(texts, run.vocabulary_size)?;
+    write_atomic(&path, &json)?;
+    Ok(json)
+}
+
+/// Up to `per_label` texts of each label: pair sides first, then unpaired texts.
+fn sentiment_parents(run: &LassTrainRun, per_label: usize) -> SentimentParents {
+    let mut parents = SentimentParents::new();
+    let sides = run.pairs.iter().flat_map(|p| {
+        [
+            (&p.text, &p.label),
+            (&p.counterfactual, &p.counterfactual_label),
+        ]
+    });
+    for (text, label) in sides.chain(run.texts.iter().map(|(t, l)| (t, l))) {
+        let texts = parents.entry(label.clone()).or_default();
+        if texts.len() < per_label && !texts.contains(text) {
+            texts.push(text.clone());
+        }
+    }
+    parents
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use serde::Serialize;
 
-use super::{Completion, FinishReason, LlmClient, Prompt, Rejected, Request, cut_at_stop};
+use super::{Completion, FinishReason, Fluency, LlmClient, Prompt, Rejected, Request, cut_at_stop};
 
 /// Engine settings.
 #[derive(Debug, Clone, Copy)]
@@ -314,6 +314,18 @@ impl LlmClient for LocalEngine {
 
     fn complete(&self, request: &Request) -> Result<Completion> {
         self.generate(request)
+    }
+}
+
+impl Fluency for LocalEngine {
+    fn model(&self) -> &str {
+        &self.name
+    }
+
+    fn perplexity(&self, text: &str) -> Result<f64> {
+        let log_probs = self.token_log_probs(text)?;
+        let mean = log_probs.iter().map(|&l| f64::from(l)).sum::<f64>() / log_probs.len() as f64;
+        Ok((-mean).exp())
     }
 }
 

@@ -92,6 +92,14 @@ pub trait LlmClient: Send + Sync {
     fn complete(&self, request: &Request) -> Result<Completion>;
 }
 
+/// Scores how fluent a text is by its perplexity under a language model (LASS's filter).
+pub trait Fluency: Send + Sync {
+    /// The scoring model's name.
+    fn model(&self) -> &str;
+    /// `exp` of the mean negative log-likelihood of the text's tokens.
+    fn perplexity(&self, text: &str) -> Result<f64>;
+}
+
 /// Cuts `text` before the first occurrence of any stop string; true if one was found.
 pub fn cut_at_stop(text: &mut String, stop: &[String]) -> bool {
     let first = stop

@@ -22,7 +22,7 @@ use super::core::RetrievalContext;
 use super::{EditSettings, Method, MethodCard, Models, Stages};
 use crate::infiller::Infill;
 use crate::infiller::rationales::{FindRationale, Rationale, RationaleSource};
-use crate::pipeline::{Candidate, Context, ContextStage, Editor, Item, NoEdit};
+use crate::pipeline::{Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit};
 
 /// AutoCAD.
 pub struct Autocad;
@@ -39,6 +39,8 @@ static AUTOCAD: MethodCard = MethodCard {
     uses_llm: false,
     uses_keywords: false,
     infills: true,
+    reproduces: false,
+    always_verifies: false,
 };
 
 static AUTOCAD_RETRIEVAL: MethodCard = MethodCard {
@@ -50,6 +52,8 @@ static AUTOCAD_RETRIEVAL: MethodCard = MethodCard {
     uses_llm: false,
     uses_keywords: true,
     infills: true,
+    reproduces: false,
+    always_verifies: false,
 };
 
 impl Method for Autocad {
@@ -176,7 +180,7 @@ impl Editor for InfillEditor {
         &self,
         item: &Item,
         context: &Context,
-        seed: u64,
+        attempt: Attempt,
     ) -> Result<std::result::Result<Candidate, NoEdit>> {
         let (rationale, source) = match &context.rationale {
             Some((Ok(rationale), source)) => (rationale, *source),
@@ -194,7 +198,9 @@ impl Editor for InfillEditor {
             &item.target,
         );
         let spans = rationale.text.spans.len();
-        let fill = self.infiller.fill(&input, spans, &self.labels, seed)?;
+        let fill = self
+            .infiller
+            .fill(&input, spans, &self.labels, attempt.seed)?;
         let fills = match fill.fills {
             Ok(fills) => fills,
             Err(reason) => return Ok(Err(NoEdit::new(reason, Some(fill.reply)))),

@@ -15,7 +15,7 @@ use crate::editing::prompts::{PromptTemplate, Slots, Task};
 use crate::editing::reply::{copied_demonstration, parse_edit};
 use crate::editing::retrieve::{Retrieval, Retrieve};
 use crate::llm::{FinishReason, LlmClient, Rejected, Request, Sampling};
-use crate::pipeline::{Candidate, Context, ContextStage, Editor, Item, NoEdit};
+use crate::pipeline::{Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit};
 
 /// Retrieve, extract keywords, edit with the LLM.
 pub struct Core;
@@ -36,6 +36,8 @@ impl Method for Core {
             uses_llm: true,
             uses_keywords: true,
             infills: false,
+            reproduces: false,
+            always_verifies: false,
         }
     }
     fn check(&self, settings: &EditSettings) -> Result<()> {
@@ -60,6 +62,8 @@ impl Method for LlmOnly {
             uses_llm: true,
             uses_keywords: false,
             infills: false,
+            reproduces: false,
+            always_verifies: false,
         }
     }
     fn check(&self, settings: &EditSettings) -> Result<()> {
@@ -83,6 +87,8 @@ impl Method for RetrieveOnly {
             uses_llm: false,
             uses_keywords: false,
             infills: false,
+            reproduces: false,
+            always_verifies: false,
         }
     }
     fn stages(&self, models: &Models, settings: &EditSettings) -> Result<Stages> {
@@ -226,8 +232,9 @@ impl Editor for PromptEditor {
         &self,
         item: &Item,
         context: &Context,
-        seed: u64,
+        attempt: Attempt,
     ) -> Result<std::result::Result<Candidate, NoEdit>> {
+        let seed = attempt.seed;
         let retrieval = context.retrieval.clone().unwrap_or_default();
         let keywords = self.with_keywords.then_some(retrieval.keywords.as_slice());
         if keywords.is_some_and(<[String]>::is_empty) {
@@ -320,7 +327,7 @@ impl Editor for Substitution {
         &self,
         item: &Item,
         context: &Context,
-        _seed: u64,
+        _attempt: Attempt,
     ) -> Result<std::result::Result<Candidate, NoEdit>> {
         let retrieval = context.retrieval.clone().unwrap_or_default();
         Ok(match substitute(item, &retrieval) {

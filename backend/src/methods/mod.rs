@@ -8,6 +8,7 @@
 
 pub mod autocad;
 pub mod core;
+pub mod lass;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -27,19 +28,22 @@ use crate::home::Home;
 use crate::infiller::rationales::{FindRationale, RationaleFinder, RationaleSettings};
 use crate::infiller::train::InfillReport;
 use crate::infiller::{Infill, Infiller, SharedInfiller};
-use crate::llm::{LlmClient, Sampling};
+use crate::lass::model::{Reproduce, SharedReproducer};
+use crate::llm::{Fluency, LlmClient, Sampling};
 use crate::models::load_classifier;
 use crate::models::resolve_model_dir;
 use crate::pipeline::judge::{Classify, FlipCheck};
 use crate::pipeline::{ContextStage, Editor, Pipeline};
+use lass::ReproductionSettings;
 
 /// Every method, the default first.
-pub static METHODS: [&dyn Method; 5] = [
+pub static METHODS: [&dyn Method; 6] = [
     &core::Core,
     &core::LlmOnly,
     &core::RetrieveOnly,
     &autocad::Autocad,
     &autocad::AutocadRetrieval,
+    &lass::Lass,
 ];
 
 /// What a method is, for the command line, the API and the browser.
@@ -59,6 +63,10 @@ pub struct MethodCard {
     pub uses_keywords: bool,
     /// Whether a T5 infiller edits (needs an infiller directory).
     pub infills: bool,
+    /// Whether a Dis-AE reproduces (needs a `lass train` directory).
+    pub reproduces: bool,
+    /// Whether the classifier's flip check always filters its edits (as if `verify` were on).
+    pub always_verifies: bool,
 }
 
 /// A way of making counterfactuals.
@@ -142,6 +150,8 @@ pub struct EditSettings {
     pub max_attempts: usize,
     /// Keep only edits the classifier flips (others are failed attempts).
     pub verify: bool,
+    /// How LASS reproduces.
+    pub reproduction: ReproductionSettings,
 }
 
 impl Default for EditSettings {
@@ -153,6 +163,7 @@ impl Default for EditSettings {
             max_keywords: 12,
             max_attempts: 3,
             verify: false,
+            reproduction: ReproductionSettings::default(),
         }
     }
 }
@@ -172,6 +183,9 @@ pub struct Models {
     /// The T5 infiller and the classifier's rationales (AutoCAD).
     pub infiller: Option<Arc<dyn Infill>>,
     pub rationales: Option<Arc<dyn FindRationale>>,
+    /// The Dis-AE (LASS) and the language model whose perplexity filters its outputs.
+    pub reproducer: Option<Arc<dyn Reproduce>>,
+    pub fluency: Option<Arc<dyn Fluency>>,
 }
 
 /// Which models to load.
@@ -183,6 +197,9 @@ pub struct ModelsConfig {
     pub lexicons: Arc<Lexicons>,
     /// An infiller directory (for AutoCAD), and how its rationales are chosen.
     pub infiller: Option<InfillerSetup>,
+    /// A Dis-AE directory (for LASS).
+    pub dis_ae: Option<PathBuf>,
+    pub fluency: Option<Arc<dyn Fluency>>,
 }
 
 /// The infiller AutoCAD edits with.
@@ -222,7 +239,7 @@ impl InfillerSetup {
     }
 }
 
-/// Loads the classifier, the retriever and the infiller on backend `B`.
+/// Loads the classifier, the retriever, the infiller and the Dis-AE on backend `B`.
 pub fn load_models<B: Backend>(compute: Compute<B>, config: ModelsConfig) -> Result<Models> {
     let device = compute.device.clone();
     let lexicons = config.lexicons;
@@ -243,6 +260,10 @@ pub fn load_models<B: Backend>(compute: Compute<B>, config: ModelsConfig) -> Res
         }
         None => (None, None),
     };
+    let reproducer: Option<Arc<dyn Reproduce>> = match &config.dis_ae {
+        Some(dir) => Some(Arc::new(SharedReproducer::<B>::load(dir, &device)?)),
+        None => None,
+    };
     Ok(Models {
         classifier: Arc::new(Mutex::new(classifier)),
         classifier_name: config.classifier_dir.display().to_string(),
@@ -251,6 +272,8 @@ pub fn load_models<B: Backend>(compute: Compute<B>, config: ModelsConfig) -> Res
         lexicons,
         infiller,
         rationales,
+        reproducer,
+        fluency: config.fluency,
     })
 }
 
@@ -291,6 +314,13 @@ pub fn check_models(method: &dyn Method, models: &Models) -> Result<()> {
             method.id()
         );
     }
+    if method.card().reproduces && models.reproducer.is_none() {
+        bail!(
+            "the {} method needs a Dis-AE: train one with `flipside lass train` (the server: \
+             --dis-ae DIR)",
+            method.id()
+        );
+    }
     method.check_loaded(models)
 }
 
@@ -310,7 +340,7 @@ pub fn pipeline(
             name: models.classifier_name.clone(),
             classifier: models.classifier.clone(),
         }),
-        verify: settings.verify,
+        verify: settings.verify || method.card().always_verifies,
         max_attempts: settings.max_attempts,
     })
 }
@@ -326,7 +356,7 @@ mod tests {
         assert_eq!(method("llm-only").unwrap().id(), "llm-only");
         let error = method("nope").map(|m| m.id()).unwrap_err().to_string();
         assert!(
-            error.contains("core, llm-only, retrieve-only, autocad, autocad-retrieval"),
+            error.contains("core, llm-only, retrieve-only, autocad, autocad-retrieval, lass"),
             "{error}"
         );
         assert_eq!(METHODS[0].id(), "core", "the default method");

@@ -117,14 +117,24 @@ pub trait Editor: Send + Sync {
         None
     }
 
-    /// One proposal for `item` toward `item.target`, sampled with `seed`. `Ok(Err(_))` is a
-    /// failed attempt (recorded, then retried); `Err(_)` stops the run (I/O, a broken engine).
+    /// One proposal for `item` toward `item.target`, sampled with `attempt.seed`. `Ok(Err(_))`
+    /// is a failed attempt (recorded, then retried); `Err(_)` stops the run (I/O, a broken
+    /// engine).
     fn propose(
         &self,
         item: &Item,
         context: &Context,
-        seed: u64,
+        attempt: Attempt,
     ) -> Result<std::result::Result<Candidate, NoEdit>>;
+}
+
+/// Which try at an item a proposal is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// 1 for the first try.
+    pub number: usize,
+    /// The seed its sampling draws from ([`attempt_seed`]).
+    pub seed: u64,
 }
 
 /// A judge's decision on an edit.
@@ -222,7 +232,14 @@ impl Pipeline {
         for attempt in first_attempt..=self.max_attempts {
             let attempt_seed = attempt_seed(seed, item, attempt);
             let started = Instant::now();
-            let proposal = self.editor.propose(item, &outcome.context, attempt_seed)?;
+            let proposal = self.editor.propose(
+                item,
+                &outcome.context,
+                Attempt {
+                    number: attempt,
+                    seed: attempt_seed,
+                },
+            )?;
             let edit_ms = started.elapsed().as_secs_f64() * 1e3;
             outcome.timing.edit_ms += edit_ms;
             let failure = match proposal {
@@ -336,10 +353,10 @@ mod tests {
             &self,
             item: &Item,
             _context: &Context,
-            seed: u64,
+            attempt: Attempt,
         ) -> Result<std::result::Result<Candidate, NoEdit>> {
             Ok(Ok(Candidate {
-                text: format!("{} {seed}", item.text),
+                text: format!("{} {}", item.text, attempt.seed),
                 provenance: Provenance::Core(CoreProvenance::default()),
                 prompt_tokens: 10,
                 completion_tokens: 2,
@@ -428,7 +445,7 @@ mod tests {
             &self,
             _item: &Item,
             _context: &Context,
-            _seed: u64,
+            _attempt: Attempt,
         ) -> Result<std::result::Result<Candidate, NoEdit>> {
             let mut calls = self.0.lock().unwrap();
             *calls += 1;

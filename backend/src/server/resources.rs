@@ -13,7 +13,7 @@ use crate::compute::{Batches, Compute, Cpu};
 use crate::editing::keywords::Lexicons;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
-use crate::llm::LlmClient;
+use crate::llm::{Fluency, LlmClient};
 use crate::methods::{EditSettings, InfillerSetup, Models, ModelsConfig, load_models};
 
 /// How to load [`Resources`].
@@ -25,6 +25,9 @@ pub struct ResourceConfig {
     pub llm: Arc<dyn LlmClient>,
     /// The infiller (AutoCAD), if there is one.
     pub infiller: Option<InfillerSetup>,
+    /// The Dis-AE (LASS), if there is one, and the model of its perplexity filter.
+    pub dis_ae: Option<PathBuf>,
+    pub fluency: Option<Arc<dyn Fluency>>,
     pub settings: EditSettings,
 }
 
@@ -50,6 +53,8 @@ impl Resources {
                 llm: Some(config.llm),
                 lexicons: Arc::new(Lexicons::load(home)?),
                 infiller: config.infiller,
+                dis_ae: config.dis_ae,
+                fluency: config.fluency,
             },
         )?;
         let corpus = CorpusInfo {

@@ -1,0 +1,323 @@
+//! `flipside lass …`: LASS's Dis-AE, and the options `generate` and `serve` load it with.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Result, bail};
+use clap::{Args, Subcommand};
+use flipside_shared::models::dis_ae::loss::Annealing;
+use serde::Serialize;
+
+use super::classifier::report_pause;
+use super::data::ReadArgs;
+use super::infiller::OptimiserArgs;
+use super::llm::gguf_path;
+use crate::compute::DeviceChoice;
+use crate::editing::items::{Selection, Unit, select_items};
+use crate::editing::keywords::Lexicons;
+use crate::home::Home;
+use crate::lass::train::{
+    LabelledPair, LassTrainRun, corpus_train, default_model, pair_train, train_lass,
+};
+use crate::llm::local::EngineOptions;
+use crate::llm::{Fluency, LocalEngine};
+use crate::methods::lass::{DEFAULT_MAX_PERPLEXITY, ReproductionSettings, SentimentSource};
+use crate::models::resolve_model_dir;
+use crate::retrieval::cfdpr::read_pairs;
+use crate::with_backend;
+
+/// Where `lass train` writes and `generate --method lass` reads by default (under HOME/models).
+pub const DEFAULT_DIS_AE: &str = "dis-ae";
+/// The fluency filter's model: small like the paper's GPT-2.
+pub const DEFAULT_FLUENCY_MODEL: &str = "smollm2-135m";
+
+#[derive(Debug, Subcommand)]
+pub enum LassCommand {
+    /// Train a Dis-AE: a subword vocabulary, the corpus-first stage on unpaired labelled texts
+    /// (reconstruction and sentiment terms), then all of LASS's losses on LLM-made pairs
+    /// (resumes if interrupted)
+    ///
+    /// Training defaults: the corpus stage 1 epoch at lr 1e-3, the pairs stage 20 epochs at lr
+    /// 5e-4; batch 32, warm-up 0.01, gradient norm clipped to 5, seed 42, a checkpoint every 200
+    /// steps.
+    Train(Box<TrainArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// Unpaired labelled texts for the corpus-first stage: imdb[:split], rotten-tomatoes, or a
+    /// CSV/TSV/JSONL file[:split]; `none` skips the stage (the paper trains on pairs only)
+    #[arg(long, default_value = "imdb:train")]
+    pub data: String,
+    /// Use the first N texts (after a seeded shuffle; 0: all)
+    #[arg(long, value_name = "N", default_value_t = 20_000)]
+    pub limit: usize,
+    /// Train on whole texts, or on each review's sentence that carries its label (as
+    /// `generate --unit sentence` edits; sentiment data labelled negative/positive)
+    #[arg(long, value_enum, default_value_t = Unit::Sentence)]
+    pub unit: Unit,
+    /// Skip texts with more words than this [default with --unit sentence: 40]
+    #[arg(long, value_name = "N")]
+    pub max_words: Option<usize>,
+    /// Minimal pairs of opposite sentiment: `pairs make` output (JSON lines of text, label,
+    /// counterfactual), or `printed` (the papers' 22 printed pairs); without it the corpus
+    /// stage's model is the result
+    #[arg(long, value_name = "FILE|printed")]
+    pub pairs: Option<String>,
+    /// Passes over the pairs (--epochs: over the texts)
+    #[arg(long, default_value_t = pair_train().epochs, value_name = "N")]
+    pub pair_epochs: usize,
+    /// Most ids of the subword vocabulary learnt from the texts and pairs
+    #[arg(long, default_value_t = 8000, value_name = "IDS")]
+    pub vocabulary: usize,
+    /// Texts of each label kept for `generate --sentiment parent`
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub sentiment_parents: usize,
+    /// Output directory [default: HOME/models/dis-ae]
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Stop each stage after this many steps; running the same command again resumes
+    #[arg(long, value_name = "STEPS")]
+    pub pause_after: Option<usize>,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub model: DisAeSizeArgs,
+    #[command(flatten)]
+    pub annealing: AnnealingArgs,
+    #[command(flatten)]
+    pub train: OptimiserArgs,
+    #[command(flatten)]
+    pub read: ReadArgs,
+}
+
+/// The Dis-AE's sizes (defaults: a model that trains on 2 CPU cores and downloads quickly).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Model size")]
+pub struct DisAeSizeArgs {
+    #[arg(long, default_value_t = default_model().d_embed)]
+    pub d_embed: usize,
+    /// Each direction of the encoder's BiLSTM
+    #[arg(long, default_value_t = default_model().d_encoder)]
+    pub d_encoder: usize,
+    /// The sentiment and the content vector, each
+    #[arg(long, default_value_t = default_model().d_latent)]
+    pub d_latent: usize,
+    #[arg(long, default_value_t = default_model().d_decoder)]
+    pub d_decoder: usize,
+}
+
+/// The weights of Eq. 7, annealed from 0 over the first steps of each stage.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Loss weights")]
+pub struct AnnealingArgs {
+    /// Weight of the sentiment terms (L_e + L_n + L_r)
+    #[arg(long, default_value_t = Annealing::default().alpha)]
+    pub alpha: f64,
+    /// Weight of the disentanglement distance (pairs)
+    #[arg(long, default_value_t = Annealing::default().beta)]
+    pub beta: f64,
+    /// Weight of the counterfactual reconstruction (pairs)
+    #[arg(long, default_value_t = Annealing::default().gamma)]
+    pub gamma: f64,
+    /// Steps over which the weights rise from 0
+    #[arg(long, default_value_t = Annealing::default().ramp_steps)]
+    pub ramp_steps: usize,
+}
+
+/// How `generate` and `serve` reproduce with LASS.
+#[derive(Debug, Clone, Args, Serialize)]
+#[command(next_help_heading = "LASS")]
+pub struct LassArgs {
+    /// The Dis-AE LASS reproduces with (`flipside lass train`'s output)
+    /// [default: HOME/models/dis-ae]
+    #[arg(long, value_name = "DIR")]
+    pub dis_ae: Option<String>,
+    /// Where each output's sentiment comes from: the target label's learnt vector, or a text
+    /// with the target label (a sentiment parent, drawn per attempt)
+    #[arg(long, value_enum, default_value_t)]
+    pub sentiment: SentimentSource,
+    /// Drop outputs whose perplexity under --fluency-model is higher (0: no fluency filter)
+    #[arg(long, default_value_t = DEFAULT_MAX_PERPLEXITY, value_name = "PPL")]
+    pub max_perplexity: f64,
+    /// The embedded model that scores perplexity: a model asset or a GGUF file
+    #[arg(long, default_value = DEFAULT_FLUENCY_MODEL, value_name = "NAME|FILE")]
+    pub fluency_model: String,
+}
+
+impl LassArgs {
+    pub fn settings(&self) -> ReproductionSettings {
+        ReproductionSettings {
+            sentiment: self.sentiment,
+            max_perplexity: (self.max_perplexity > 0.0).then_some(self.max_perplexity),
+        }
+    }
+
+    /// The Dis-AE directory: the one named, else HOME/models/dis-ae when `required` or when it
+    /// exists.
+    pub fn dir(&self, home: &Home, required: bool) -> Result<Option<PathBuf>> {
+        let dir = match &self.dis_ae {
+            Some(name) => resolve_model_dir(home, name)?,
+            None => home.models().join(DEFAULT_DIS_AE),
+        };
+        if self.dis_ae.is_none() && !dir.is_dir() {
+            if required {
+                bail!(
+                    "no Dis-AE at {}: train one with `flipside lass train` or pass --dis-ae DIR",
+                    dir.display()
+                );
+            }
+            return Ok(None);
+        }
+        Ok(Some(dir))
+    }
+
+    /// The fluency model, unless the filter is off.
+    pub fn fluency(&self, home: &Home) -> Result<Option<Arc<dyn Fluency>>> {
+        if self.max_perplexity <= 0.0 {
+            return Ok(None);
+        }
+        let path = gguf_path(home, &self.fluency_model)?;
+        let engine = LocalEngine::load(&self.fluency_model, &path, EngineOptions::default())?;
+        Ok(Some(Arc::new(engine)))
+    }
+}
+
+pub fn run(home: &Home, command: LassCommand) -> Result<()> {
+    let LassCommand::Train(args) = command;
+    let train = |defaults| args.train.over(defaults);
+    let texts = match args.data.as_str() {
+        "none" => Vec::new(),
+        spec => {
+            let dataset = args.read.load(home, spec)?;
+            let selection = Selection {
+                target: "flip".into(),
+                limit: (args.limit > 0).then_some(args.limit),
+                max_words: args.max_words,
+                unit: args.unit,
+                seed: train(corpus_train()).seed,
+            };
+            let items = select_items(&dataset, &selection, &Lexicons::load(home)?)?;
+            let mut seen = std::collections::HashSet::new();
+            items
+                .into_iter()
+                .filter(|item| seen.insert(item.id.clone()))
+                .map(|item| (item.text, item.label))
+                .collect()
+        }
+    };
+    let pairs = match &args.pairs {
+        Some(spec) => labelled_pairs(spec, &texts, args.read.labels.as_deref())?,
+        None => Vec::new(),
+    };
+    if texts.is_empty() && pairs.is_empty() {
+        bail!("nothing to train on: give --pairs, or --data other than none");
+    }
+    let mut model = default_model();
+    model.d_embed = args.model.d_embed;
+    model.d_encoder = args.model.d_encoder;
+    model.d_latent = args.model.d_latent;
+    model.d_decoder = args.model.d_decoder;
+    let run = LassTrainRun {
+        texts,
+        pairs,
+        model,
+        vocabulary_size: args.vocabulary,
+        corpus_train: train(corpus_train()),
+        // --epochs is the corpus stage's; the pairs stage has --pair-epochs.
+        pair_train: crate::train::TrainConfig {
+            epochs: args.pair_epochs,
+            ..train(pair_train())
+        },
+        annealing: Annealing {
+            alpha: args.annealing.alpha,
+            beta: args.annealing.beta,
+            gamma: args.annealing.gamma,
+            ramp_steps: args.annealing.ramp_steps,
+        },
+        sentiment_parents: args.sentiment_parents,
+        out: args
+            .out
+            .unwrap_or_else(|| home.models().join(DEFAULT_DIS_AE)),
+        pause_after: args.pause_after,
+    };
+    let outcome = with_backend!(args.device, train_lass(&run))?;
+    if report_pause(&outcome.outcome) {
+        println!("(stage: {})", outcome.stage);
+        return Ok(());
+    }
+    println!("model       {}", run.out.display());
+    if let Some(report) = &outcome.report {
+        println!(
+            "parameters  {} (vocabulary {})",
+            report.parameters, report.vocabulary_size
+        );
+        println!(
+            "data        {} texts, {} pairs ({} left out as longer than the model reads)",
+            report.texts, report.pairs, outcome.too_long
+        );
+        let losses = |losses: &[f64]| {
+            losses
+                .iter()
+                .map(|l| format!("{l:.2}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        if report.texts > 0 {
+            println!(
+                "corpus      {:.0} s, loss by epoch {}",
+                report.corpus_seconds,
+                losses(&report.corpus_losses)
+            );
+        }
+        if report.pairs > 0 {
+            println!(
+                "pairs       {:.0} s, loss by epoch {}",
+                report.pair_seconds,
+                losses(&report.pair_losses)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The pairs in `spec` with both sides' labels: the label set is `labels` if given, else the
+/// labels of `texts` and the pairs; the counterfactual's label is the other one.
+fn labelled_pairs(
+    spec: &str,
+    texts: &[(String, String)],
+    labels: Option<&[String]>,
+) -> Result<Vec<LabelledPair>> {
+    let pairs = read_pairs(spec)?;
+    let known: std::collections::BTreeSet<String> = match labels {
+        Some(labels) => labels.iter().cloned().collect(),
+        None => texts
+            .iter()
+            .map(|(_, label)| label.clone())
+            .chain(pairs.iter().map(|p| p.label.clone()))
+            .collect(),
+    };
+    let known: Vec<String> = known.into_iter().collect();
+    let [a, b] = &known[..] else {
+        bail!(
+            "LASS learns two sentiments, but the labels are {known:?}; name both with --labels \
+             A,B"
+        );
+    };
+    pairs
+        .into_iter()
+        .map(|pair| {
+            let other = match pair.label.as_str() {
+                label if label == a.as_str() => b,
+                label if label == b.as_str() => a,
+                label => bail!("a pair has the label {label:?}, not {a:?} or {b:?}"),
+            };
+            Ok(LabelledPair {
+                counterfactual_label: other.clone(),
+                text: pair.text,
+                label: pair.label,
+                counterfactual: pair.counterfactual,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,219 @@
+//! LASS from the command line, with a tiny Dis-AE on the toy task: `lass train` (vocabulary,
+//! corpus-first stage, pairs stage) resumes to identical weights; `generate --method lass`
+//! rewrites toy sentences with the other sentiment in both directions, keeping only what the
+//! classifier flips; the perplexity filter (SmolLM2) drops what is above its threshold; sentiment
+//! parents are texts of the target label; `eval cf` reads the records.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::common::{failure, flipside, success, toy_classifier, toy_sentiment_csv};
+
+/// The toy task's minimal pairs, positive → negative only (as the LLM makes LASS's pairs).
+fn toy_pairs(out: &Path) {
+    let csv = toy_sentiment_csv();
+    let lines: Vec<&str> = csv.lines().skip(1).collect();
+    let pairs: String = lines
+        .chunks(2)
+        .map(|pair| {
+            let text = |line: &str| line.rsplit_once(',').unwrap().0.to_string();
+            serde_json::json!({
+                "text": text(pair[0]),
+                "label": "positive",
+                "counterfactual": text(pair[1]),
+            })
+            .to_string()
+                + "\n"
+        })
+        .collect();
+    std::fs::write(out, pairs).unwrap();
+}
+
+fn train(root: &Path, out: &str, extra: &[&str]) -> String {
+    success(
+        flipside()
+            .args(["lass", "train", "--unit", "text", "--data"])
+            .arg(root.join("toy.csv"))
+            .arg("--pairs")
+            .arg(root.join("pairs.jsonl"))
+            .arg("--out")
+            .arg(root.join(out))
+            .args([
+                "--vocabulary",
+                "200",
+                "--d-embed",
+                "16",
+                "--d-encoder",
+                "16",
+            ])
+            .args(["--d-latent", "8", "--d-decoder", "32", "--ramp-steps", "50"])
+            .args(["--epochs", "20", "--pair-epochs", "60", "--batch-size", "8"])
+            .args(["--lr", "1e-2", "--checkpoint-every", "20"])
+            .args(extra),
+    )
+}
+
+fn records(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (data, classifier) = toy_classifier(root);
+    toy_pairs(&root.join("pairs.jsonl"));
+
+    let trained = train(root, "dis-ae", &[]);
+    assert!(
+        trained.contains("data        48 texts, 24 pairs"),
+        "{trained}"
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(root.join("dis-ae/lass.json")).unwrap()).unwrap();
+    assert_eq!(
+        report["labels"],
+        serde_json::json!(["negative", "positive"])
+    );
+    let losses = |stage: &str| -> Vec<f64> {
+        report[stage]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l.as_f64().unwrap())
+            .collect()
+    };
+    let corpus = losses("corpus_losses");
+    assert_eq!(corpus.len(), 20);
+    assert!(corpus[19] < corpus[0] / 2.0, "{corpus:?}");
+    assert_eq!(losses("pair_losses").len(), 60);
+    assert_eq!(
+        report["sentiment_parents"]["negative"]
+            .as_array()
+            .unwrap()
+            .len(),
+        24
+    );
+
+    // Paused in the corpus stage, then resumed through both stages: the same weights.
+    let paused = train(root, "resumed", &["--pause-after", "30"]);
+    assert!(paused.contains("paused after step 30/120"), "{paused}");
+    assert!(paused.contains("(stage: corpus)"), "{paused}");
+    train(root, "resumed", &[]);
+    assert_eq!(
+        std::fs::read(root.join("dis-ae/model.safetensors")).unwrap(),
+        std::fs::read(root.join("resumed/model.safetensors")).unwrap(),
+        "a resumed run must end with the same weights"
+    );
+
+    let generate = |out: &str, extra: &[&str]| {
+        let mut command = flipside();
+        command
+            .args(["generate", "--method", "lass", "--data"])
+            .arg(&data)
+            .arg("--classifier")
+            .arg(&classifier)
+            .arg("--dis-ae")
+            .arg(root.join("dis-ae"))
+            .arg("--out")
+            .arg(root.join(out))
+            .args(extra);
+        command
+    };
+    // Without the fluency filter: every record is a flip (LASS always verifies), made by beam
+    // search from the item's content and the target label's vector.
+    success(&mut generate("label.jsonl", &["--max-perplexity", "0"]));
+    let made = records(&root.join("label.jsonl"));
+    assert!(made.len() >= 36, "{} of 48 items reproduced", made.len());
+    for target in ["negative", "positive"] {
+        assert!(made.iter().any(|r| r["target"] == target), "no {target}");
+    }
+    for record in &made {
+        assert_eq!(record["method"], "lass");
+        assert_eq!(record["flipped"], true, "{record}");
+        assert_ne!(record["edited"], record["original"]);
+        let provenance = &record["provenance"];
+        assert_eq!(provenance["kind"], "lass");
+        if record["attempt"] == 1 {
+            assert_eq!(provenance["search"], "beam 4", "{record}");
+        }
+        assert!(provenance.get("perplexity").is_none(), "{record}");
+    }
+    let evaluated = success(
+        flipside()
+            .args(["eval", "cf", "--no-ppl"])
+            .arg(root.join("label.jsonl")),
+    );
+    assert!(
+        evaluated
+            .lines()
+            .any(|line| line.starts_with("label.jsonl") && line.contains(&made.len().to_string())),
+        "{evaluated}"
+    );
+
+    // The fluency filter: nothing passes a perplexity of 1; a lenient threshold keeps the
+    // perplexity in the record. Sentiment parents are the target label's texts.
+    success(&mut generate(
+        "strict.jsonl",
+        &[
+            "--max-perplexity",
+            "1.01",
+            "--limit",
+            "3",
+            "--max-attempts",
+            "1",
+        ],
+    ));
+    assert!(records(&root.join("strict.jsonl")).is_empty());
+    let failures = std::fs::read_to_string(root.join("strict.jsonl.failures.jsonl")).unwrap();
+    assert_eq!(failures.lines().count(), 3, "{failures}");
+    assert!(
+        failures.contains("under smollm2-135m is above 1.01"),
+        "{failures}"
+    );
+
+    success(&mut generate(
+        "parents.jsonl",
+        &[
+            "--max-perplexity",
+            "1e9",
+            "--sentiment",
+            "parent",
+            "--limit",
+            "8",
+        ],
+    ));
+    let toy = toy_sentiment_csv();
+    let parented = records(&root.join("parents.jsonl"));
+    assert!(!parented.is_empty());
+    for record in &parented {
+        let provenance = &record["provenance"];
+        assert!(provenance["perplexity"].as_f64().unwrap() > 1.0, "{record}");
+        let parent = provenance["sentiment_parent"].as_str().unwrap();
+        let line = format!("{parent},{}\n", record["target"].as_str().unwrap());
+        assert!(
+            toy.contains(&line),
+            "{parent:?} is not a {} text",
+            record["target"]
+        );
+    }
+
+    // A run without a Dis-AE says how to make one.
+    let missing = failure(
+        flipside()
+            .args(["generate", "--method", "lass", "--data"])
+            .arg(&data)
+            .arg("--classifier")
+            .arg(&classifier)
+            .arg("--dis-ae")
+            .arg(root.join("nowhere")),
+    );
+    assert!(missing.contains("nowhere"), "{missing}");
+    let nothing = failure(flipside().args(["lass", "train", "--data", "none"]));
+    assert!(nothing.contains("nothing to train on"), "{nothing}");
+}
