@@ -5,7 +5,38 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{ITEMS, editing_setup, serve};
+use flipside_backend::compute::Cpu;
+use flipside_backend::lass::model::load_reproducer;
+use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
+
+use crate::common::{ITEMS, editing_setup, serve, tiny_dis_ae};
+
+/// Texts the browser's Dis-AE reproduces with negative sentiment, to match the native outputs.
+const REPRODUCED: [&str; 3] = [
+    "the film we saw on day 0 was wonderful",
+    "the story we saw on day 3 was moving",
+    "the show we saw on day 2 was superb",
+];
+
+/// The native Dis-AE's beam-search outputs for [`REPRODUCED`], as JSON for the browser test.
+fn native_reproductions(dis_ae: &Path) -> String {
+    let reproducer = load_reproducer::<Cpu>(dis_ae, &Default::default()).unwrap();
+    let outputs = reproducer
+        .reproduce(
+            &REPRODUCED,
+            TargetSentiment::Label("negative"),
+            &lass_decoding(),
+        )
+        .unwrap();
+    serde_json::json!({
+        "texts": REPRODUCED,
+        "label": "negative",
+        "outputs": outputs.iter().map(|o| serde_json::json!({
+            "text": o.text, "log_prob": o.log_prob,
+        })).collect::<Vec<_>>(),
+    })
+    .to_string()
+}
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -35,11 +66,21 @@ fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
     let setup = editing_setup();
     let items = setup.dir.path().join("items.csv");
     std::fs::write(&items, ITEMS).unwrap();
+    tiny_dis_ae(setup.dir.path(), "dis-ae", &[]);
+    let dis_ae = setup.dir.path().join("dis-ae");
     let static_dir = dist.display().to_string();
     let (mut server, url) = serve(
         &setup,
         &setup.dir.path().join("server"),
-        &["--static-dir", &static_dir],
+        &[
+            "--static-dir",
+            &static_dir,
+            "--dis-ae",
+            dis_ae.to_str().unwrap(),
+            // Jobs and the demo need no fluency model here: the page generates in the browser.
+            "--max-perplexity",
+            "0",
+        ],
     );
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or(root.join("target"), PathBuf::from);
     let screenshots = target.join("screenshots");
@@ -48,6 +89,7 @@ fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
         .current_dir(&e2e)
         .env("FLIPSIDE_URL", &url)
         .env("ITEMS_CSV", &items)
+        .env("NATIVE_REPRODUCTIONS", native_reproductions(&dis_ae))
         .env("SCREENSHOT_DIR", &screenshots)
         .output()
         .expect("node runs");

@@ -8,51 +8,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::common::{failure, flipside, success, toy_classifier, toy_sentiment_csv};
-
-/// The toy task's minimal pairs, positive → negative only (as the LLM makes LASS's pairs).
-fn toy_pairs(out: &Path) {
-    let csv = toy_sentiment_csv();
-    let lines: Vec<&str> = csv.lines().skip(1).collect();
-    let pairs: String = lines
-        .chunks(2)
-        .map(|pair| {
-            let text = |line: &str| line.rsplit_once(',').unwrap().0.to_string();
-            serde_json::json!({
-                "text": text(pair[0]),
-                "label": "positive",
-                "counterfactual": text(pair[1]),
-            })
-            .to_string()
-                + "\n"
-        })
-        .collect();
-    std::fs::write(out, pairs).unwrap();
-}
-
-fn train(root: &Path, out: &str, extra: &[&str]) -> String {
-    success(
-        flipside()
-            .args(["lass", "train", "--unit", "text", "--data"])
-            .arg(root.join("toy.csv"))
-            .arg("--pairs")
-            .arg(root.join("pairs.jsonl"))
-            .arg("--out")
-            .arg(root.join(out))
-            .args([
-                "--vocabulary",
-                "200",
-                "--d-embed",
-                "16",
-                "--d-encoder",
-                "16",
-            ])
-            .args(["--d-latent", "8", "--d-decoder", "32", "--ramp-steps", "50"])
-            .args(["--epochs", "20", "--pair-epochs", "60", "--batch-size", "8"])
-            .args(["--lr", "1e-2", "--checkpoint-every", "20"])
-            .args(extra),
-    )
-}
+use crate::common::{failure, flipside, success, tiny_dis_ae, toy_classifier, toy_sentiment_csv};
 
 fn records(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -67,9 +23,8 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let (data, classifier) = toy_classifier(root);
-    toy_pairs(&root.join("pairs.jsonl"));
 
-    let trained = train(root, "dis-ae", &[]);
+    let trained = tiny_dis_ae(root, "dis-ae", &[]);
     assert!(
         trained.contains("data        48 texts, 24 pairs"),
         "{trained}"
@@ -101,10 +56,10 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
     );
 
     // Paused in the corpus stage, then resumed through both stages: the same weights.
-    let paused = train(root, "resumed", &["--pause-after", "30"]);
+    let paused = tiny_dis_ae(root, "resumed", &["--pause-after", "30"]);
     assert!(paused.contains("paused after step 30/120"), "{paused}");
     assert!(paused.contains("(stage: corpus)"), "{paused}");
-    train(root, "resumed", &[]);
+    tiny_dis_ae(root, "resumed", &[]);
     assert_eq!(
         std::fs::read(root.join("dis-ae/model.safetensors")).unwrap(),
         std::fs::read(root.join("resumed/model.safetensors")).unwrap(),

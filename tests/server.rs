@@ -162,10 +162,11 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
             "llm-only",
             "retrieve-only",
             "autocad",
-            "autocad-retrieval"
+            "autocad-retrieval",
+            "lass"
         ]
     );
-    // Each method says whether this server (no infiller) can run it, and if not, why.
+    // Each method says whether this server (no infiller, no Dis-AE) can run it, and if not, why.
     let unavailable: Vec<Option<&str>> = info["methods"]
         .as_array()
         .unwrap()
@@ -173,9 +174,22 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         .map(|m| m.get("unavailable").map(|u| u.as_str().unwrap()))
         .collect();
     assert_eq!(unavailable[..3], [None, None, None]);
-    for reason in &unavailable[3..] {
+    for reason in &unavailable[3..5] {
         assert!(reason.unwrap().contains("needs an infiller"), "{reason:?}");
     }
+    assert!(
+        unavailable[5].unwrap().contains("needs a Dis-AE"),
+        "{unavailable:?}"
+    );
+    assert!(info["dis_ae"].is_null(), "{info}");
+    let no_dis_ae = json_of(server.get("/dis-ae/config.json"), 404);
+    assert!(
+        no_dis_ae["message"]
+            .as_str()
+            .unwrap()
+            .contains("flipside lass train"),
+        "{no_dis_ae}"
+    );
 
     let text = "The film was wonderful and the cast superb.";
     let retrieved = json_of(
@@ -421,7 +435,8 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
             "llm-only",
             "retrieve-only",
             "autocad",
-            "autocad-retrieval"
+            "autocad-retrieval",
+            "lass"
         ])
     );
 

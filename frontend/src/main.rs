@@ -1,14 +1,18 @@
 //! Flipside's browser app, served by `flipside serve`: an edit demo (retrieve helpers, edit
-//! with the LLM, score the edit again in the browser) and a jobs page (datasets, generation
-//! jobs with live progress, their counterfactuals).
+//! with the LLM, score the edit again in the browser), generation in the browser (LASS's
+//! Dis-AE) and a jobs page (datasets, generation jobs with live progress, their
+//! counterfactuals).
 //!
-//! One module per concept: [`api`] talks to the server, [`scoring`] runs the classifier in the
-//! browser, [`demo`] and [`jobs`] are the two pages.
+//! One module per concept: [`api`] talks to the server, [`scoring`] runs the classifier and
+//! [`dis_ae`] the Dis-AE in the browser, [`demo`], [`browser_generation`] and [`jobs`] are the
+//! pages.
 
 mod api;
+mod browser_generation;
 mod datasets;
 mod demo;
 mod diff_view;
+mod dis_ae;
 mod edit_result;
 mod jobs;
 mod method_picker;
@@ -20,6 +24,7 @@ mod ui;
 
 use leptos::prelude::*;
 
+use crate::browser_generation::BrowserGeneration;
 use crate::demo::EditDemo;
 use crate::jobs::JobsPage;
 use crate::route::Route;
@@ -36,11 +41,13 @@ fn main() {
 #[component]
 fn App() -> impl IntoView {
     scoring::provide();
+    dis_ae::provide();
     let route = route::use_route();
     let on_jobs = Memo::new(move |_| matches!(route.get(), Route::Jobs { .. }));
+    let on_generate = Memo::new(move |_| route.get() == Route::Generate);
     let selected_job = Memo::new(move |_| match route.get() {
         Route::Jobs { selected } => selected,
-        Route::Demo => None,
+        _ => None,
     });
     view! {
         <header class="topbar">
@@ -53,10 +60,18 @@ fn App() -> impl IntoView {
                     <a
                         href="#/"
                         class="tab"
-                        class:active=move || !on_jobs.get()
+                        class:active=move || !on_jobs.get() && !on_generate.get()
                         data-testid="tab-demo"
                     >
                         "Edit demo"
+                    </a>
+                    <a
+                        href="#/generate"
+                        class="tab"
+                        class:active=move || on_generate.get()
+                        data-testid="tab-generate"
+                    >
+                        "Generate in your browser"
                     </a>
                     <a
                         href="#/jobs"
@@ -73,6 +88,8 @@ fn App() -> impl IntoView {
             {move || {
                 if on_jobs.get() {
                     view! { <JobsPage selected=selected_job /> }.into_any()
+                } else if on_generate.get() {
+                    view! { <BrowserGeneration /> }.into_any()
                 } else {
                     view! { <EditDemo /> }.into_any()
                 }

@@ -1,4 +1,5 @@
-//! Hash routing: `#/` is the edit demo, `#/jobs` the jobs page and `#/jobs/{id}` one job.
+//! Hash routing: `#/` is the edit demo, `#/generate` generation in the browser, `#/jobs` the
+//! jobs page and `#/jobs/{id}` one job.
 
 use leptos::prelude::*;
 
@@ -6,6 +7,8 @@ use leptos::prelude::*;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     Demo,
+    /// Generating counterfactuals in the browser (LASS's Dis-AE).
+    Generate,
     /// The jobs page, with the job shown in detail.
     Jobs {
         selected: Option<String>,
@@ -21,6 +24,7 @@ impl Route {
             (Some("jobs"), selected) => Route::Jobs {
                 selected: selected.map(str::to_string),
             },
+            (Some("generate"), _) => Route::Generate,
             _ => Route::Demo,
         }
     }
@@ -29,6 +33,7 @@ impl Route {
     pub fn href(&self) -> String {
         match self {
             Route::Demo => "#/".into(),
+            Route::Generate => "#/generate".into(),
             Route::Jobs { selected: None } => "#/jobs".into(),
             Route::Jobs { selected: Some(id) } => format!("#/jobs/{id}"),
         }

@@ -279,7 +279,7 @@ fn register_js_hook() {
     set_window_property("flipsideScoringReady", &JsValue::TRUE);
 }
 
-fn set_window_property(name: &str, value: &JsValue) {
+pub fn set_window_property(name: &str, value: &JsValue) {
     // Setting a property on `window` cannot fail.
     let _ = js_sys::Reflect::set(&window(), &JsValue::from_str(name), value);
 }
@@ -290,7 +290,7 @@ pub fn now_ms() -> f64 {
 }
 
 /// Returns after the browser has had a chance to render.
-async fn yield_to_browser() {
+pub async fn yield_to_browser() {
     let promise = js_sys::Promise::new(&mut |resolve, _| {
         let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
     });

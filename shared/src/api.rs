@@ -36,6 +36,21 @@ pub struct ServerInfo {
     pub examples: Vec<Example>,
     /// The methods jobs and edits can use (the first is the default).
     pub methods: Vec<MethodInfo>,
+    /// The Dis-AE the browser can download to reproduce with (LASS), if the server has one.
+    #[serde(default)]
+    pub dis_ae: Option<DisAeInfo>,
+}
+
+/// The server's Dis-AE, for generating in the browser.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DisAeInfo {
+    pub name: String,
+    /// The sentiments it writes, in its class order.
+    pub labels: Vec<String>,
+    pub parameters: usize,
+    /// Bytes of its files together (what the browser downloads).
+    pub download_bytes: u64,
 }
 
 /// A counterfactual method.

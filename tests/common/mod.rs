@@ -85,6 +85,54 @@ pub fn toy_sentiment_csv() -> String {
     csv
 }
 
+/// The toy task's minimal pairs, positive → negative only (as the LLM makes LASS's pairs).
+pub fn toy_pairs(out: &Path) {
+    let csv = toy_sentiment_csv();
+    let lines: Vec<&str> = csv.lines().skip(1).collect();
+    let pairs: String = lines
+        .chunks(2)
+        .map(|pair| {
+            let text = |line: &str| line.rsplit_once(',').unwrap().0.to_string();
+            serde_json::json!({
+                "text": text(pair[0]),
+                "label": "positive",
+                "counterfactual": text(pair[1]),
+            })
+            .to_string()
+                + "\n"
+        })
+        .collect();
+    std::fs::write(out, pairs).unwrap();
+}
+
+/// Trains a tiny Dis-AE on the toy task into `root/out` (writing `root/toy.csv` and
+/// `root/pairs.jsonl` first); returns `lass train`'s output.
+pub fn tiny_dis_ae(root: &Path, out: &str, extra: &[&str]) -> String {
+    std::fs::write(root.join("toy.csv"), toy_sentiment_csv()).unwrap();
+    toy_pairs(&root.join("pairs.jsonl"));
+    success(
+        flipside()
+            .args(["lass", "train", "--unit", "text", "--data"])
+            .arg(root.join("toy.csv"))
+            .arg("--pairs")
+            .arg(root.join("pairs.jsonl"))
+            .arg("--out")
+            .arg(root.join(out))
+            .args([
+                "--vocabulary",
+                "200",
+                "--d-embed",
+                "16",
+                "--d-encoder",
+                "16",
+            ])
+            .args(["--d-latent", "8", "--d-decoder", "32", "--ramp-steps", "50"])
+            .args(["--epochs", "20", "--pair-epochs", "60", "--batch-size", "8"])
+            .args(["--lr", "1e-2", "--checkpoint-every", "20"])
+            .args(extra),
+    )
+}
+
 /// Writes [`toy_sentiment_csv`] to `dir/toy.csv` and trains a classifier confident on it into
 /// `dir/classifier`; returns both paths.
 pub fn toy_classifier(dir: &Path) -> (PathBuf, PathBuf) {

@@ -10,6 +10,7 @@ import { launchChromium, waitForScoring } from './chromium.mjs';
 const URL = process.env.FLIPSIDE_URL;
 const SHOTS = process.env.SCREENSHOT_DIR ?? 'target/screenshots';
 const ITEMS = process.env.ITEMS_CSV;
+const NATIVE = JSON.parse(process.env.NATIVE_REPRODUCTIONS ?? 'null');
 const TEXT = 'The film was wonderful and the cast superb.';
 const LONG = 180_000;
 
@@ -106,7 +107,8 @@ test('the demo offers the methods, disables those the server cannot run, and sho
   const { page, errors } = await openApp();
   const picker = page.getByTestId('demo-method');
   const values = await picker.locator('option').evaluateAll((options) => options.map((o) => o.value));
-  assert.deepEqual(values, ['core', 'llm-only', 'retrieve-only', 'autocad', 'autocad-retrieval']);
+  assert.deepEqual(values, ['core', 'llm-only', 'retrieve-only', 'autocad', 'autocad-retrieval', 'lass']);
+  assert.ok(!(await picker.locator('option[value="lass"]').isDisabled()), 'the server has a Dis-AE');
   assert.equal(await picker.inputValue(), 'core', 'the server\'s default is selected');
   for (const id of ['autocad', 'autocad-retrieval']) {
     const option = picker.locator(`option[value="${id}"]`);
@@ -142,6 +144,45 @@ for (const backend of ['cpu', 'webgpu']) {
     await page.close();
   });
 }
+
+test('the Dis-AE generates in the browser as it does natively; the page flips, highlights and downloads', { timeout: 600_000 }, async () => {
+  assert.ok(NATIVE, 'NATIVE_REPRODUCTIONS is not set');
+  const { page, errors } = await openApp('#/generate', 'generate-texts');
+  const button = page.getByTestId('generate-button');
+  await page.waitForFunction(() => window.flipsideReproducerReady === true || window.flipsideReproducerError, null, { timeout: LONG });
+  assert.equal(await page.evaluate(() => window.flipsideReproducerError ?? null), null);
+
+  // The same parents and beam search give the same texts as the native Dis-AE.
+  const started = Date.now();
+  const outputs = await page.evaluate(([texts, label]) => window.flipsideReproduce(texts, label), [NATIVE.texts, NATIVE.label]);
+  const seconds = (Date.now() - started) / 1000;
+  console.log(`# Dis-AE in the browser (CPU wasm): ${NATIVE.texts.length} texts in ${seconds.toFixed(2)} s`);
+  assert.deepEqual(outputs.map((o) => o.text), NATIVE.outputs.map((o) => o.text));
+  outputs.forEach((o, i) => assert.ok(Math.abs(o.log_prob - NATIVE.outputs[i].log_prob) < 1e-3, `log-prob ${o.log_prob} vs ${NATIVE.outputs[i].log_prob}`));
+
+  // The page: positive toy reviews made negative, each scored by the in-browser classifier.
+  await page.getByTestId('generate-texts').fill(NATIVE.texts.join('\n'));
+  await page.getByTestId('generate-target').selectOption('negative');
+  await button.waitFor({ state: 'visible' });
+  await page.waitForFunction(() => !document.querySelector('[data-testid=generate-button]').disabled, null, { timeout: LONG });
+  await button.click();
+  await page.getByTestId('generate-download').waitFor({ timeout: LONG });
+  const rows = page.getByTestId('generated-row');
+  assert.equal(await rows.count(), NATIVE.texts.length);
+  for (let i = 0; i < NATIVE.texts.length; i++) {
+    const shown = (await rows.nth(i).getByTestId('generated-text').innerText()).replace(/\s+/g, ' ').trim();
+    assert.ok(shown.includes(NATIVE.outputs[i].text.split(' ').pop()), `row ${i} shows ${shown}`);
+  }
+  const summary = await page.getByTestId('generate-summary').innerText();
+  assert.match(summary, /of 3 flipped/);
+  const href = await page.getByTestId('generate-download').getAttribute('href');
+  const lines = decodeURIComponent(href.slice(href.indexOf(',') + 1)).trim().split('\n').map((l) => JSON.parse(l));
+  assert.deepEqual(lines.map((l) => l.edited), NATIVE.outputs.map((o) => o.text));
+  assert.ok(lines.every((l) => l.target === 'negative' && l.method === 'lass'));
+  await page.screenshot({ path: join(SHOTS, 'generate-in-browser.png'), fullPage: true });
+  assert.deepEqual(errors, []);
+  await page.close();
+});
 
 test('the jobs page uploads a dataset, runs a job to the end and lists its results', { timeout: 900_000 }, async () => {
   assert.ok(ITEMS, 'ITEMS_CSV is not set');

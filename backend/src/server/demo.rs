@@ -19,6 +19,7 @@ use flipside_shared::data::Input;
 use super::AppState;
 use super::error::{ApiError, ApiResult, JsonBody};
 use super::resources::{Resources, demo_examples};
+use crate::lass::model as lass;
 use crate::methods::core::RetrievalContext;
 use crate::methods::{self, Method, method_infos};
 use crate::pipeline::{Context, Item};
@@ -29,6 +30,13 @@ pub const MAX_TEXT_CHARS: usize = 5_000;
 pub const MAX_CLASSIFY_TEXTS: usize = 64;
 /// The files of the classifier the browser downloads.
 const CLASSIFIER_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
+/// The files of the Dis-AE the browser downloads.
+pub const DIS_AE_FILES: [&str; 4] = [
+    lass::CONFIG_FILE,
+    lass::VOCABULARY_FILE,
+    lass::WEIGHTS_FILE,
+    lass::REPORT_FILE,
+];
 
 /// Whether the server is up.
 #[utoipa::path(get, path = "/health", tag = "server", responses((status = 200, body = Health)))]
@@ -50,6 +58,7 @@ pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
         corpus: resources.corpus.clone(),
         examples: demo_examples(),
         methods: method_infos(&resources.models),
+        dis_ae: resources.dis_ae.as_ref().map(|(_, info)| info.clone()),
     })
 }
 
@@ -157,13 +166,48 @@ pub async fn classifier_file(
     State(state): State<AppState>,
     Path(file): Path<String>,
 ) -> ApiResult<impl IntoResponse> {
-    if !CLASSIFIER_FILES.contains(&file.as_str()) {
+    model_file(
+        &state.resources.classifier_dir,
+        &CLASSIFIER_FILES,
+        "classifier",
+        &file,
+    )
+    .await
+}
+
+/// The Dis-AE's files (`config.json`, `tokenizer.json`, `model.safetensors`, `lass.json`), for
+/// generating in the browser.
+#[utoipa::path(get, path = "/dis-ae/{file}", tag = "editing",
+    params(("file" = String, Path, description = "config.json, tokenizer.json, model.safetensors or lass.json")),
+    responses((status = 200, description = "the file"), (status = 404, body = ErrorBody)))]
+pub async fn dis_ae_file(
+    State(state): State<AppState>,
+    Path(file): Path<String>,
+) -> ApiResult<impl IntoResponse> {
+    let Some((dir, _)) = &state.resources.dis_ae else {
+        return Err(ApiError::not_found(
+            "a Dis-AE: the server has none (train one with `flipside lass train`, then serve \
+             with --dis-ae DIR)"
+                .to_string(),
+        ));
+    };
+    model_file(dir, &DIS_AE_FILES, "Dis-AE", &file).await
+}
+
+/// One of a model directory's `files`, for the browser.
+async fn model_file(
+    dir: &std::path::Path,
+    files: &[&str],
+    model: &str,
+    file: &str,
+) -> ApiResult<impl IntoResponse + use<>> {
+    if !files.contains(&file) {
         return Err(ApiError::not_found(format!(
-            "classifier file {file:?} (there are {})",
-            CLASSIFIER_FILES.join(", ")
+            "{model} file {file:?} (there are {})",
+            files.join(", ")
         )));
     }
-    let bytes = tokio::fs::read(state.resources.classifier_dir.join(&file))
+    let bytes = tokio::fs::read(dir.join(file))
         .await
         .map_err(|e| ApiError::internal(e.into()))?;
     let content_type = if file.ends_with(".json") {

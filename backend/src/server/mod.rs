@@ -87,6 +87,7 @@ pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenA
         .routes(routes!(demo::edit))
         .routes(routes!(demo::classify))
         .routes(routes!(demo::classifier_file))
+        .routes(routes!(demo::dis_ae_file))
         .routes(routes!(datasets::list))
         .routes(
             routes!(datasets::upload).layer(DefaultBodyLimit::max(max_upload_bytes + (64 << 10))),

@@ -6,15 +6,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
-use flipside_shared::api::{ClassifierInfo, CorpusInfo, Example};
+use flipside_shared::api::{ClassifierInfo, CorpusInfo, DisAeInfo, Example};
 use flipside_shared::models::classifier::ClassifierConfig;
 
 use crate::compute::{Batches, Compute, Cpu};
 use crate::editing::keywords::Lexicons;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
+use crate::lass::model::LassReport;
 use crate::llm::{Fluency, LlmClient};
 use crate::methods::{EditSettings, InfillerSetup, Models, ModelsConfig, load_models};
+use crate::server::demo::DIS_AE_FILES;
 
 /// How to load [`Resources`].
 pub struct ResourceConfig {
@@ -39,12 +41,18 @@ pub struct Resources {
     /// The classifier's name and labels (fixed once loaded).
     pub classifier_info: ClassifierInfo,
     pub corpus: CorpusInfo,
+    /// The Dis-AE's directory and what the browser is told of it.
+    pub dis_ae: Option<(PathBuf, DisAeInfo)>,
 }
 
 impl Resources {
     /// Loads everything (seconds: the index and three models).
     pub fn load(home: &Home, config: ResourceConfig) -> Result<Self> {
         let encoder = config.retrieval.encoders.name.clone();
+        let dis_ae = match &config.dis_ae {
+            Some(dir) => Some((dir.clone(), dis_ae_info(dir)?)),
+            None => None,
+        };
         let models = load_models(
             cpu(),
             ModelsConfig {
@@ -81,6 +89,7 @@ impl Resources {
             classifier_dir: config.classifier_dir,
             classifier_info,
             corpus,
+            dis_ae,
         })
     }
 
@@ -115,6 +124,25 @@ impl Resources {
             },
         }
     }
+}
+
+/// What the browser is told of the Dis-AE in `dir`.
+fn dis_ae_info(dir: &std::path::Path) -> Result<DisAeInfo> {
+    let report = LassReport::read(dir)?;
+    let mut download_bytes = 0;
+    for file in DIS_AE_FILES {
+        download_bytes += std::fs::metadata(dir.join(file))?.len();
+    }
+    Ok(DisAeInfo {
+        name: dir
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned(),
+        labels: report.labels,
+        parameters: report.parameters,
+        download_bytes,
+    })
 }
 
 /// The server's models run on the CPU backend.
