@@ -11,7 +11,7 @@ use super::data::ReadArgs;
 use super::generate::{DEFAULT_CLASSIFIER, RetrievalArgs};
 use crate::compute::{Compute, DeviceChoice};
 use crate::corpus::corpus_dir;
-use crate::editing::items::{Selection, Unit, select_items, task_of};
+use crate::editing::items::{Selection, Unit, select_examples, task_of};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::infiller::pretrain::{PretrainRun, default_model, default_out, default_train, pretrain};
@@ -298,9 +298,7 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
         seed: train.seed,
     };
     let lexicons = std::sync::Arc::new(Lexicons::load(home)?);
-    let mut items = select_items(&dataset, &selection, &lexicons)?;
-    let mut seen = std::collections::HashSet::new();
-    items.retain(|item| seen.insert(item.id.clone()));
+    let items = select_examples(&dataset, &selection, &lexicons)?;
     let guidance = match args.retrieval {
         true => Some(KeywordGuidance {
             retrieval: args.retrieval_options.setup(home)?,

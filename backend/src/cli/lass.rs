@@ -11,16 +11,15 @@ use serde::Serialize;
 use super::classifier::report_pause;
 use super::data::ReadArgs;
 use super::infiller::OptimiserArgs;
-use super::llm::gguf_path;
+use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
-use crate::editing::items::{Selection, Unit, select_items};
+use crate::editing::items::{Selection, Unit, select_examples};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::lass::train::{
     LabelledPair, LassTrainRun, corpus_train, default_model, pair_train, train_lass,
 };
-use crate::llm::local::EngineOptions;
-use crate::llm::{Fluency, LocalEngine};
+use crate::llm::Fluency;
 use crate::methods::lass::{DEFAULT_MAX_PERPLEXITY, ReproductionSettings, SentimentSource};
 use crate::models::resolve_model_dir;
 use crate::retrieval::cfdpr::read_pairs;
@@ -177,9 +176,13 @@ impl LassArgs {
         if self.max_perplexity <= 0.0 {
             return Ok(None);
         }
-        let path = gguf_path(home, &self.fluency_model)?;
-        let engine = LocalEngine::load(&self.fluency_model, &path, EngineOptions::default())?;
-        Ok(Some(Arc::new(engine)))
+        // The embedded engine as `--model` loads it (its threads, the FLIPSIDE_LLM_THREADS
+        // variable), with the fluency model instead.
+        let llm = LlmArgs {
+            model: self.fluency_model.clone(),
+            ..super::defaults::<LlmArgs>()
+        };
+        Ok(Some(Arc::new(llm.local(home)?)))
     }
 }
 
@@ -197,11 +200,8 @@ pub fn run(home: &Home, command: LassCommand) -> Result<()> {
                 unit: args.unit,
                 seed: train(corpus_train()).seed,
             };
-            let items = select_items(&dataset, &selection, &Lexicons::load(home)?)?;
-            let mut seen = std::collections::HashSet::new();
-            items
+            select_examples(&dataset, &selection, &Lexicons::load(home)?)?
                 .into_iter()
-                .filter(|item| seen.insert(item.id.clone()))
                 .map(|item| (item.text, item.label))
                 .collect()
         }

@@ -56,7 +56,12 @@ impl LlmArgs {
 
     /// The GGUF file of `--model`.
     pub fn model_path(&self, home: &Home) -> Result<PathBuf> {
-        gguf_path(home, &self.model)
+        let path = PathBuf::from(&self.model);
+        if path.extension().is_some_and(|e| e == "gguf") || path.is_file() {
+            anyhow::ensure!(path.is_file(), "no GGUF file at {}", path.display());
+            return Ok(path);
+        }
+        Ok(home.asset(&self.model)?.join("model.gguf"))
     }
 
     /// The embedded engine.
@@ -99,16 +104,6 @@ impl LlmArgs {
         })?;
         Ok(Arc::new(client))
     }
-}
-
-/// The GGUF file of `model`: a model asset's name or a file.
-pub fn gguf_path(home: &Home, model: &str) -> Result<PathBuf> {
-    let path = PathBuf::from(model);
-    if path.extension().is_some_and(|e| e == "gguf") || path.is_file() {
-        anyhow::ensure!(path.is_file(), "no GGUF file at {}", path.display());
-        return Ok(path);
-    }
-    Ok(home.asset(model)?.join("model.gguf"))
 }
 
 #[derive(Debug, Subcommand)]

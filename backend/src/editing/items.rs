@@ -51,6 +51,19 @@ pub fn task_of(items: &[Item]) -> Task {
     }
 }
 
+/// One item per example (its first target), in a seeded order: training data, where each
+/// example counts once with its own label.
+pub fn select_examples(
+    dataset: &Dataset,
+    selection: &Selection,
+    lexicons: &Lexicons,
+) -> Result<Vec<Item>> {
+    let mut items = select_items(dataset, selection, lexicons)?;
+    let mut seen = std::collections::HashSet::new();
+    items.retain(|item| seen.insert(item.id.clone()));
+    Ok(items)
+}
+
 /// One item per example and target label, in a seeded order.
 pub fn select_items(
     dataset: &Dataset,

@@ -2,7 +2,7 @@
 //! training saw in `lass.json`), and the backend-erased [`Reproduce`] that methods edit with.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use anyhow::{Context as _, Result};
@@ -76,7 +76,6 @@ pub fn load_reproducer<B: Backend>(dir: &Path, device: &B::Device) -> Result<Rep
 pub trait Reproduce: Send + Sync {
     /// Its directory, recorded with every edit.
     fn name(&self) -> &str;
-    fn labels(&self) -> Vec<String>;
     /// Texts of `label` that can lend their sentiment.
     fn sentiment_parents(&self, label: &str) -> &[String];
     /// See [`Reproducer::reproduce`].
@@ -90,7 +89,6 @@ pub trait Reproduce: Send + Sync {
 
 /// A [`Reproducer`] shared between threads.
 pub struct SharedReproducer<B: Backend> {
-    pub dir: PathBuf,
     name: String,
     reproducer: Mutex<Reproducer<B>>,
     parents: SentimentParents,
@@ -101,7 +99,6 @@ impl<B: Backend> SharedReproducer<B> {
     pub fn load(dir: &Path, device: &B::Device) -> Result<Self> {
         let reproducer = load_reproducer::<B>(dir, device)?;
         Ok(Self {
-            dir: dir.to_path_buf(),
             name: dir.display().to_string(),
             parents: LassReport::read(dir)?.sentiment_parents,
             reproducer: Mutex::new(reproducer),
@@ -112,11 +109,6 @@ impl<B: Backend> SharedReproducer<B> {
 impl<B: Backend> Reproduce for SharedReproducer<B> {
     fn name(&self) -> &str {
         &self.name
-    }
-
-    fn labels(&self) -> Vec<String> {
-        let reproducer = self.reproducer.lock().unwrap_or_else(|e| e.into_inner());
-        reproducer.config.labels.clone()
     }
 
     fn sentiment_parents(&self, label: &str) -> &[String] {
