@@ -120,6 +120,16 @@ impl<B: AutodiffBackend> Objective<B> for DisAeObjective {
         self.config.init(device)
     }
 
+    fn lengths(&self) -> Option<Vec<usize>> {
+        Some(match &self.data {
+            DisAeData::Texts(texts) => texts.iter().map(|t| t.ids.len()).collect(),
+            DisAeData::Pairs(pairs) => pairs
+                .iter()
+                .map(|(a, b)| a.ids.len().max(b.ids.len()))
+                .collect(),
+        })
+    }
+
     fn loss(
         &self,
         model: &Self::Model,

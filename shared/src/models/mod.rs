@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod classifier;
 pub mod dis_ae;
 pub mod encoder;
+pub mod lstm;
 pub mod pooling;
 pub mod search;
 pub mod sequence_loss;

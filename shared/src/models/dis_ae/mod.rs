@@ -19,15 +19,14 @@ pub mod reproduce;
 pub mod vocabulary;
 
 use burn::module::{Module, Param};
-use burn::nn::{
-    Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig, Lstm, LstmConfig, LstmState,
-};
+use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig, LstmState};
 use burn::tensor::activation::{softmax, tanh};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, load_renamed, save_renamed};
+use super::lstm::FusedLstm;
 use super::pooling::mean_pool;
 use super::search::{DecodeSettings, Decoded, SpecialTokens, StepDecoder, generate, logit_rows};
 
@@ -98,8 +97,8 @@ impl DisAeConfig {
                     std: 0.1,
                 })
                 .init(device),
-            forward_lstm: LstmConfig::new(self.d_embed, self.d_encoder, true).init(device),
-            backward_lstm: LstmConfig::new(self.d_embed, self.d_encoder, true).init(device),
+            forward_lstm: FusedLstm::new(self.d_embed, self.d_encoder, device),
+            backward_lstm: FusedLstm::new(self.d_embed, self.d_encoder, device),
             sentiment_head: AttentionPool::new(states, self.d_latent, device),
             content_head: AttentionPool::new(states, self.d_latent, device),
             classifier: LinearConfig::new(self.d_latent, labels).init(device),
@@ -109,7 +108,7 @@ impl DisAeConfig {
             }
             .init([labels, self.d_latent], device),
             initial_state: LinearConfig::new(latent, 2 * self.d_decoder).init(device),
-            decoder: LstmConfig::new(self.d_embed + latent, self.d_decoder, true).init(device),
+            decoder: FusedLstm::new(self.d_embed + latent, self.d_decoder, device),
             output: LinearConfig::new(self.d_decoder, self.d_embed).init(device),
             output_bias: Initializer::Zeros.init([self.vocab_size], device),
         }
@@ -161,9 +160,9 @@ impl<B: Backend> AttentionPool<B> {
 #[derive(Module, Debug)]
 pub struct DisAe<B: Backend> {
     embedding: Embedding<B>,
-    forward_lstm: Lstm<B>,
+    forward_lstm: FusedLstm<B>,
     /// Reads each text from its last real token back to its first.
-    backward_lstm: Lstm<B>,
+    backward_lstm: FusedLstm<B>,
     sentiment_head: AttentionPool<B>,
     content_head: AttentionPool<B>,
     /// `C`: sentiment-class logits of a sentiment or a content vector.
@@ -171,7 +170,7 @@ pub struct DisAe<B: Backend> {
     /// `Z_r`: one learnable sentiment vector per class, `[classes, d_latent]`.
     pub label_vectors: Param<Tensor<B, 2>>,
     initial_state: Linear<B>,
-    decoder: Lstm<B>,
+    decoder: FusedLstm<B>,
     output: Linear<B>,
     output_bias: Param<Tensor<B, 1>>,
 }
