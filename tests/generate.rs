@@ -395,3 +395,127 @@ fn seed_pairs_are_made_from_flipped_counterfactuals() {
     let error = failure(&mut make("0.95"));
     assert!(error.contains("none of the 3 counterfactuals"), "{error}");
 }
+
+#[test]
+fn a_prompt_is_optimised_with_fixed_examples_and_a_rerun_asks_the_llm_nothing() {
+    use flipside_backend::editing::prompts::PromptTemplate;
+    let s = setup();
+    let template = s.dir.path().join("one-demo.toml");
+    std::fs::write(
+        &template,
+        r#"id = "one-demo"
+description = "one demonstration"
+task = "sentiment"
+system = "You rewrite reviews. Reply with the rewrite only."
+answer_prefix = "Counterfactual:"
+stop = ["\nExample:"]
+
+[template]
+text = """
+Rewrite the review with the opposite sentiment, changing few words.
+
+Example: A lovely film.
+
+Counterfactual: A dreary film.
+
+Example: {text}
+
+Counterfactual:"""
+"#,
+    )
+    .unwrap();
+    let examples = s.dir.path().join("fixed.jsonl");
+    let pair = |text: &str, cf: &str, label: &str| {
+        serde_json::json!({"text": text, "label": label, "counterfactual": cf}).to_string()
+    };
+    std::fs::write(
+        &examples,
+        [
+            pair("The cast is superb.", "The cast is dreadful.", "positive"),
+            pair("I loved every minute.", "I hated every minute.", "positive"),
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let out = s.dir.path().join("optimised");
+    let optimise = |examples: &Path, extra: &[&str]| {
+        let mut command = flipside();
+        command
+            .args([
+                "pairs",
+                "optimise-prompt",
+                "--model",
+                MODEL,
+                "--unit",
+                "text",
+            ])
+            .arg("--data")
+            .arg(&s.items)
+            .arg("--classifier")
+            .arg(&s.classifier)
+            .arg("--prompt")
+            .arg(&template)
+            .arg("--examples")
+            .arg(examples)
+            .arg("--out")
+            .arg(&out)
+            .args(["--failures", "2", "--successes", "1", "--max-tokens", "24"])
+            .args(extra);
+        command
+    };
+    // Every insertion kept (a gain of at least -1), so both examples go in.
+    let keep_all = ["--min-gain=-1", "--target-rate", "2"];
+    let printed = success(&mut optimise(&examples, &keep_all));
+    assert_eq!(
+        printed.trim(),
+        out.join("prompt.toml").display().to_string()
+    );
+    let trace: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("trace.json")).unwrap()).unwrap();
+    let set = trace["failures"].as_u64().unwrap() + trace["successes"].as_u64().unwrap();
+    assert!((1..=3).contains(&set), "{trace}");
+    let steps = trace["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{trace}");
+    for (step, positions) in steps.iter().zip([2, 3]) {
+        assert_eq!(step["kept"], true);
+        let rates = step["rates"].as_array().unwrap();
+        assert_eq!(rates.len(), positions, "one rate per position: {step}");
+        assert!(
+            rates
+                .iter()
+                .all(|r| (0.0..=1.0).contains(&r.as_f64().unwrap()))
+        );
+    }
+    assert_eq!(trace["rates"].as_array().unwrap().len(), 3);
+    let optimised = PromptTemplate::load(out.join("prompt.toml").to_str().unwrap()).unwrap();
+    let answers = optimised.demonstration_answers();
+    assert_eq!(answers.len(), 3, "{}", optimised.text);
+    for added in ["The cast is dreadful.", "I hated every minute."] {
+        assert!(answers.contains(&added), "{answers:?}");
+    }
+    assert!(answers.contains(&"A dreary film."));
+    // Each evaluated (template, item) once; the rerun finds them all saved.
+    let calls = lines(&out.join("evaluations.jsonl")).len();
+    let scored: u64 = steps
+        .iter()
+        .map(|s| s["scored"].as_u64().unwrap() * s["rates"].as_array().unwrap().len() as u64)
+        .sum();
+    assert!(
+        calls as u64 >= scored && scored > 0,
+        "{calls} calls, {scored} scored"
+    );
+    success(&mut optimise(&examples, &keep_all));
+    assert_eq!(lines(&out.join("evaluations.jsonl")).len(), calls);
+    let again: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("trace.json")).unwrap()).unwrap();
+    assert_eq!(again, trace);
+
+    // Examples must go the items' way.
+    let backwards = s.dir.path().join("backwards.jsonl");
+    std::fs::write(&backwards, pair("Dull.", "Great.", "negative")).unwrap();
+    let error = failure(&mut optimise(&backwards, &[]));
+    assert!(
+        error.contains("must go from positive to negative"),
+        "{error}"
+    );
+}

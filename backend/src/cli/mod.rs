@@ -98,7 +98,8 @@ pub enum Command {
     /// Train classifiers with and without counterfactuals and test them in and out of domain:
     /// conditions × seeds, cached and resumable; tables with significance tests, JSON, CSV, SVG
     Experiment(Box<experiment::ExperimentArgs>),
-    /// Make seed pairs for retriever and re-ranker training from LLM counterfactuals
+    /// Make seed pairs from LLM counterfactuals (for retrievers, re-rankers and LASS), and
+    /// optimise the prompt that makes them
     #[command(subcommand)]
     Pairs(pairs::PairsCommand),
     /// List, show and export the LLM prompt templates
@@ -144,7 +145,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Generate(args) => generate::run(&home, *args),
         Command::Eval(command) => eval::run(&home, command),
         Command::Experiment(args) => experiment::run(&home, *args),
-        Command::Pairs(command) => pairs::run(command),
+        Command::Pairs(command) => pairs::run(&home, command),
         Command::Prompts(command) => llm::prompts(command),
         Command::Serve(args) => serve::run(&home, *args),
         Command::Bench(command) => bench::run(&home, command),

@@ -1,13 +1,28 @@
-//! `flipside pairs …`: seed pairs for training retrievers and re-rankers.
+//! `flipside pairs …`: seed pairs for training retrievers, re-rankers and LASS's Dis-AE, and
+//! the prompt that makes them.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 
+use super::data::ReadArgs;
+use super::generate::DEFAULT_CLASSIFIER;
+use super::llm::LlmArgs;
+use crate::compute::DeviceChoice;
+use crate::editing::items::{Selection, Unit, select_items, task_of};
+use crate::editing::keywords::Lexicons;
+use crate::editing::prompt_optimisation::{OptimisationSettings, PromptOptimiser};
+use crate::editing::prompts::PromptTemplate;
+use crate::home::Home;
+use crate::llm::Sampling;
+use crate::methods::{EditSettings, ModelsConfig, load_models};
+use crate::models::resolve_model_dir;
 use crate::pipeline::store::read_repairing;
-use crate::retrieval::cfdpr::SeedPair;
+use crate::retrieval::cfdpr::{SeedPair, read_pairs};
+use crate::with_backend;
 use flipside_shared::records::Counterfactual;
 
 #[derive(Debug, Subcommand)]
@@ -16,6 +31,70 @@ pub enum PairsCommand {
     /// classifier says flipped, as (text, label, counterfactual) pairs for `retriever train
     /// --pairs` and `reranker train --pairs`
     Make(MakeArgs),
+    /// Optimise a prompt with hand-fixed examples (LASS's Algorithm 1): finds m failures and n
+    /// successes of the prompt, then inserts the examples one at a time, each at the position
+    /// that most raises the success rate on the rest, until the rate reaches --target-rate or
+    /// an insertion gains less than --min-gain. Success: the classifier says the edit has the
+    /// target label and at most --max-change of its tokens changed. Writes OUT/prompt.toml
+    /// (for `generate --prompt`), OUT/trace.json and every LLM call to OUT/evaluations.jsonl
+    /// (a rerun resumes from them)
+    OptimisePrompt(Box<OptimiseArgs>),
+}
+
+#[derive(Debug, Args)]
+pub struct OptimiseArgs {
+    /// The prompt to start from: a built-in id or a TOML file
+    #[arg(long, default_value = "lass-sentiment", value_name = "ID|FILE")]
+    pub prompt: String,
+    /// Hand-fixed examples, inserted in file order: `fixed` (Flipside's movie-review sentences)
+    /// or a JSON-lines file of text, label, counterfactual (as `pairs make` writes)
+    #[arg(long, default_value = "fixed", value_name = "FILE|fixed")]
+    pub examples: String,
+    /// Where the evaluation items come from
+    #[arg(long, default_value = "imdb:train")]
+    pub data: String,
+    /// The label the prompt rewrites into
+    #[arg(long, default_value = "negative")]
+    pub target: String,
+    #[arg(long, value_enum, default_value_t = Unit::Sentence)]
+    pub unit: Unit,
+    /// Skip items with more words than this [default with --unit sentence: 40]
+    #[arg(long, value_name = "N")]
+    pub max_words: Option<usize>,
+    /// Failures of the starting prompt in the evaluation set (m)
+    #[arg(long, default_value_t = OptimisationSettings::default().failures, value_name = "M")]
+    pub failures: usize,
+    /// Successes of the starting prompt in the evaluation set (n)
+    #[arg(long, default_value_t = OptimisationSettings::default().successes, value_name = "N")]
+    pub successes: usize,
+    /// Stop when an insertion raises the success rate by less than this (ε)
+    #[arg(long, default_value_t = OptimisationSettings::default().min_gain)]
+    pub min_gain: f64,
+    /// Stop when the success rate reaches this (δ)
+    #[arg(long, default_value_t = OptimisationSettings::default().target_rate)]
+    pub target_rate: f64,
+    /// Most share of tokens a successful edit changes (normalised token Levenshtein)
+    #[arg(long, default_value_t = OptimisationSettings::default().max_change)]
+    pub max_change: f64,
+    /// Classifier that judges each edit (a model directory or a name under HOME/models)
+    #[arg(long, default_value = DEFAULT_CLASSIFIER, value_name = "MODEL")]
+    pub classifier: String,
+    /// Sampling temperature (LASS: 0.2)
+    #[arg(long, default_value_t = 0.2)]
+    pub temperature: f32,
+    /// Most tokens per reply
+    #[arg(long, default_value_t = Sampling::default().max_tokens)]
+    pub max_tokens: usize,
+    /// Seed of the item order and of every item's sampling
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output directory [default: HOME/runs/prompt-optimisation]
+    #[arg(short, long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub llm: LlmArgs,
+    #[command(flatten)]
+    pub read: ReadArgs,
 }
 
 #[derive(Debug, Args)]
@@ -31,8 +110,86 @@ pub struct MakeArgs {
     pub out: PathBuf,
 }
 
-pub fn run(command: PairsCommand) -> Result<()> {
-    let PairsCommand::Make(args) = command;
+pub fn run(home: &Home, command: PairsCommand) -> Result<()> {
+    match command {
+        PairsCommand::Make(args) => make(args),
+        PairsCommand::OptimisePrompt(args) => optimise_prompt(home, *args),
+    }
+}
+
+fn optimise_prompt(home: &Home, args: OptimiseArgs) -> Result<()> {
+    let base = PromptTemplate::load(&args.prompt)?;
+    let examples = read_pairs(&args.examples)?;
+    let dataset = args.read.load(home, &args.data)?;
+    let lexicons = Arc::new(Lexicons::load(home)?);
+    let selection = Selection {
+        target: args.target.clone(),
+        limit: None,
+        max_words: args.max_words,
+        unit: args.unit,
+        seed: args.seed,
+    };
+    let items = select_items(&dataset, &selection, &lexicons)?;
+    let classifier = resolve_model_dir(home, &args.classifier)?;
+    let models = with_backend!(
+        DeviceChoice::default(),
+        load_models(ModelsConfig {
+            classifier_dir: classifier,
+            retrieval: None,
+            llm: Some(args.llm.client(home)?),
+            lexicons,
+            infiller: None,
+            dis_ae: None,
+            fluency: None,
+        })
+    )?;
+    let edit = EditSettings {
+        task: task_of(&items),
+        sampling: Sampling {
+            temperature: args.temperature,
+            max_tokens: args.max_tokens,
+            seed: args.seed,
+            ..Sampling::default()
+        },
+        ..EditSettings::default()
+    };
+    let settings = OptimisationSettings {
+        failures: args.failures,
+        successes: args.successes,
+        min_gain: args.min_gain,
+        target_rate: args.target_rate,
+        max_change: args.max_change,
+        seed: args.seed,
+    };
+    let out = args
+        .out
+        .unwrap_or_else(|| home.root().join("runs").join("prompt-optimisation"));
+    let mut optimiser = PromptOptimiser::new(&models, edit, settings, &out)?;
+    let bar = crate::progress::spinner("optimising the prompt");
+    let calls = std::cell::Cell::new(0usize);
+    let trace = optimiser.optimise(&base, &examples, &items, &|| {
+        calls.set(calls.get() + 1);
+        bar.set_message(format!("optimising the prompt: {} LLM edits", calls.get()));
+    })?;
+    bar.finish_and_clear();
+    let rates: Vec<String> = trace.rates.iter().map(|r| format!("{r:.3}")).collect();
+    eprintln!(
+        "evaluation set: {} failures and {} successes of {} (from {} items); success rates {}; \
+         {} of {} examples kept; stopped: {}",
+        trace.failures,
+        trace.successes,
+        base.id,
+        trace.scanned,
+        rates.join(" → "),
+        trace.steps.iter().filter(|s| s.kept).count(),
+        examples.len(),
+        trace.stopped
+    );
+    println!("{}", trace.template.display());
+    Ok(())
+}
+
+fn make(args: MakeArgs) -> Result<()> {
     let mut pairs = Vec::new();
     let mut seen = 0;
     for file in &args.files {

@@ -5,6 +5,7 @@
 pub mod evaluate;
 pub mod items;
 pub mod keywords;
+pub mod prompt_optimisation;
 pub mod prompts;
 pub mod reply;
 pub mod retrieve;

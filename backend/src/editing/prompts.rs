@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::{Context, Result, bail, ensure};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::llm::{Message, Prompt};
@@ -42,7 +42,7 @@ const PLACEHOLDERS: [&str; 6] = [
 ];
 
 /// What a template is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Task {
     /// One text and its label.
@@ -51,7 +51,7 @@ pub enum Task {
     Nli,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct TemplateFile {
     id: String,
@@ -66,7 +66,7 @@ struct TemplateFile {
     template: TemplateBody,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 struct TemplateBody {
     text: String,
@@ -165,6 +165,24 @@ impl PromptTemplate {
         let source = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
         Self::parse(&source).with_context(|| format!("invalid template {}", path.display()))
+    }
+
+    /// A template file's contents: this template's settings with another id, description and
+    /// text.
+    pub fn with_text(&self, id: &str, description: &str, text: &str) -> Result<String> {
+        let file = TemplateFile {
+            id: id.to_string(),
+            description: description.to_string(),
+            task: self.task,
+            system: self.system.clone(),
+            answer_prefix: self.answer_prefix.clone(),
+            stop: self.stop.clone(),
+            labels: self.labels.clone(),
+            template: TemplateBody {
+                text: text.to_string(),
+            },
+        };
+        Ok(toml::to_string_pretty(&file)?)
     }
 
     /// The answers of the template's demonstrations: the text after each answer prefix but the
@@ -278,6 +296,25 @@ mod tests {
                 assert!(rendered.contains("['dull', 'it\\'s']"), "{name}");
             }
         }
+    }
+
+    #[test]
+    fn a_template_rewritten_with_another_text_parses_back() {
+        let lass = PromptTemplate::load("lass-sentiment").unwrap();
+        let text = format!(
+            "{}\n\nExample: \"Quoted\" — ok.\n\nCounterfactual: {{text}}",
+            lass.text
+        );
+        let source = lass.with_text("mine", "my version", &text).unwrap();
+        let mine = PromptTemplate::parse(&source).unwrap();
+        assert_eq!(
+            (mine.id.as_str(), mine.text.as_str()),
+            ("mine", text.as_str())
+        );
+        assert_eq!(
+            (mine.system, mine.answer_prefix, mine.stop, mine.labels),
+            (lass.system, lass.answer_prefix, lass.stop, lass.labels)
+        );
     }
 
     #[test]

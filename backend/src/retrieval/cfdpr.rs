@@ -27,6 +27,10 @@ use crate::train::{Objective, TrainConfig, TrainOutcome, TrainRecord, run_traini
 /// Table 5): human-written or human-checked minimal sentiment flips of reviews.
 const PRINTED_PAIRS: &str = include_str!("../../assets/printed_pairs.jsonl");
 
+/// Hand-written minimal positive → negative fixes of movie-review sentences, for
+/// `pairs optimise-prompt` (LASS's Algorithm 1 inserts such examples into its prompt).
+const FIXED_EXAMPLES: &str = include_str!("../../assets/fixed_examples.jsonl");
+
 /// One seed counterfactual: a text, its label, and a minimal edit of it with another label.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeedPair {
@@ -45,15 +49,16 @@ pub struct SeedPair {
     pub paraphrase: Option<String>,
 }
 
-/// Reads seed pairs: `printed` (the papers' pairs) or a JSON-lines file of [`SeedPair`]s.
+/// Reads seed pairs: `printed` (the papers' pairs), `fixed` (Flipside's hand-fixed movie
+/// review sentences) or a JSON-lines file of [`SeedPair`]s.
 pub fn read_pairs(spec: &str) -> Result<Vec<SeedPair>> {
-    let (text, origin) = if spec == "printed" {
-        (PRINTED_PAIRS.to_string(), "the printed pairs".to_string())
-    } else {
-        (
+    let (text, origin) = match spec {
+        "printed" => (PRINTED_PAIRS.to_string(), "the printed pairs".to_string()),
+        "fixed" => (FIXED_EXAMPLES.to_string(), "the fixed examples".to_string()),
+        _ => (
             std::fs::read_to_string(spec).with_context(|| format!("cannot read {spec}"))?,
             spec.to_string(),
-        )
+        ),
     };
     let mut pairs = Vec::new();
     for (i, line) in text.lines().enumerate() {
