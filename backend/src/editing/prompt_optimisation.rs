@@ -424,14 +424,7 @@ mod tests {
     use super::*;
 
     fn pair(text: &str, counterfactual: &str) -> SeedPair {
-        SeedPair {
-            id: None,
-            text: text.into(),
-            premise: None,
-            label: "positive".into(),
-            counterfactual: counterfactual.into(),
-            paraphrase: None,
-        }
+        SeedPair::new(text, "positive", counterfactual)
     }
 
     #[test]

@@ -49,6 +49,20 @@ pub struct SeedPair {
     pub paraphrase: Option<String>,
 }
 
+impl SeedPair {
+    /// A pair of a sentiment text (no id, premise or paraphrase).
+    pub fn new(text: &str, label: &str, counterfactual: &str) -> Self {
+        Self {
+            id: None,
+            text: text.into(),
+            premise: None,
+            label: label.into(),
+            counterfactual: counterfactual.into(),
+            paraphrase: None,
+        }
+    }
+}
+
 /// Reads seed pairs: `printed` (the papers' pairs), `fixed` (Flipside's hand-fixed movie
 /// review sentences) or a JSON-lines file of [`SeedPair`]s.
 pub fn read_pairs(spec: &str) -> Result<Vec<SeedPair>> {

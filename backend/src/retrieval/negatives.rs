@@ -74,12 +74,8 @@ mod tests {
 
     fn pair(text: &str, counterfactual: &str, paraphrase: Option<&str>) -> SeedPair {
         SeedPair {
-            id: None,
-            text: text.into(),
-            premise: None,
-            label: "positive".into(),
-            counterfactual: counterfactual.into(),
             paraphrase: paraphrase.map(str::to_string),
+            ..SeedPair::new(text, "positive", counterfactual)
         }
     }
 

@@ -177,11 +177,7 @@ mod tests {
     fn pair(id: &str, text: &str, counterfactual: &str) -> SeedPair {
         SeedPair {
             id: Some(id.into()),
-            text: text.into(),
-            premise: None,
-            label: "positive".into(),
-            counterfactual: counterfactual.into(),
-            paraphrase: None,
+            ..SeedPair::new(text, "positive", counterfactual)
         }
     }
 
