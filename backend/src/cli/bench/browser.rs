@@ -1,6 +1,7 @@
 //! `flipside bench browser`: the classifier's latency on one text in headless Chromium, as the
 //! browser app runs it (burn on CPU wasm, or WebGPU), against the same model natively on the
-//! server's CPU backend, measured in the same run.
+//! server's CPU backend, measured in the same run; with `--dis-ae`, also LASS's generation
+//! (samples/s) in the page against native.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -8,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail, ensure};
+use burn::module::Module;
 use clap::{Args, ValueEnum};
 use flipside_shared::data::Input;
 use flipside_shared::models::classifier::TextClassifier;
@@ -15,8 +17,11 @@ use serde::Deserialize;
 
 use crate::compute::Cpu;
 use crate::home::Home;
+use crate::lass::model::load_reproducer;
 use crate::models::{load_classifier, resolve_model_dir};
 use crate::server::resources::cpu;
+use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
+use flipside_shared::sentences::split_sentences;
 
 /// Words the benchmark text is made of (a made-up review), cut to the wanted token count.
 const REVIEW: &str = "I went in expecting another forgettable sequel, but this film surprised me \
@@ -79,6 +84,25 @@ pub struct BrowserBenchArgs {
     /// The LLM the temporary server loads (unused by the benchmark; a small one starts fast)
     #[arg(long, default_value = "smollm2-135m")]
     pub llm: String,
+    /// Also time LASS's generation with this Dis-AE (`lass train`'s output: a directory or a
+    /// name under HOME/models), in the page and natively
+    #[arg(long, value_name = "DIR")]
+    pub dis_ae: Option<String>,
+    /// Texts the Dis-AE reproduces at once (the benchmark review's sentences, repeated)
+    #[arg(long, default_value_t = 20)]
+    pub samples: usize,
+    /// Timed generations of all the texts on each side (after one untimed)
+    #[arg(long, default_value_t = 3)]
+    pub generation_runs: usize,
+}
+
+/// What the Dis-AE browser script prints.
+#[derive(Deserialize)]
+struct GenerationResult {
+    millis: Vec<f64>,
+    outputs: Vec<String>,
+    browser: String,
+    load_ms: f64,
 }
 
 /// What the browser script prints.
@@ -100,6 +124,14 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         args.static_dir.display()
     );
     let script = args.e2e_dir.join("bench-classifier.mjs");
+    let dis_ae = match &args.dis_ae {
+        Some(name) => Some(resolve_model_dir(home, name)?),
+        None => None,
+    };
+    ensure!(
+        args.samples > 0 && args.generation_runs > 0,
+        "--samples and --generation-runs must be at least 1"
+    );
     ensure!(
         script.is_file() && args.e2e_dir.join("node_modules/playwright-core").is_dir(),
         "{} needs bench-classifier.mjs and playwright-core: run from the repository root after \
@@ -132,28 +164,18 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         .install(|| time_native(&classifier, &input, &args))?;
 
     println!("starting a server for the app and timing in headless Chromium…");
-    let server = TemporaryServer::start(home, &args, &classifier_dir)?;
-    let output = Command::new("node")
-        .arg(script.file_name().expect("a file name"))
-        .current_dir(&args.e2e_dir)
-        .env("FLIPSIDE_URL", &server.url)
-        .env("BENCH_TEXT", &text)
-        .env("BENCH_BACKEND", args.backend.id())
-        .env("BENCH_RUNS", args.runs.to_string())
-        .env("BENCH_WARMUP", args.warmup.to_string())
-        .stderr(Stdio::inherit())
-        .output()
-        .context("cannot run node (apt-get install nodejs)")?;
-    drop(server);
-    if !output.status.success() {
-        bail!("the browser script failed ({})", output.status);
-    }
-    let mut browser: BrowserResult = serde_json::from_slice(&output.stdout).with_context(|| {
-        format!(
-            "the browser script printed no result: {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })?;
+    let server = TemporaryServer::start(home, &args, &classifier_dir, dis_ae.as_deref())?;
+    let mut browser: BrowserResult = run_script(
+        &args.e2e_dir,
+        &script,
+        &[
+            ("FLIPSIDE_URL", server.url.as_str()),
+            ("BENCH_TEXT", &text),
+            ("BENCH_BACKEND", args.backend.id()),
+            ("BENCH_RUNS", &args.runs.to_string()),
+            ("BENCH_WARMUP", &args.warmup.to_string()),
+        ],
+    )?;
     ensure!(
         browser.backend == args.backend.id(),
         "the app ran on {} instead of {}",
@@ -202,7 +224,127 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         in_browser.median / one_thread.median,
         browser.load_ms / 1e3
     );
+    if let Some(dis_ae) = dis_ae {
+        bench_generation(&args, &dis_ae, &server.url)?;
+    }
     Ok(())
+}
+
+/// LASS's generation: `--samples` texts reproduced at once with the Dis-AE's first label (beam
+/// 4, at most 70 tokens), natively and in the page; samples per second and whether the texts
+/// agree.
+fn bench_generation(args: &BrowserBenchArgs, dis_ae: &Path, url: &str) -> Result<()> {
+    let reproducer = load_reproducer::<Cpu>(dis_ae, &Default::default())?;
+    let label = reproducer.config.labels[0].clone();
+    let sentences = split_sentences(REVIEW);
+    let texts: Vec<&str> = sentences
+        .iter()
+        .copied()
+        .cycle()
+        .take(args.samples)
+        .collect();
+    let generate = || -> Result<(f64, Vec<String>)> {
+        let start = Instant::now();
+        let outputs =
+            reproducer.reproduce(&texts, TargetSentiment::Label(&label), &lass_decoding())?;
+        Ok((
+            start.elapsed().as_secs_f64() * 1e3,
+            outputs.into_iter().map(|o| o.text).collect(),
+        ))
+    };
+    let time_native = || -> Result<(Vec<f64>, Vec<String>)> {
+        let mut outputs = generate()?.1;
+        let mut millis = Vec::new();
+        for _ in 0..args.generation_runs {
+            let (ms, texts) = generate()?;
+            millis.push(ms);
+            outputs = texts;
+        }
+        Ok((millis, outputs))
+    };
+    let (mut native_ms, native_texts) = time_native()?;
+    let (mut one_thread_ms, _) = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()?
+        .install(time_native)?;
+    let mut browser: GenerationResult = run_script(
+        &args.e2e_dir,
+        &args.e2e_dir.join("bench-dis-ae.mjs"),
+        &[
+            ("FLIPSIDE_URL", url),
+            ("BENCH_TEXTS", &serde_json::to_string(&texts)?),
+            ("BENCH_LABEL", &label),
+            ("BENCH_RUNS", &args.generation_runs.to_string()),
+        ],
+    )?;
+    let same = browser
+        .outputs
+        .iter()
+        .zip(&native_texts)
+        .filter(|(a, b)| a == b)
+        .count();
+    let per_second = |millis: &mut [f64]| texts.len() as f64 / (Latency::of(millis).median / 1e3);
+    let threads = rayon::current_num_threads();
+    let native = per_second(&mut native_ms);
+    let in_browser = per_second(&mut browser.millis);
+    println!(
+        "\nDis-AE generation ({}, {} parameters): {} texts to {label} at once, beam 4, at most 70 \
+         tokens; median of {} runs",
+        dis_ae.display(),
+        reproducer.model.num_params(),
+        texts.len(),
+        args.generation_runs
+    );
+    println!("{:<48} {:>10}", "", "samples/s");
+    println!(
+        "{:<48} {native:>10.1}",
+        format!("native (burn Flex, {threads} threads)")
+    );
+    println!(
+        "{:<48} {:>10.1}",
+        "native (burn Flex, 1 thread)",
+        per_second(&mut one_thread_ms)
+    );
+    println!(
+        "{:<48} {in_browser:>10.1}",
+        format!("{} (CPU wasm, 1 thread)", browser.browser)
+    );
+    println!(
+        "\nbrowser / native: {:.2}×; page load to Dis-AE ready {:.1} s; {same} of {} texts equal \
+         to native",
+        in_browser / native,
+        browser.load_ms / 1e3,
+        texts.len()
+    );
+    Ok(())
+}
+
+/// Runs a browser script of `e2e_dir` with `env` and parses the JSON it prints.
+fn run_script<T: serde::de::DeserializeOwned>(
+    e2e_dir: &Path,
+    script: &Path,
+    env: &[(&str, &str)],
+) -> Result<T> {
+    let output = Command::new("node")
+        .arg(script.file_name().expect("a file name"))
+        .current_dir(e2e_dir)
+        .envs(env.iter().copied())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run node (apt-get install nodejs)")?;
+    if !output.status.success() {
+        bail!(
+            "the browser script {} failed ({})",
+            script.display(),
+            output.status
+        );
+    }
+    serde_json::from_slice(&output.stdout).with_context(|| {
+        format!(
+            "the browser script printed no result: {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
 }
 
 /// The size of the app's wasm module (a debug build is several times larger than the
@@ -296,9 +438,15 @@ struct TemporaryServer {
 }
 
 impl TemporaryServer {
-    fn start(home: &Home, args: &BrowserBenchArgs, classifier_dir: &Path) -> Result<Self> {
+    fn start(
+        home: &Home,
+        args: &BrowserBenchArgs,
+        classifier_dir: &Path,
+        dis_ae: Option<&Path>,
+    ) -> Result<Self> {
         let data_dir = tempfile::tempdir()?;
-        let mut child = Command::new(std::env::current_exe()?)
+        let mut command = Command::new(std::env::current_exe()?);
+        command
             .arg("--quiet")
             .args(["serve", "--listen", "127.0.0.1:0", "--model", &args.llm])
             .arg("--home")
@@ -308,7 +456,15 @@ impl TemporaryServer {
             .arg("--static-dir")
             .arg(&args.static_dir)
             .arg("--data-dir")
-            .arg(data_dir.path())
+            .arg(data_dir.path());
+        if let Some(dis_ae) = dis_ae {
+            // The page generates by itself: the server needs no fluency model.
+            command
+                .arg("--dis-ae")
+                .arg(dis_ae)
+                .args(["--max-perplexity", "0"]);
+        }
+        let mut child = command
             .stdout(Stdio::piped())
             .spawn()
             .context("cannot start flipside serve")?;
