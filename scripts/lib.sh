@@ -100,3 +100,30 @@ install_postgres() {
   command -v initdb >/dev/null 2>&1 && return
   apt_install "the server tests start a throwaway cluster" postgresql
 }
+
+# timed LOG LABEL COMMAND…: runs COMMAND and appends "LABEL<TAB>CPU seconds<TAB>wall seconds" to
+# LOG (user + system time of the command and its children, from bash's `times`), so that a step
+# resumed after a kill adds up across runs.
+timed() {
+  local log="$1" label="$2" before start
+  shift 2
+  children_cpu_seconds
+  before="$CHILDREN_CPU" start="$(date +%s.%N)"
+  "$@"
+  children_cpu_seconds
+  awk -v label="$label" -v a="$before" -v b="$CHILDREN_CPU" -v s="$start" \
+    -v e="$(date +%s.%N)" 'BEGIN { printf "%s\t%.1f\t%.1f\n", label, b - a, e - s }' >>"$log"
+}
+
+# Sets CHILDREN_CPU to the user + system seconds of this shell's finished children (the second
+# line of `times`, which must run in this shell, not in a subshell).
+children_cpu_seconds() {
+  local tmp
+  tmp="$(mktemp)"
+  times >"$tmp"
+  CHILDREN_CPU="$(awk 'NR == 2 {
+    for (i = 1; i <= 2; i++) { split($i, t, /[ms]/); total += t[1] * 60 + t[2] }
+    print total
+  }' "$tmp")"
+  rm -f "$tmp"
+}

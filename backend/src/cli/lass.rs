@@ -253,7 +253,7 @@ pub fn run(home: &Home, command: LassCommand) -> Result<()> {
             report.parameters, report.vocabulary_size
         );
         println!(
-            "data        {} texts, {} pairs ({} left out as longer than the model reads)",
+            "data        {} texts, {} pairs; {} texts or pair sides left out as longer than the model reads",
             report.texts, report.pairs, outcome.too_long
         );
         let losses = |losses: &[f64]| {

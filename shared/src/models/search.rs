@@ -122,6 +122,22 @@ fn log_softmax(logits: &[f32]) -> Vec<f32> {
     logits.iter().map(|&x| x - log_sum).collect()
 }
 
+/// The `k` largest finite values with their indices, largest first (the lower index first among
+/// equal values), in one pass that keeps a sorted list of at most `k`.
+fn best_tokens(values: &[f32], k: usize) -> Vec<(f32, usize)> {
+    let mut best: Vec<(f32, usize)> = Vec::with_capacity(k + 1);
+    for (index, &value) in values.iter().enumerate() {
+        let full = best.len() == k;
+        if !value.is_finite() || k == 0 || (full && value <= best[k - 1].0) {
+            continue;
+        }
+        let at = best.partition_point(|&(kept, _)| kept >= value);
+        best.insert(at, (value, index));
+        best.truncate(k);
+    }
+    best
+}
+
 /// The first index of the largest value.
 fn argmax(values: &[f32]) -> usize {
     let mut best = 0;
@@ -257,24 +273,20 @@ fn beam_search(
                 }
                 continue;
             }
+            // The input's best 2·beams continuations are among each row's best 2·beams tokens.
+            let keep = 2 * beams;
             let mut candidates: Vec<(f64, usize, usize)> = rows
                 .clone()
                 .filter(|&row| sums[row].is_finite())
                 .flat_map(|row| {
                     let sum = sums[row];
-                    log_probs[row]
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, lp)| lp.is_finite())
-                        .map(move |(token, &lp)| (sum + f64::from(lp), row, token))
+                    best_tokens(&log_probs[row], keep)
+                        .into_iter()
+                        .map(move |(lp, token)| (sum + f64::from(lp), row, token))
                 })
                 .collect();
-            let keep = (2 * beams).min(candidates.len());
-            if keep < candidates.len() {
-                candidates.select_nth_unstable_by(keep, |a, b| b.0.total_cmp(&a.0));
-                candidates.truncate(keep);
-            }
             candidates.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+            candidates.truncate(keep);
             let mut running = 0;
             for (rank, &(sum, row, token)) in candidates.iter().enumerate() {
                 if token as u32 == tokens.end {
@@ -382,5 +394,34 @@ mod tests {
     #[test]
     fn argmax_takes_the_first_of_equal_maxima() {
         assert_eq!(argmax(&[0.1, 0.7, 0.7, 0.2]), 1);
+    }
+
+    #[test]
+    fn best_tokens_equal_the_head_of_a_full_sort() {
+        let mut rng = SplitMix64(7);
+        for case in 0..200 {
+            // Few distinct values, so ties are common; some tokens banned (−∞).
+            let values: Vec<f32> = (0..50)
+                .map(|_| match (rng.uniform() * 8.0) as u32 {
+                    0 => f32::NEG_INFINITY,
+                    v => -(v as f32),
+                })
+                .collect();
+            let mut sorted: Vec<(f32, usize)> = values
+                .iter()
+                .copied()
+                .enumerate()
+                .filter(|(_, v)| v.is_finite())
+                .map(|(i, v)| (v, i))
+                .collect();
+            sorted.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+            let k = case % 9;
+            sorted.truncate(k);
+            assert_eq!(
+                best_tokens(&values, k),
+                sorted,
+                "k = {k}, values {values:?}"
+            );
+        }
     }
 }
