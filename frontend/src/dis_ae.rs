@@ -1,5 +1,5 @@
 //! The server's Dis-AE (LASS), run in the browser: its files are downloaded from
-//! `/api/dis-ae/*` and rebuilt as a [`Reproducer`] on burn's CPU backend (ndarray compiled to
+//! `/api/dis-ae/*` and rebuilt as a [`Reproducer`] on burn's CPU backend (flex compiled to
 //! wasm with SIMD128), which then reproduces texts with another sentiment on the visitor's
 //! machine — the same [`Reproducer::reproduce`] that `flipside generate --method lass` calls.
 //!
@@ -15,7 +15,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use burn::backend::NdArray;
+use burn::backend::Flex;
 use flipside_shared::models::dis_ae::reproduce::{
     Reproducer, Reproduction, TargetSentiment, lass_decoding,
 };
@@ -49,7 +49,7 @@ impl From<Reproduction> for Reproduced {
 }
 
 thread_local! {
-    static REPRODUCER: RefCell<Option<Rc<Reproducer<NdArray>>>> = const { RefCell::new(None) };
+    static REPRODUCER: RefCell<Option<Rc<Reproducer<Flex>>>> = const { RefCell::new(None) };
 }
 
 /// The loading status (create it once, at the root, with [`provide`]).
@@ -87,7 +87,7 @@ pub fn use_dis_ae() -> RwSignal<Status> {
     status
 }
 
-async fn load(status: RwSignal<Status>) -> Result<Reproducer<NdArray>, String> {
+async fn load(status: RwSignal<Status>) -> Result<Reproducer<Flex>, String> {
     let (config, tokenizer, weights) = futures::try_join!(
         api::get_bytes(api::DIS_AE_CONFIG),
         api::get_bytes(api::DIS_AE_VOCABULARY),

@@ -1,6 +1,6 @@
 //! The server's classifier, run in the browser: its three files are downloaded from
 //! `/api/classifier/*` and rebuilt as a [`TextClassifier`] on WebGPU when the browser has an
-//! adapter, else on the CPU (burn's ndarray backend compiled to wasm with SIMD128).
+//! adapter, else on the CPU (burn's flex backend compiled to wasm with SIMD128).
 //!
 //! The URL query `?backend=cpu` or `?backend=webgpu` forces a backend. Once loaded, the
 //! classifier is also callable from JavaScript (for tests and benchmarks):
@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use burn::backend::wgpu::{RuntimeOptions, WgpuDevice, graphics, init_setup_async};
-use burn::backend::{NdArray, WebGpu};
+use burn::backend::{Flex, WebGpu};
 use burn::tensor::backend::Backend;
 use flipside_shared::data::Input;
 use flipside_shared::models::CheckpointFiles;
@@ -95,7 +95,7 @@ impl Scores {
 /// The classifier on one of the two backends (boxed: both are large, and of different sizes).
 enum Engine {
     Gpu(Box<TextClassifier<WebGpu>>),
-    Cpu(Box<TextClassifier<NdArray>>),
+    Cpu(Box<TextClassifier<Flex>>),
 }
 
 /// A loaded classifier.

@@ -34,7 +34,7 @@ const REVIEW: &str = "I went in expecting another forgettable sequel, but this f
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BrowserBackend {
-    /// burn's ndarray backend compiled to wasm (what browsers without WebGPU get)
+    /// burn's flex backend compiled to wasm with SIMD128 (what browsers without WebGPU get)
     Cpu,
     /// burn's WebGPU backend (headless Chromium has only SwiftShader's CPU adapter)
     Webgpu,
