@@ -287,11 +287,10 @@ pub fn train_lass<B: Backend>(compute: Compute<B>, run: &LassTrainRun) -> Result
         write_atomic(&dir.join(VOCABULARY_FILE), &vocabulary_json)?;
         write_atomic(&dir.join(WEIGHTS_FILE), &model.to_safetensors()?)
     };
-    let fingerprint = |data: &DisAeData, start: Option<&[u8]>| {
+    let fingerprint = |data: &DisAeData, annealing: Annealing, start: Option<&[u8]>| {
         let identity = format!(
-            "{}|{:?}|{data:?}|{:016x}",
+            "{}|{annealing:?}|{data:?}|{:016x}",
             serde_json::to_string(&config).unwrap_or_default(),
-            run.annealing,
             start.map_or(0, |bytes| stable_hash_bytes(0, bytes))
         );
         format!("{:016x}", stable_hash(0, &identity))
@@ -302,10 +301,16 @@ pub fn train_lass<B: Backend>(compute: Compute<B>, run: &LassTrainRun) -> Result
                  base: Option<Vec<u8>>,
                  out: &Path|
      -> Result<TrainOutcome> {
+        let items = match &data {
+            DisAeData::Texts(texts) => texts.len(),
+            DisAeData::Pairs(pairs) => pairs.len(),
+        };
         let objective = DisAeObjective {
             config: config.clone(),
             data,
-            annealing: run.annealing,
+            annealing: run
+                .annealing
+                .for_stage(items.div_ceil(train.batch_size.max(1)) * train.epochs),
             base,
         };
         objective.check()?;
@@ -313,7 +318,11 @@ pub fn train_lass<B: Backend>(compute: Compute<B>, run: &LassTrainRun) -> Result
             train,
             &run.out,
             name,
-            fingerprint(&objective.data, objective.base.as_deref()),
+            fingerprint(
+                &objective.data,
+                objective.annealing,
+                objective.base.as_deref(),
+            ),
             labels.clone(),
             <DisAeObjective as Objective<Autodiff<B>>>::items(&objective),
             std::any::type_name::<B>(),

@@ -85,7 +85,8 @@ pub struct LossWeights {
 
 /// α (on `L_emo`), β (`L_dis`) and γ (`L_cf`), each rising linearly from 0 to its maximum over
 /// the first `ramp_steps` steps (LASS anneals them up from 0 to 5, 1 and 1; it does not say
-/// how fast).
+/// how fast). A training stage ramps over at most its first quarter ([`Annealing::for_stage`]):
+/// a few hundred pairs train for only tens of steps.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Annealing {
     pub alpha: f64,
@@ -106,6 +107,15 @@ impl Default for Annealing {
 }
 
 impl Annealing {
+    /// The annealing of a stage of `total_steps` steps: the ramp ends by the stage's first
+    /// quarter, so that its weights reach their maxima.
+    pub fn for_stage(self, total_steps: usize) -> Self {
+        Self {
+            ramp_steps: self.ramp_steps.min(total_steps / 4),
+            ..self
+        }
+    }
+
     /// The weights at `step` (0-based).
     pub fn weights(&self, step: usize) -> LossWeights {
         let fraction = if self.ramp_steps == 0 {
@@ -317,6 +327,12 @@ mod tests {
             ..annealing
         };
         assert_eq!(immediate.weights(0).gamma, 1.0);
+        // A stage of 20 steps (32 pairs, 20 epochs) ramps over its first 5, a long one over
+        // the requested 1000.
+        let paper = Annealing::default();
+        assert_eq!(paper.for_stage(20).ramp_steps, 5);
+        assert_eq!(paper.for_stage(20).weights(5).gamma, 1.0);
+        assert_eq!(paper.for_stage(11_640).ramp_steps, 1000);
     }
 
     #[test]
