@@ -2,7 +2,8 @@
 //! corpus-first stage, pairs stage) resumes to identical weights; `generate --method lass`
 //! rewrites toy sentences with the other sentiment in both directions, keeping only what the
 //! classifier flips; the perplexity filter (SmolLM2) drops what is above its threshold; sentiment
-//! parents are texts of the target label; `eval cf` reads the records.
+//! parents are texts of the target label; `eval cf` reads the records; `lass evaluate` scores
+//! the rewrites of pairs.
 
 use std::path::Path;
 
@@ -54,6 +55,35 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
             .len(),
         24
     );
+
+    // `lass evaluate` on the pairs it learnt: it reconstructs them and rewrites each side into
+    // the other, from the other side's sentiment and from the other label's vector.
+    let evaluated = success(
+        flipside()
+            .args(["lass", "evaluate", "--max-perplexity", "0", "--pairs"])
+            .arg(root.join("pairs.jsonl"))
+            .arg("--dis-ae")
+            .arg(root.join("dis-ae"))
+            .arg("--json")
+            .arg(root.join("evaluation.json")),
+    );
+    assert!(
+        evaluated.contains("24 pairs, both directions"),
+        "{evaluated}"
+    );
+    let evaluation: Value =
+        serde_json::from_slice(&std::fs::read(root.join("evaluation.json")).unwrap()).unwrap();
+    assert_eq!(evaluation["pairs"], 24);
+    // Each toy pair differs in its last word of nine: copying a side scores 8/9 against the
+    // other.
+    let copied = evaluation["copy"]["rouge_l"].as_f64().unwrap();
+    assert!((copied - 800.0 / 9.0).abs() < 1e-9, "{evaluation}");
+    for decoding in ["reconstruction", "counterfactual", "label"] {
+        let scores = &evaluation[decoding];
+        let rouge_l = scores["rouge"]["rouge_l"].as_f64().unwrap();
+        assert!(rouge_l > 60.0 && rouge_l <= 100.0, "{decoding}: {scores}");
+        assert!(scores["perplexity"].is_null(), "{scores}");
+    }
 
     // Paused in the corpus stage, then resumed through both stages: the same weights.
     let paused = tiny_dis_ae(root, "resumed", &["--pause-after", "30"]);

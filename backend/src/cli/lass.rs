@@ -16,12 +16,14 @@ use crate::compute::DeviceChoice;
 use crate::editing::items::{Selection, Unit, select_examples};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
+use crate::lass::evaluate::evaluate_dis_ae;
+use crate::lass::model::LassReport;
 use crate::lass::train::{
     LabelledPair, LassTrainRun, corpus_train, default_model, pair_train, train_lass,
 };
 use crate::llm::Fluency;
 use crate::methods::lass::{DEFAULT_MAX_PERPLEXITY, ReproductionSettings, SentimentSource};
-use crate::models::resolve_model_dir;
+use crate::models::{resolve_model_dir, write_atomic};
 use crate::retrieval::cfdpr::read_pairs;
 use crate::with_backend;
 
@@ -40,6 +42,12 @@ pub enum LassCommand {
     /// 5e-4; batch 32, warm-up 0.01, gradient norm clipped to 5, seed 42, a checkpoint every 200
     /// steps.
     Train(Box<TrainArgs>),
+    /// Evaluate a Dis-AE on held-out pairs (LASS's Table 4): ROUGE F1 of each side decoded
+    /// from its own parts (reconstruction), from its content with the other side's sentiment
+    /// (counterfactual reconstruction) and with the other label's vector (what `generate`
+    /// decodes) against the side it should become, and the outputs' perplexity under the
+    /// fluency model with the share the filter keeps
+    Evaluate(EvaluateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -119,7 +127,7 @@ pub struct AnnealingArgs {
     /// Weight of the counterfactual reconstruction (pairs)
     #[arg(long, default_value_t = Annealing::default().gamma)]
     pub gamma: f64,
-    /// Steps over which the weights rise from 0
+    /// Steps over which the weights rise from 0 (at most the first quarter of each stage)
     #[arg(long, default_value_t = Annealing::default().ramp_steps)]
     pub ramp_steps: usize,
 }
@@ -136,6 +144,14 @@ pub struct LassArgs {
     /// with the target label (a sentiment parent, drawn per attempt)
     #[arg(long, value_enum, default_value_t)]
     pub sentiment: SentimentSource,
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub fluency: FluencyArgs,
+}
+
+/// LASS's perplexity filter.
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct FluencyArgs {
     /// Drop outputs whose perplexity under --fluency-model is higher (0: no fluency filter)
     #[arg(long, default_value_t = DEFAULT_MAX_PERPLEXITY, value_name = "PPL")]
     pub max_perplexity: f64,
@@ -144,11 +160,28 @@ pub struct LassArgs {
     pub fluency_model: String,
 }
 
+impl FluencyArgs {
+    /// The fluency model, unless the filter is off.
+    pub fn load(&self, home: &Home) -> Result<Option<Arc<dyn Fluency>>> {
+        if self.max_perplexity <= 0.0 {
+            return Ok(None);
+        }
+        // The embedded engine as `--model` loads it (its threads, the FLIPSIDE_LLM_THREADS
+        // variable), with the fluency model instead.
+        let llm = LlmArgs {
+            model: self.fluency_model.clone(),
+            ..super::defaults::<LlmArgs>()
+        };
+        Ok(Some(Arc::new(llm.local(home)?)))
+    }
+}
+
 impl LassArgs {
     pub fn settings(&self) -> ReproductionSettings {
+        let threshold = self.fluency.max_perplexity;
         ReproductionSettings {
             sentiment: self.sentiment,
-            max_perplexity: (self.max_perplexity > 0.0).then_some(self.max_perplexity),
+            max_perplexity: (threshold > 0.0).then_some(threshold),
         }
     }
 
@@ -173,21 +206,100 @@ impl LassArgs {
 
     /// The fluency model, unless the filter is off.
     pub fn fluency(&self, home: &Home) -> Result<Option<Arc<dyn Fluency>>> {
-        if self.max_perplexity <= 0.0 {
-            return Ok(None);
-        }
-        // The embedded engine as `--model` loads it (its threads, the FLIPSIDE_LLM_THREADS
-        // variable), with the fluency model instead.
-        let llm = LlmArgs {
-            model: self.fluency_model.clone(),
-            ..super::defaults::<LlmArgs>()
-        };
-        Ok(Some(Arc::new(llm.local(home)?)))
+        self.fluency.load(home)
     }
 }
 
+/// `lass evaluate`'s options.
+#[derive(Debug, Args)]
+pub struct EvaluateArgs {
+    /// Held-out pairs of opposite sentiment (`pairs make` output), e.g. made from test texts
+    #[arg(long, value_name = "FILE")]
+    pub pairs: String,
+    /// The Dis-AE to evaluate [default: HOME/models/dis-ae]
+    #[arg(long, value_name = "DIR")]
+    pub dis_ae: Option<String>,
+    /// Evaluate the first N pairs only
+    #[arg(long, value_name = "N")]
+    pub limit: Option<usize>,
+    /// Also write the results as JSON to this file
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub fluency: FluencyArgs,
+}
+
 pub fn run(home: &Home, command: LassCommand) -> Result<()> {
-    let LassCommand::Train(args) = command;
+    match command {
+        LassCommand::Train(args) => train(home, *args),
+        LassCommand::Evaluate(args) => evaluate(home, args),
+    }
+}
+
+fn evaluate(home: &Home, args: EvaluateArgs) -> Result<()> {
+    let dir = match &args.dis_ae {
+        Some(name) => resolve_model_dir(home, name)?,
+        None => home.models().join(DEFAULT_DIS_AE),
+    };
+    let labels = LassReport::read(&dir)?.labels;
+    let mut pairs = labelled_pairs(&args.pairs, &labels)?;
+    pairs.truncate(args.limit.unwrap_or(usize::MAX));
+    let fluency = args.fluency.load(home)?;
+    let threshold = args.fluency.max_perplexity;
+    let evaluation = with_backend!(
+        args.device,
+        evaluate_dis_ae(&dir, &pairs, fluency.as_deref(), threshold)
+    )?;
+    println!(
+        "{} pairs, both directions, beam 4 ({})",
+        evaluation.pairs,
+        dir.display()
+    );
+    println!(
+        "{:<26} {:>6} {:>6} {:>6} {:>6} {:>9} {:>17} {:>7}",
+        "decoding", "R-1", "R-2", "R-L", "exact", "PPL mean", "PPL quartiles", "kept"
+    );
+    let copy = &evaluation.copy;
+    println!(
+        "{:<26} {:>6.1} {:>6.1} {:>6.1}",
+        "source copied (baseline)", copy.rouge1, copy.rouge2, copy.rouge_l
+    );
+    for (name, scores) in [
+        ("reconstruction", &evaluation.reconstruction),
+        ("counterfactual (parent)", &evaluation.counterfactual),
+        ("counterfactual (label)", &evaluation.label),
+    ] {
+        let (mean, quartiles, kept) = match &scores.perplexity {
+            Some(p) => (
+                format!("{:.1}", p.mean),
+                format!(
+                    "{:.0}/{:.0}/{:.0}",
+                    p.quartiles[0], p.quartiles[1], p.quartiles[2]
+                ),
+                format!("{:.1}%", 100.0 * p.passing),
+            ),
+            None => ("—".into(), "—".into(), "—".into()),
+        };
+        println!(
+            "{name:<26} {:>6.1} {:>6.1} {:>6.1} {:>5.1}% {mean:>9} {quartiles:>17} {kept:>7}",
+            scores.rouge.rouge1,
+            scores.rouge.rouge2,
+            scores.rouge.rouge_l,
+            100.0 * scores.exact
+        );
+    }
+    if let Some(model) = &evaluation.fluency_model {
+        println!("perplexity under {model} (outputs of 10+ characters); kept: at most {threshold}");
+    }
+    if let Some(path) = &args.json {
+        write_atomic(path, &serde_json::to_vec_pretty(&evaluation)?)?;
+    }
+    Ok(())
+}
+
+fn train(home: &Home, args: TrainArgs) -> Result<()> {
     let train = |defaults| args.train.over(defaults);
     let texts = match args.data.as_str() {
         "none" => Vec::new(),
@@ -207,7 +319,10 @@ pub fn run(home: &Home, command: LassCommand) -> Result<()> {
         }
     };
     let pairs = match &args.pairs {
-        Some(spec) => labelled_pairs(spec, &texts, args.read.labels.as_deref())?,
+        Some(spec) => labelled_pairs(
+            spec,
+            &pair_labels(spec, &texts, args.read.labels.as_deref())?,
+        )?,
         None => Vec::new(),
     };
     if texts.is_empty() && pairs.is_empty() {
@@ -281,30 +396,33 @@ pub fn run(home: &Home, command: LassCommand) -> Result<()> {
     Ok(())
 }
 
-/// The pairs in `spec` with both sides' labels: the label set is `labels` if given, else the
-/// labels of `texts` and the pairs; the counterfactual's label is the other one.
-fn labelled_pairs(
+/// The labels of `texts` and the pairs in `spec`, or `labels` if given: exactly two.
+fn pair_labels(
     spec: &str,
     texts: &[(String, String)],
     labels: Option<&[String]>,
-) -> Result<Vec<LabelledPair>> {
-    let pairs = read_pairs(spec)?;
+) -> Result<Vec<String>> {
     let known: std::collections::BTreeSet<String> = match labels {
         Some(labels) => labels.iter().cloned().collect(),
         None => texts
             .iter()
             .map(|(_, label)| label.clone())
-            .chain(pairs.iter().map(|p| p.label.clone()))
+            .chain(read_pairs(spec)?.into_iter().map(|p| p.label))
             .collect(),
     };
-    let known: Vec<String> = known.into_iter().collect();
-    let [a, b] = &known[..] else {
+    Ok(known.into_iter().collect())
+}
+
+/// The pairs in `spec` with both sides' labels, of the two `labels`: the counterfactual's label
+/// is the other one.
+fn labelled_pairs(spec: &str, labels: &[String]) -> Result<Vec<LabelledPair>> {
+    let [a, b] = labels else {
         bail!(
-            "LASS learns two sentiments, but the labels are {known:?}; name both with --labels \
+            "LASS learns two sentiments, but the labels are {labels:?}; name both with --labels \
              A,B"
         );
     };
-    pairs
+    read_pairs(spec)?
         .into_iter()
         .map(|pair| {
             let other = match pair.label.as_str() {

@@ -108,9 +108,12 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         assets.push(DEFAULT_EDITOR_MODEL);
     }
     let dis_ae = args.lass.dir(home, false)?;
-    let fluency_asset = home.manifest().get(&args.lass.fluency_model).is_ok();
-    if dis_ae.is_some() && args.lass.max_perplexity > 0.0 && fluency_asset {
-        assets.push(args.lass.fluency_model.as_str());
+    let fluency_asset = home
+        .manifest()
+        .get(&args.lass.fluency.fluency_model)
+        .is_ok();
+    if dis_ae.is_some() && args.lass.fluency.max_perplexity > 0.0 && fluency_asset {
+        assets.push(args.lass.fluency.fluency_model.as_str());
     }
     fetch_assets(home, &assets)?;
 

@@ -44,7 +44,11 @@ pub fn self_bleu(edited: &str, original: &str) -> f64 {
 
 /// Hypothesis n-grams found in the reference (each counted at most as often as it occurs
 /// there), and the number of hypothesis n-grams.
-fn clipped_matches(hypothesis: &[String], reference: &[String], n: usize) -> (usize, usize) {
+pub(super) fn clipped_matches(
+    hypothesis: &[String],
+    reference: &[String],
+    n: usize,
+) -> (usize, usize) {
     let reference_counts = ngram_counts(reference, n);
     let hypothesis_counts = ngram_counts(hypothesis, n);
     let matches = hypothesis_counts

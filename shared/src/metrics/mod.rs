@@ -1,12 +1,14 @@
 //! Metrics: classification accuracy here; the counterfactual metrics the papers report (BLEU,
-//! Levenshtein closeness, distinct-n, token–label z-statistics, perturbation types) and the
-//! downstream experiments' seed summaries and significance test in the submodules. Every text
-//! metric uses [`crate::words::metric_tokens`].
+//! ROUGE, Levenshtein closeness, distinct-n, token–label z-statistics, perturbation types) and
+//! the downstream experiments' seed summaries and significance test in the submodules. Every
+//! text metric but ROUGE (which tokenises as `rouge-score` does) uses
+//! [`crate::words::metric_tokens`].
 
 pub mod bleu;
 pub mod distinct;
 pub mod levenshtein;
 pub mod perturbation;
+pub mod rouge;
 pub mod significance;
 pub mod zstat;
 
