@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
+use flipside_shared::models::dis_ae::DisAeConfig;
 use flipside_shared::models::dis_ae::loss::Annealing;
 use serde::Serialize;
 
@@ -17,7 +18,7 @@ use crate::editing::items::{Selection, Unit, select_examples};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::lass::evaluate::evaluate_dis_ae;
-use crate::lass::model::LassReport;
+use crate::lass::model::CONFIG_FILE;
 use crate::lass::train::{
     LabelledPair, LassTrainRun, corpus_train, default_model, pair_train, train_lass,
 };
@@ -243,7 +244,12 @@ fn evaluate(home: &Home, args: EvaluateArgs) -> Result<()> {
         Some(name) => resolve_model_dir(home, name)?,
         None => home.models().join(DEFAULT_DIS_AE),
     };
-    let labels = LassReport::read(&dir)?.labels;
+    let config_path = dir.join(CONFIG_FILE);
+    let config: DisAeConfig = serde_json::from_slice(
+        &std::fs::read(&config_path).with_context(|| format!("no Dis-AE at {}", dir.display()))?,
+    )
+    .with_context(|| format!("reading {}", config_path.display()))?;
+    let labels = config.labels;
     let mut pairs = labelled_pairs(&args.pairs, &labels)?;
     pairs.truncate(args.limit.unwrap_or(usize::MAX));
     let fluency = args.fluency.load(home)?;
