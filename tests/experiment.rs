@@ -187,7 +187,10 @@ fn a_bag_of_words_experiment_resumes_without_retraining_and_reports() {
         assert!(second.contains(unit), "{unit:?} was rewritten");
     }
     assert!(
-        stdout.contains("| condition | train | accuracy | Δ | 95% CI | p |"),
+        stdout.contains(
+            "| condition | train | accuracy | Δ | 95% CI | p | balanced | recall negative | \
+             recall positive |"
+        ),
         "{stdout}"
     );
     assert!(stdout.contains("paired bootstrap"), "{stdout}");
@@ -222,6 +225,18 @@ fn a_bag_of_words_experiment_resumes_without_retraining_and_reports() {
     assert!(mean(0) < 0.3, "baseline {}", mean(0));
     assert!(mean(1) > mean(0) + 0.2, "core {} vs {}", mean(1), mean(0));
     assert!(mean(3) < 0.3, "control {}", mean(3));
+    // The out-of-domain set has as many of each label: the balanced accuracy is the accuracy,
+    // the mean of the two recalls.
+    for row in ood["rows"].as_array().unwrap() {
+        let recall = |label: usize| row["recalls"][label]["mean"].as_f64().unwrap();
+        let balanced = row["balanced_accuracy"]["mean"].as_f64().unwrap();
+        let accuracy = row["accuracy"]["mean"].as_f64().unwrap();
+        assert!((balanced - accuracy).abs() < 1e-12, "{row}");
+        assert!(
+            (balanced - (recall(0) + recall(1)) / 2.0).abs() < 1e-12,
+            "{row}"
+        );
+    }
     let versus = &ood["rows"][1]["versus_baseline"];
     assert!(versus["p_value"].as_f64().unwrap() <= 1.0);
     assert_eq!(ood["rows"][0]["accuracies"].as_array().unwrap().len(), 3);
@@ -354,4 +369,56 @@ fn experiments_fail_before_training_on_bad_inputs() {
         .find(|input| input["role"] == "in-domain pool of in-domain control")
         .unwrap_or_else(|| panic!("no pool input in {result}"));
     assert_eq!(pool["examples"], 32, "{pool}");
+
+    // A skewed base (LASS's debiasing): 40 examples, 85% positive; records of any original,
+    // at most 5 of them, are added.
+    let skewed = text
+        .replace(
+            "limit = 60\n",
+            "limit = 40\nlabel_shares = { positive = 0.85, negative = 0.15 }\n",
+        )
+        .replace("seeds = [1, 2, 3]", "seeds = [1]")
+        .replace(
+            "augment = [\"core.jsonl\"]\n\n",
+            "augment = [\"core.jsonl\"]\nany_original = true\nmax_added = 5\n\n",
+        );
+    let path = dir.path().join("skewed.toml");
+    fs::write(&path, skewed).unwrap();
+    let stdout = success(
+        flipside()
+            .arg("experiment")
+            .arg(&path)
+            .arg("--out")
+            .arg(dir.path().join("skewed")),
+    );
+    let result: serde_json::Value =
+        serde_json::from_slice(&fs::read(dir.path().join("skewed/results.json")).unwrap()).unwrap();
+    let conditions = &result["conditions"];
+    assert_eq!(
+        conditions[0]["label_counts"],
+        serde_json::json!([6, 34]),
+        "{result}"
+    );
+    assert_eq!(conditions[1]["added"], 5, "{result}");
+    assert_eq!(conditions[1]["train_examples"], 45, "{result}");
+    assert!(stdout.contains("recall negative"), "{stdout}");
+    fails_with_shares(&dir.path().join("bad-shares.toml"), &text);
+}
+
+/// `label_shares` that do not sum to 1, or without a `limit`, fail before training.
+fn fails_with_shares(path: &Path, text: &str) {
+    for (shares, expected) in [
+        (
+            "limit = 40\nlabel_shares = { positive = 0.8 }\n",
+            "sum to 1",
+        ),
+        (
+            "label_shares = { positive = 0.5, negative = 0.5 }\n",
+            "need a `limit`",
+        ),
+    ] {
+        fs::write(path, text.replace("limit = 60\n", shares)).unwrap();
+        let stderr = failure(flipside().arg("experiment").arg(path));
+        assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
+    }
 }

@@ -149,29 +149,45 @@ impl Dataset {
     /// A label-stratified subset of about `n` examples chosen by a seeded hash of their ids,
     /// in a seeded random order. Returns everything (shuffled) when `n >= len`.
     pub fn sample(&self, n: usize, seed: u64) -> Dataset {
+        let total = self.len().max(1);
+        let quota = self
+            .label_counts()
+            .iter()
+            .map(|&c| ((c * n) as f64 / total as f64).round() as usize)
+            .collect();
+        self.sample_quota(quota, seed, &format!("sample{n}"))
+    }
+
+    /// As [`Self::sample`], with `shares[label]` of the `n` examples of each label (all of a
+    /// label's examples when it has fewer): a skewed subset, such as a positive-heavy training
+    /// set.
+    pub fn sample_shares(&self, n: usize, seed: u64, shares: &[f64]) -> Dataset {
+        let quota = shares
+            .iter()
+            .map(|share| (share * n as f64).round() as usize)
+            .collect();
+        self.sample_quota(quota, seed, &format!("sample{n}-skewed"))
+    }
+
+    /// Up to `quota[label]` examples of each label, the first by a seeded hash of their ids.
+    fn sample_quota(&self, quota: Vec<usize>, seed: u64, part: &str) -> Dataset {
         let mut ranked: Vec<(u64, &Example)> = self
             .examples
             .iter()
             .map(|e| (stable_hash(seed, &e.id), e))
             .collect();
         ranked.sort_by_key(|(h, e)| (*h, e.id.clone()));
-        let total = self.len().max(1);
-        let quota: Vec<usize> = self
-            .label_counts()
-            .iter()
-            .map(|&c| ((c * n) as f64 / total as f64).round() as usize)
-            .collect();
         let mut taken = vec![0; self.labels.len()];
         let chosen = ranked
             .into_iter()
             .filter(|(_, e)| {
-                let keep = taken[e.label] < quota[e.label];
+                let keep = taken[e.label] < quota.get(e.label).copied().unwrap_or(0);
                 taken[e.label] += keep as usize;
                 keep
             })
             .map(|(_, e)| e.clone())
             .collect();
-        self.with_examples(&format!("sample{n}"), chosen)
+        self.with_examples(part, chosen)
     }
 
     /// [`Self::sample`] of `limit` examples when given and smaller than the dataset.
@@ -287,6 +303,24 @@ mod tests {
         };
         assert_eq!(ids(&splits.test), ids(&again.test));
         assert_ne!(ids(&splits.test), ids(&data.split(0.1, 0.2, 8).test));
+    }
+
+    #[test]
+    fn sample_shares_skews_the_labels() {
+        let data = toy(200);
+        let skewed = data.sample_shares(100, 3, &[0.15, 0.85]);
+        assert_eq!(skewed.label_counts(), vec![15, 85]);
+        // A label's examples run out before its share: all of them.
+        assert_eq!(
+            data.sample_shares(150, 3, &[0.1, 0.9]).label_counts(),
+            vec![15, 100]
+        );
+        // The proportional shares give the stratified sample.
+        let ids = |d: &Dataset| d.examples.iter().map(|e| e.id.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            ids(&data.sample_shares(60, 3, &[0.5, 0.5])),
+            ids(&data.sample(60, 3))
+        );
     }
 
     #[test]

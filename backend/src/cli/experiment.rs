@@ -181,6 +181,8 @@ fn config(home: &Home, args: &ExperimentArgs) -> Result<ExperimentConfig> {
             augment: vec![resolve_path(&file.display().to_string(), &cwd, home)],
             only_flipped: args.only_flipped,
             in_domain_like: None,
+            any_original: false,
+            max_added: None,
             in_domain_from: None,
         });
     }
@@ -190,6 +192,8 @@ fn config(home: &Home, args: &ExperimentArgs) -> Result<ExperimentConfig> {
             augment: Vec::new(),
             only_flipped: false,
             in_domain_like: Some(like.clone()),
+            any_original: false,
+            max_added: None,
             in_domain_from: None,
         });
     }

@@ -2,7 +2,7 @@
 //! and the model. Relative paths are read from the file's directory; `{home}` in a path is the
 //! Flipside home.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -127,6 +127,10 @@ pub struct DataConfig {
     /// `generate` picked), so that every base example has its counterfactuals, as in CORE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub originals_of: Option<PathBuf>,
+    /// Base set only: each label's share of the `limit` examples, e.g. `{ positive = 0.85,
+    /// negative = 0.15 }` — a skewed training set, as in LASS's debiasing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_shares: Option<BTreeMap<String, f64>>,
 }
 
 fn default_text_column() -> String {
@@ -152,6 +156,7 @@ impl DataConfig {
             labels: None,
             split_seed: 0,
             originals_of: None,
+            label_shares: None,
         }
     }
 
@@ -201,6 +206,14 @@ pub struct ConditionConfig {
     /// 1.7k other movie reviews to all of IMDb's training set).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_domain_from: Option<DataConfig>,
+    /// Also add records whose original is not a base example: synthetic examples of any text,
+    /// as LASS's debiasing adds negatives made from other positive reviews.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub any_original: bool,
+    /// Add at most this many records of each file (the first, in file order): the same number
+    /// for every generator compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_added: Option<usize>,
 }
 
 impl ConditionConfig {
@@ -212,6 +225,8 @@ impl ConditionConfig {
             only_flipped: false,
             in_domain_like: None,
             in_domain_from: None,
+            any_original: false,
+            max_added: None,
         }
     }
 }
@@ -267,8 +282,25 @@ impl ExperimentConfig {
                 bail!("two conditions are named {:?}", condition.name);
             }
         }
+        if let Some(shares) = &self.base.label_shares {
+            if self.base.limit.is_none() {
+                bail!("the base set's `label_shares` need a `limit`: the subset's size");
+            }
+            let total: f64 = shares.values().sum();
+            if shares.values().any(|&share| !(0.0..=1.0).contains(&share))
+                || (total - 1.0).abs() > 1e-6
+            {
+                bail!("the base set's `label_shares` {shares:?} must be in [0, 1] and sum to 1");
+            }
+        }
         let mut test_names = BTreeSet::new();
         for test in &self.tests {
+            if test.label_shares.is_some() {
+                bail!(
+                    "`label_shares` skews the base set; the test set {} cannot use it",
+                    test.display_name()
+                );
+            }
             if test.originals_of.is_some() {
                 bail!(
                     "`originals_of` selects the base set; the test set {} cannot use it",
@@ -313,6 +345,15 @@ impl ExperimentConfig {
                         self.condition_names().join(", ")
                     ),
                 }
+            }
+            if (condition.any_original || condition.max_added.is_some())
+                && condition.augment.is_empty()
+            {
+                bail!(
+                    "condition {:?} says which records to add (`any_original`, `max_added`) but \
+                     adds no file",
+                    condition.name
+                );
             }
             if condition.only_flipped && condition.augment.is_empty() {
                 bail!(

@@ -13,7 +13,7 @@ use flipside_shared::records::Counterfactual;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::config::{DataConfig, ExperimentConfig, ModelKind};
+use super::config::{ConditionConfig, DataConfig, ExperimentConfig, ModelKind};
 use crate::data::{DatasetSpec, SplitConfig};
 use crate::home::Home;
 use crate::models::resolve_model_dir;
@@ -89,8 +89,23 @@ pub fn plan(home: &Home, config: ExperimentConfig) -> Result<Plan> {
     let base = match &config.base.originals_of {
         Some(file) => edited_examples(&full, file)?,
         None => full.clone(),
-    }
-    .limited(config.base.limit, config.base.seed);
+    };
+    let base = match (&config.base.label_shares, config.base.limit) {
+        (Some(shares), Some(limit)) => {
+            let mut by_label = vec![0.0; base.labels.len()];
+            for (label, share) in shares {
+                let Some(id) = base.labels.id(label) else {
+                    bail!(
+                        "`label_shares` names {label:?}, which the base set lacks ({:?})",
+                        base.labels.names()
+                    );
+                };
+                by_label[id] = *share;
+            }
+            base.sample_shares(limit, config.base.seed, &by_label)
+        }
+        _ => base.limited(config.base.limit, config.base.seed),
+    };
     if base.labels.len() < 2 {
         bail!(
             "the base set {} has fewer than two labels: {:?}",
@@ -105,7 +120,7 @@ pub fn plan(home: &Home, config: ExperimentConfig) -> Result<Plan> {
     for condition in &config.conditions {
         let mut added = Vec::new();
         for (file_index, file) in condition.augment.iter().enumerate() {
-            let pairs = counterfactuals_of(&base, file, condition.only_flipped)?;
+            let pairs = counterfactuals_of(&base, file, condition.into())?;
             let records = pairs.len();
             added.extend(pairs.into_iter().map(|mut example| {
                 example.id = format!("cf{file_index}:{}", example.id);
@@ -262,11 +277,36 @@ fn load(home: &Home, data: &DataConfig) -> Result<Dataset> {
     Ok(dataset)
 }
 
-/// The records of `file` whose original is an example of `base`, as training examples: the
-/// edited text with the target label, id `KEY`. Fails on a record whose target is not a base
-/// label, or whose original is not (part of) its base example's text — a file made from other
-/// data.
-pub fn counterfactuals_of(base: &Dataset, file: &Path, only_flipped: bool) -> Result<Vec<Example>> {
+/// Which records of a counterfactual file a condition adds.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RecordFilter {
+    /// Only the records the classifier judged flipped.
+    pub only_flipped: bool,
+    /// Also records whose original is not a base example.
+    pub any_original: bool,
+    /// At most this many records (the first, in file order).
+    pub max_added: Option<usize>,
+}
+
+impl From<&ConditionConfig> for RecordFilter {
+    fn from(condition: &ConditionConfig) -> Self {
+        Self {
+            only_flipped: condition.only_flipped,
+            any_original: condition.any_original,
+            max_added: condition.max_added,
+        }
+    }
+}
+
+/// The records of `file` whose original is an example of `base` (or any, with
+/// `filter.any_original`), as training examples: the edited text with the target label, id
+/// `KEY`. Fails on a record whose target is not a base label, or whose original is not (part of)
+/// its base example's text — a file made from other data.
+pub fn counterfactuals_of(
+    base: &Dataset,
+    file: &Path,
+    filter: RecordFilter,
+) -> Result<Vec<Example>> {
     if !file.is_file() {
         bail!(
             "the counterfactual file {} does not exist (make it with `flipside generate`)",
@@ -278,21 +318,29 @@ pub fn counterfactuals_of(base: &Dataset, file: &Path, only_flipped: bool) -> Re
     let mut examples = Vec::new();
     let mut outside = 0;
     for record in &records {
-        let Some(original) = by_id.get(record.item.as_str()) else {
-            outside += 1;
-            continue;
-        };
-        let text = original.input.texts().last().copied().unwrap_or_default();
-        if !text.contains(record.original.trim()) {
-            bail!(
-                "{}: record {:?} edits {:?}, but base example {:?} reads {:?}: the file was \
-                 made from other data than the base set",
-                file.display(),
-                record.key,
-                preview(&record.original),
-                record.item,
-                preview(text)
-            );
+        if filter.max_added.is_some_and(|max| examples.len() >= max) {
+            break;
+        }
+        match by_id.get(record.item.as_str()) {
+            None if filter.any_original => {}
+            None => {
+                outside += 1;
+                continue;
+            }
+            Some(original) => {
+                let text = original.input.texts().last().copied().unwrap_or_default();
+                if !text.contains(record.original.trim()) {
+                    bail!(
+                        "{}: record {:?} edits {:?}, but base example {:?} reads {:?}: the file \
+                         was made from other data than the base set",
+                        file.display(),
+                        record.key,
+                        preview(&record.original),
+                        record.item,
+                        preview(text)
+                    );
+                }
+            }
         }
         let Some(label) = base.labels.id(&record.target) else {
             bail!(
@@ -303,7 +351,7 @@ pub fn counterfactuals_of(base: &Dataset, file: &Path, only_flipped: bool) -> Re
                 base.labels.names()
             );
         };
-        if only_flipped && !record.flipped {
+        if filter.only_flipped && !record.flipped {
             continue;
         }
         examples.push(Example {
@@ -325,7 +373,7 @@ pub fn counterfactuals_of(base: &Dataset, file: &Path, only_flipped: bool) -> Re
              set the one the file was generated from, with the same --limit and seed?)",
             file.display(),
             records.len(),
-            if only_flipped { " flipped" } else { "" }
+            if filter.only_flipped { " flipped" } else { "" }
         );
     }
     Ok(examples)
@@ -548,7 +596,7 @@ mod tests {
         ];
         fs::write(&file, lines.join("\n") + "\n").unwrap();
 
-        let all = counterfactuals_of(&base, &file, false).unwrap();
+        let all = counterfactuals_of(&base, &file, RecordFilter::default()).unwrap();
         let got: Vec<(&str, &str, usize)> = all
             .iter()
             .map(|e| (e.id.as_str(), e.input.texts()[0], e.label))
@@ -560,13 +608,36 @@ mod tests {
                 ("b→positive", "a gripping plot", 1)
             ]
         );
-        let flipped = counterfactuals_of(&base, &file, true).unwrap();
+        let only_flipped = RecordFilter {
+            only_flipped: true,
+            ..RecordFilter::default()
+        };
+        let flipped = counterfactuals_of(&base, &file, only_flipped).unwrap();
         assert_eq!(flipped.len(), 1);
         assert_eq!(flipped[0].id, "a→negative");
+        // Records of any original, at most two: the first two in file order.
+        let any = RecordFilter {
+            any_original: true,
+            max_added: Some(2),
+            ..RecordFilter::default()
+        };
+        let ids = |examples: Vec<Example>| examples.into_iter().map(|e| e.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(counterfactuals_of(&base, &file, any).unwrap()),
+            ["a→negative", "b→positive"]
+        );
+        let all_of_any = RecordFilter {
+            max_added: None,
+            ..any
+        };
+        assert_eq!(
+            ids(counterfactuals_of(&base, &file, all_of_any).unwrap()),
+            ["a→negative", "b→positive", "z→positive"]
+        );
 
         // A file made from other data: the same ids, other texts.
         let other = dataset(&[("a", "something else entirely", 1)]);
-        let error = counterfactuals_of(&other, &file, false).unwrap_err();
+        let error = counterfactuals_of(&other, &file, RecordFilter::default()).unwrap_err();
         assert!(
             error.to_string().contains("made from other data"),
             "{error}"
@@ -577,7 +648,7 @@ mod tests {
             record("a", "the film was superb", "meh", "neutral", true) + "\n",
         )
         .unwrap();
-        let error = counterfactuals_of(&base, &file, false).unwrap_err();
+        let error = counterfactuals_of(&base, &file, RecordFilter::default()).unwrap_err();
         assert!(error.to_string().contains("\"neutral\""), "{error}");
     }
 

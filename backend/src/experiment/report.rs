@@ -1,5 +1,6 @@
 //! An experiment's summary: accuracy per test set and condition over seeds, the difference to
-//! the baseline with its paired bootstrap test, and the files it is saved as.
+//! the baseline with its paired bootstrap test, each label's recall and the balanced accuracy
+//! (their mean, what a skewed training set hurts), and the files it is saved as.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -25,6 +26,9 @@ pub struct ExperimentResult {
     pub model: ModelConfig,
     pub seeds: Vec<u64>,
     pub baseline: String,
+    /// Label names, in the order of each row's `recalls`.
+    #[serde(default)]
+    pub labels: Vec<String>,
     pub significance_test: String,
     pub bootstrap_replicates: usize,
     pub inputs: Vec<InputFingerprint>,
@@ -37,6 +41,9 @@ pub struct ExperimentResult {
 pub struct ConditionSummary {
     pub name: String,
     pub train_examples: usize,
+    /// Training examples of each label, in `labels` order.
+    #[serde(default)]
+    pub label_counts: Vec<usize>,
     /// Examples added to the base set.
     pub added: usize,
 }
@@ -56,6 +63,12 @@ pub struct Row {
     /// Accuracy of each seed's model, in seed order.
     pub accuracies: Vec<SeedAccuracy>,
     pub accuracy: MeanSd,
+    /// Each label's recall (share of its test examples predicted right), over seeds.
+    #[serde(default)]
+    pub recalls: Vec<MeanSd>,
+    /// The mean of the recalls of the labels the test set has, over seeds.
+    #[serde(default)]
+    pub balanced_accuracy: Option<MeanSd>,
     /// Against the baseline (none for the baseline itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versus_baseline: Option<PairedTest>,
@@ -122,9 +135,28 @@ pub fn summarise(plan: &Plan, records: &[UnitRecord]) -> ExperimentResult {
                         })
                         .collect();
                     let values: Vec<f64> = accuracies.iter().map(|a| a.accuracy).collect();
+                    let recalls: Vec<Vec<Option<f64>>> = correct[c]
+                        .iter()
+                        .map(|right| label_recalls(right, &gold, plan.labels.len()))
+                        .collect();
+                    let balanced: Vec<f64> = recalls
+                        .iter()
+                        .map(|seed| {
+                            let present: Vec<f64> = seed.iter().flatten().copied().collect();
+                            present.iter().sum::<f64>() / present.len().max(1) as f64
+                        })
+                        .collect();
                     Row {
                         condition: condition.name.clone(),
                         accuracy: mean_sd(&values),
+                        recalls: (0..plan.labels.len())
+                            .map(|label| {
+                                let values: Vec<f64> =
+                                    recalls.iter().filter_map(|seed| seed[label]).collect();
+                                mean_sd(&values)
+                            })
+                            .collect(),
+                        balanced_accuracy: Some(mean_sd(&balanced)),
                         accuracies,
                         versus_baseline: (c != baseline).then(|| {
                             paired_bootstrap(
@@ -150,6 +182,7 @@ pub fn summarise(plan: &Plan, records: &[UnitRecord]) -> ExperimentResult {
         model: config.model.clone(),
         seeds: config.seeds.clone(),
         baseline: config.conditions[baseline].name.clone(),
+        labels: plan.labels.clone(),
         significance_test: SIGNIFICANCE_TEST.into(),
         bootstrap_replicates: config.bootstrap_replicates,
         inputs: plan.inputs.clone(),
@@ -159,11 +192,29 @@ pub fn summarise(plan: &Plan, records: &[UnitRecord]) -> ExperimentResult {
             .map(|c| ConditionSummary {
                 name: c.name.clone(),
                 train_examples: c.train.len(),
+                label_counts: c.train.label_counts(),
                 added: c.added,
             })
             .collect(),
         tests,
     }
+}
+
+/// Each label's recall given which predictions were `right` for the `gold` labels (none for a
+/// label the test set lacks).
+fn label_recalls(right: &[bool], gold: &[usize], labels: usize) -> Vec<Option<f64>> {
+    (0..labels)
+        .map(|label| {
+            let of_label: Vec<bool> = right
+                .iter()
+                .zip(gold)
+                .filter(|&(_, &g)| g == label)
+                .map(|(&r, _)| r)
+                .collect();
+            (!of_label.is_empty())
+                .then(|| of_label.iter().filter(|&&r| r).count() as f64 / of_label.len() as f64)
+        })
+        .collect()
 }
 
 /// Writes `results.json`, `summary.csv`, `seeds.csv` and `accuracy.svg` into `out`.
@@ -184,6 +235,8 @@ pub fn write(out: &Path, result: &ExperimentResult) -> Result<()> {
         "ci_low",
         "ci_high",
         "p_value",
+        "balanced_accuracy_mean",
+        "balanced_accuracy_sd",
     ])?;
     let mut seeds = csv::Writer::from_writer(Vec::new());
     seeds.write_record(["test", "condition", "seed", "accuracy"])?;
@@ -206,6 +259,14 @@ pub fn write(out: &Path, result: &ExperimentResult) -> Result<()> {
                 versus(|t| t.ci_low),
                 versus(|t| t.ci_high),
                 versus(|t| t.p_value),
+                row.balanced_accuracy
+                    .as_ref()
+                    .map(|b| format!("{:.6}", b.mean))
+                    .unwrap_or_default(),
+                row.balanced_accuracy
+                    .as_ref()
+                    .map(|b| format!("{:.6}", b.sd))
+                    .unwrap_or_default(),
             ])?;
             for seed in &row.accuracies {
                 seeds.write_record([
@@ -238,8 +299,20 @@ pub fn markdown(result: &ExperimentResult) -> String {
             result.seeds.len(),
             result.baseline
         );
-        let _ = writeln!(text, "| condition | train | accuracy | Δ | 95% CI | p |");
-        let _ = writeln!(text, "|---|---:|---:|---:|---:|---:|");
+        let recall_headers: String = result
+            .labels
+            .iter()
+            .map(|label| format!(" recall {label} |"))
+            .collect();
+        let _ = writeln!(
+            text,
+            "| condition | train | accuracy | Δ | 95% CI | p | balanced |{recall_headers}"
+        );
+        let _ = writeln!(
+            text,
+            "|---|---:|---:|---:|---:|---:|---:|{}",
+            "---:|".repeat(result.labels.len())
+        );
         for (row, condition) in test.rows.iter().zip(&result.conditions) {
             let (difference, interval, p) = match &row.versus_baseline {
                 Some(t) => (
@@ -249,13 +322,23 @@ pub fn markdown(result: &ExperimentResult) -> String {
                 ),
                 None => Default::default(),
             };
+            let percent = |m: &MeanSd| format!("{:.2} ± {:.2}", 100.0 * m.mean, 100.0 * m.sd);
+            let balanced = row
+                .balanced_accuracy
+                .as_ref()
+                .map(percent)
+                .unwrap_or_default();
+            let recalls: String = row
+                .recalls
+                .iter()
+                .map(|recall| format!(" {} |", percent(recall)))
+                .collect();
             let _ = writeln!(
                 text,
-                "| {} | {} | {:.2} ± {:.2} | {difference} | {interval} | {p} |",
+                "| {} | {} | {} | {difference} | {interval} | {p} | {balanced} |{recalls}",
                 row.condition,
                 condition.train_examples,
-                100.0 * row.accuracy.mean,
-                100.0 * row.accuracy.sd
+                percent(&row.accuracy),
             );
         }
     }
