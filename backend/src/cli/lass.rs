@@ -14,7 +14,7 @@ use super::data::ReadArgs;
 use super::infiller::OptimiserArgs;
 use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
-use crate::editing::items::{Selection, Unit, select_examples};
+use crate::editing::items::{Selection, Unit, every_sentence, select_examples};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::lass::evaluate::evaluate_dis_ae;
@@ -67,6 +67,11 @@ pub struct TrainArgs {
     /// Skip texts with more words than this [default with --unit sentence: 40]
     #[arg(long, value_name = "N")]
     pub max_words: Option<usize>,
+    /// With --unit sentence: every sentence of 6–40 words of each text, with its text's label,
+    /// instead of the one that carries the label — several times more text for the
+    /// autoencoder, with noisier sentiment labels (--limit counts sentences)
+    #[arg(long)]
+    pub every_sentence: bool,
     /// Minimal pairs of opposite sentiment: `pairs make` output (JSON lines of text, label,
     /// counterfactual), or `printed` (the papers' 22 printed pairs); without it the corpus
     /// stage's model is the result
@@ -309,6 +314,14 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     let train = |defaults| args.train.over(defaults);
     let texts = match args.data.as_str() {
         "none" => Vec::new(),
+        spec if args.every_sentence => {
+            if args.unit != Unit::Sentence {
+                bail!("--every-sentence reads sentences: give --unit sentence (the default)");
+            }
+            let dataset = args.read.load(home, spec)?;
+            let limit = (args.limit > 0).then_some(args.limit);
+            every_sentence(&dataset, args.max_words, limit, train(corpus_train()).seed)
+        }
         spec => {
             let dataset = args.read.load(home, spec)?;
             let selection = Selection {

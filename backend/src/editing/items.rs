@@ -1,8 +1,10 @@
 //! Which items a generation run edits: one per example and target label, optionally only the
-//! short examples, or from each review the one sentence that carries its label.
+//! short examples, or from each review the one sentence that carries its label; and every
+//! sentence of each example, as training text.
 
 use anyhow::{Result, bail};
 use flipside_shared::data::{Dataset, Input};
+use flipside_shared::sentences::split_sentences;
 use serde::Serialize;
 
 use super::keywords::{Lexicons, labelled_sentence};
@@ -62,6 +64,33 @@ pub fn select_examples(
     let mut seen = std::collections::HashSet::new();
     items.retain(|item| seen.insert(item.id.clone()));
     Ok(items)
+}
+
+/// Every sentence of [`SENTENCE_WORDS`] words (at most `max_words`) of each example, with the
+/// example's label, examples in a seeded order: training text for an autoencoder, more of it
+/// than [`Unit::Sentence`]'s one sentence per review, with noisier labels. At most `limit`
+/// sentences (none: all).
+pub fn every_sentence(
+    dataset: &Dataset,
+    max_words: Option<usize>,
+    limit: Option<usize>,
+    seed: u64,
+) -> Vec<(String, String)> {
+    let words = SENTENCE_WORDS.0..=max_words.unwrap_or(SENTENCE_WORDS.1);
+    let names = dataset.labels.names();
+    let mut sentences = Vec::new();
+    for example in &dataset.sample(dataset.len(), seed).examples {
+        let text = example.input.texts().last().copied().unwrap_or_default();
+        for sentence in split_sentences(text) {
+            if limit.is_some_and(|limit| sentences.len() >= limit) {
+                return sentences;
+            }
+            if words.contains(&sentence.split_whitespace().count()) {
+                sentences.push((sentence.trim().to_string(), names[example.label].clone()));
+            }
+        }
+    }
+    sentences
 }
 
 /// One item per example and target label, in a seeded order.
@@ -146,4 +175,48 @@ pub fn select_items(
         }
     }
     Ok(items)
+}
+
+#[cfg(test)]
+mod tests {
+    use flipside_shared::data::{Example, LabelVocab};
+
+    use super::*;
+
+    #[test]
+    fn every_sentence_keeps_each_sentence_of_six_to_forty_words_with_its_label() {
+        let review = |id: &str, text: &str, label| Example {
+            id: id.into(),
+            input: Input::Text { text: text.into() },
+            label,
+        };
+        let dataset = Dataset {
+            name: "toy".into(),
+            labels: LabelVocab::new(vec!["negative".into(), "positive".into()]),
+            examples: vec![
+                review(
+                    "a",
+                    "The acting was superb from start to finish. Loved it! I would watch it \
+                     again with all of my friends.",
+                    1,
+                ),
+                review("b", "The plot made no sense at all to me.", 0),
+            ],
+        };
+        let mut all = every_sentence(&dataset, None, None, 7);
+        all.sort();
+        let expected = [
+            ("I would watch it again with all of my friends.", "positive"),
+            ("The acting was superb from start to finish.", "positive"),
+            ("The plot made no sense at all to me.", "negative"),
+        ];
+        let owned: Vec<(String, String)> = expected
+            .iter()
+            .map(|(s, l)| (s.to_string(), l.to_string()))
+            .collect();
+        assert_eq!(all, owned);
+        // At most 8 words, at most 1 sentence.
+        assert_eq!(every_sentence(&dataset, Some(8), None, 7).len(), 1);
+        assert_eq!(every_sentence(&dataset, None, Some(1), 7).len(), 1);
+    }
 }
