@@ -417,3 +417,27 @@ pub fn resolve_spec(spec: &str, dir: &Path, home: &Home) -> String {
         None => path,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_experiment_files_parse_and_validate() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../experiments");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let config: ExperimentConfig =
+                    toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                config
+                    .validate()
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                checked += 1;
+            }
+        }
+        assert!(checked >= 3, "{checked} files in {}", dir.display());
+    }
+}
