@@ -158,7 +158,8 @@ pub struct LassArgs {
 /// LASS's perplexity filter.
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct FluencyArgs {
-    /// Drop outputs whose perplexity under --fluency-model is higher (0: no fluency filter)
+    /// The perplexity threshold under --fluency-model: higher outputs are dropped (`lass
+    /// evaluate`: counted as not kept); 0: no fluency model
     #[arg(long, default_value_t = DEFAULT_MAX_PERPLEXITY, value_name = "PPL")]
     pub max_perplexity: f64,
     /// The embedded model that scores perplexity: a model asset or a GGUF file
