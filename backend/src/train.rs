@@ -6,6 +6,7 @@
 //! resumed from a checkpoint takes the same steps as one that was never interrupted.
 
 use std::fs;
+use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -210,6 +211,20 @@ impl TrainRecord {
     }
 }
 
+/// A log line at a checkpoint, for runs whose stderr is not a terminal (the progress bar is
+/// hidden there): the step, the mean loss since the last checkpoint and the mean time per step.
+fn log_progress(record: &TrainRecord, interval: usize) {
+    let recent = &record.losses[record.losses.len().saturating_sub(interval)..];
+    let mean_loss = recent.iter().sum::<f64>() / recent.len().max(1) as f64;
+    tracing::info!(
+        step = record.step,
+        total = record.total_steps,
+        mean_loss = %format!("{mean_loss:.4}"),
+        seconds_per_step = %format!("{:.3}", record.train_seconds / record.step.max(1) as f64),
+        "checkpoint saved"
+    );
+}
+
 /// The outcome of [`train_classifier`].
 #[derive(Debug, Clone)]
 pub struct TrainOutcome {
@@ -393,6 +408,9 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
                 &record,
                 &recorder,
             )?;
+            if !std::io::stderr().is_terminal() {
+                log_progress(&record, config.checkpoint_every.max(1));
+            }
         }
     }
     bar.finish_and_clear();
