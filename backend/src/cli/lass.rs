@@ -25,7 +25,7 @@ use crate::lass::train::{
 use crate::llm::Fluency;
 use crate::methods::lass::{DEFAULT_MAX_PERPLEXITY, ReproductionSettings, SentimentSource};
 use crate::models::{resolve_model_dir, write_atomic};
-use crate::retrieval::cfdpr::read_pairs;
+use crate::retrieval::cfdpr::{SeedPair, read_pairs};
 use crate::with_backend;
 
 /// Where `lass train` writes and `generate --method lass` reads by default (under HOME/models).
@@ -195,10 +195,7 @@ impl LassArgs {
     /// The Dis-AE directory: the one named, else HOME/models/dis-ae when `required` or when it
     /// exists.
     pub fn dir(&self, home: &Home, required: bool) -> Result<Option<PathBuf>> {
-        let dir = match &self.dis_ae {
-            Some(name) => resolve_model_dir(home, name)?,
-            None => home.models().join(DEFAULT_DIS_AE),
-        };
+        let dir = dis_ae_dir(home, self.dis_ae.as_deref())?;
         if self.dis_ae.is_none() && !dir.is_dir() {
             if required {
                 bail!(
@@ -214,6 +211,14 @@ impl LassArgs {
     /// The fluency model, unless the filter is off.
     pub fn fluency(&self, home: &Home) -> Result<Option<Arc<dyn Fluency>>> {
         self.fluency.load(home)
+    }
+}
+
+/// The Dis-AE directory `name` (a model name or a directory), else HOME/models/dis-ae.
+fn dis_ae_dir(home: &Home, name: Option<&str>) -> Result<PathBuf> {
+    match name {
+        Some(name) => resolve_model_dir(home, name),
+        None => Ok(home.models().join(DEFAULT_DIS_AE)),
     }
 }
 
@@ -246,17 +251,14 @@ pub fn run(home: &Home, command: LassCommand) -> Result<()> {
 }
 
 fn evaluate(home: &Home, args: EvaluateArgs) -> Result<()> {
-    let dir = match &args.dis_ae {
-        Some(name) => resolve_model_dir(home, name)?,
-        None => home.models().join(DEFAULT_DIS_AE),
-    };
+    let dir = dis_ae_dir(home, args.dis_ae.as_deref())?;
     let config_path = dir.join(CONFIG_FILE);
     let config: DisAeConfig = serde_json::from_slice(
         &std::fs::read(&config_path).with_context(|| format!("no Dis-AE at {}", dir.display()))?,
     )
     .with_context(|| format!("reading {}", config_path.display()))?;
     let labels = config.labels;
-    let mut pairs = labelled_pairs(&args.pairs, &labels)?;
+    let mut pairs = labelled_pairs(read_pairs(&args.pairs)?, &labels)?;
     pairs.truncate(args.limit.unwrap_or(usize::MAX));
     let fluency = args.fluency.load(home)?;
     let threshold = args.fluency.max_perplexity;
@@ -339,10 +341,11 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         }
     };
     let pairs = match &args.pairs {
-        Some(spec) => labelled_pairs(
-            spec,
-            &pair_labels(spec, &texts, args.read.labels.as_deref())?,
-        )?,
+        Some(spec) => {
+            let pairs = read_pairs(spec)?;
+            let labels = pair_labels(&pairs, &texts, args.read.labels.as_deref());
+            labelled_pairs(pairs, &labels)?
+        }
         None => Vec::new(),
     };
     if texts.is_empty() && pairs.is_empty() {
@@ -416,33 +419,33 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
-/// The labels of `texts` and the pairs in `spec`, or `labels` if given: exactly two.
+/// The labels of `texts` and `pairs`, or `labels` if given, sorted.
 fn pair_labels(
-    spec: &str,
+    pairs: &[SeedPair],
     texts: &[(String, String)],
     labels: Option<&[String]>,
-) -> Result<Vec<String>> {
+) -> Vec<String> {
     let known: std::collections::BTreeSet<String> = match labels {
         Some(labels) => labels.iter().cloned().collect(),
         None => texts
             .iter()
             .map(|(_, label)| label.clone())
-            .chain(read_pairs(spec)?.into_iter().map(|p| p.label))
+            .chain(pairs.iter().map(|p| p.label.clone()))
             .collect(),
     };
-    Ok(known.into_iter().collect())
+    known.into_iter().collect()
 }
 
-/// The pairs in `spec` with both sides' labels, of the two `labels`: the counterfactual's label
-/// is the other one.
-fn labelled_pairs(spec: &str, labels: &[String]) -> Result<Vec<LabelledPair>> {
+/// `pairs` with both sides' labels, of the two `labels`: the counterfactual's label is the
+/// other one.
+fn labelled_pairs(pairs: Vec<SeedPair>, labels: &[String]) -> Result<Vec<LabelledPair>> {
     let [a, b] = labels else {
         bail!(
             "LASS learns two sentiments, but the labels are {labels:?}; name both with --labels \
              A,B"
         );
     };
-    read_pairs(spec)?
+    pairs
         .into_iter()
         .map(|pair| {
             let other = match pair.label.as_str() {
