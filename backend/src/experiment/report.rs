@@ -67,8 +67,7 @@ pub struct Row {
     #[serde(default)]
     pub recalls: Vec<MeanSd>,
     /// The mean of the recalls of the labels the test set has, over seeds.
-    #[serde(default)]
-    pub balanced_accuracy: Option<MeanSd>,
+    pub balanced_accuracy: MeanSd,
     /// Against the baseline (none for the baseline itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versus_baseline: Option<PairedTest>,
@@ -156,7 +155,7 @@ pub fn summarise(plan: &Plan, records: &[UnitRecord]) -> ExperimentResult {
                                 mean_sd(&values)
                             })
                             .collect(),
-                        balanced_accuracy: Some(mean_sd(&balanced)),
+                        balanced_accuracy: mean_sd(&balanced),
                         accuracies,
                         versus_baseline: (c != baseline).then(|| {
                             paired_bootstrap(
@@ -259,14 +258,8 @@ pub fn write(out: &Path, result: &ExperimentResult) -> Result<()> {
                 versus(|t| t.ci_low),
                 versus(|t| t.ci_high),
                 versus(|t| t.p_value),
-                row.balanced_accuracy
-                    .as_ref()
-                    .map(|b| format!("{:.6}", b.mean))
-                    .unwrap_or_default(),
-                row.balanced_accuracy
-                    .as_ref()
-                    .map(|b| format!("{:.6}", b.sd))
-                    .unwrap_or_default(),
+                format!("{:.6}", row.balanced_accuracy.mean),
+                format!("{:.6}", row.balanced_accuracy.sd),
             ])?;
             for seed in &row.accuracies {
                 seeds.write_record([
@@ -323,11 +316,7 @@ pub fn markdown(result: &ExperimentResult) -> String {
                 None => Default::default(),
             };
             let percent = |m: &MeanSd| format!("{:.2} ± {:.2}", 100.0 * m.mean, 100.0 * m.sd);
-            let balanced = row
-                .balanced_accuracy
-                .as_ref()
-                .map(percent)
-                .unwrap_or_default();
+            let balanced = percent(&row.balanced_accuracy);
             let recalls: String = row
                 .recalls
                 .iter()
