@@ -1,12 +1,16 @@
 //! End-to-end browser tests: `flipside serve` with the browser app (Trunk's `dist/`, which
 //! `scripts/test` builds first), driven in headless Chromium by tests/e2e/app.test.mjs
 //! (playwright-core under `node --test`). Screenshots are saved under the target directory.
+//! The page downloads compact int8 weights, so its numbers are checked against the native
+//! models loaded from compact copies (`compact_model_dir`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use flipside_backend::compute::Cpu;
 use flipside_backend::lass::model::load_reproducer;
+use flipside_backend::models::{compact_model_dir, load_classifier};
+use flipside_shared::data::Input;
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
 
 use crate::common::{ITEMS, editing_setup, serve, tiny_dis_ae};
@@ -17,6 +21,19 @@ const REPRODUCED: [&str; 3] = [
     "the story we saw on day 3 was moving",
     "the show we saw on day 2 was superb",
 ];
+
+/// The text the browser's classifier scores, to match the native probabilities.
+const SCORED: &str = "The film was wonderful and the cast superb.";
+
+/// The native classifier's probabilities for [`SCORED`], as JSON for the browser test.
+fn native_score(classifier: &Path) -> String {
+    let classifier = load_classifier::<Cpu>(classifier, &Default::default()).unwrap();
+    let input = Input::Text {
+        text: SCORED.into(),
+    };
+    let probabilities = classifier.predict_batch(&[&input]).unwrap();
+    serde_json::json!({"text": SCORED, "probabilities": probabilities}).to_string()
+}
 
 /// The native Dis-AE's beam-search outputs for [`REPRODUCED`], as JSON for the browser test.
 fn native_reproductions(dis_ae: &Path) -> String {
@@ -68,6 +85,9 @@ fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
     std::fs::write(&items, ITEMS).unwrap();
     tiny_dis_ae(setup.dir.path(), "dis-ae", &[]);
     let dis_ae = setup.dir.path().join("dis-ae");
+    let compacted = setup.dir.path().join("compact");
+    compact_model_dir(&dis_ae, &compacted.join("dis-ae")).unwrap();
+    compact_model_dir(&setup.classifier, &compacted.join("classifier")).unwrap();
     let static_dir = dist.display().to_string();
     let (mut server, url) = serve(
         &setup,
@@ -89,7 +109,11 @@ fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
         .current_dir(&e2e)
         .env("FLIPSIDE_URL", &url)
         .env("ITEMS_CSV", &items)
-        .env("NATIVE_REPRODUCTIONS", native_reproductions(&dis_ae))
+        .env(
+            "NATIVE_REPRODUCTIONS",
+            native_reproductions(&compacted.join("dis-ae")),
+        )
+        .env("NATIVE_SCORE", native_score(&compacted.join("classifier")))
         .env("SCREENSHOT_DIR", &screenshots)
         .output()
         .expect("node runs");

@@ -1,7 +1,7 @@
 //! Classifier checkpoints: Hugging Face key names, configs and layout; an exact round trip;
 //! parity with `transformers` on tiny random BERT, RoBERTa and DistilBERT checkpoints
 //! (tools/reference/classifier_reference.py → tests/fixtures/hf-classifiers/); Flipside 0.1's
-//! directories still load.
+//! directories still load; compact (int8) copies load and compute nearly the same.
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +9,7 @@ use crate::common;
 
 use burn::tensor::Tensor;
 use flipside_backend::compute::Cpu;
-use flipside_backend::models::{load_classifier, save_classifier};
+use flipside_backend::models::{compact_model_dir, load_classifier, load_encoder, save_classifier};
 use flipside_shared::data::Input;
 use flipside_shared::models::bert::BertConfig;
 use flipside_shared::models::classifier::Architecture;
@@ -67,6 +67,33 @@ fn saved_classifiers_use_hf_keys_and_reload_exactly() {
         original.predict_batch(&[&input]).unwrap(),
         loaded.predict_batch(&[&input]).unwrap()
     );
+}
+
+#[test]
+fn a_compact_copy_has_a_quarter_of_the_bytes_and_embeds_as_the_original_does() {
+    let minilm = common::asset("minilm");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("minilm-int8");
+    let done = compact_model_dir(&minilm, &copy).unwrap();
+    let (full, small) = done.weights_bytes;
+    assert!(small * 100 < full * 27, "{small} of {full} bytes");
+    let texts = [
+        "The acting was superb and the story gripping.",
+        "A dull, lifeless film that wastes its cast.",
+        "It rained all week in the city.",
+    ];
+    let embed = |dir: &Path| {
+        let encoder = load_encoder::<Cpu>(dir, &Default::default()).unwrap();
+        let rows = encoder.embed_batch(&texts).unwrap();
+        rows.into_data().into_vec::<f32>().unwrap()
+    };
+    let (original, compact) = (embed(&minilm), embed(&copy));
+    for (a, b) in original.chunks(384).zip(compact.chunks(384)) {
+        let cosine: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+        assert!(cosine > 0.995, "cosine {cosine} between the embeddings");
+    }
+    let error = compact_model_dir(&copy, &copy).unwrap_err().to_string();
+    assert!(error.contains("another directory"), "{error}");
 }
 
 fn fixtures() -> PathBuf {

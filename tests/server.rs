@@ -14,6 +14,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::common::{EditingSetup, ITEMS, editing_setup, serve, serve_command};
+use flipside_shared::models::compact::is_compact;
 use reqwest::blocking::{Client, Response, multipart};
 use serde_json::{Value, json};
 use tempfile::TempDir;
@@ -340,9 +341,49 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         config["id2label"],
         json!({"0": "negative", "1": "positive"})
     );
-    let weights = server.get("/classifier/model.safetensors");
-    assert_eq!(weights.status(), 200);
-    assert!(weights.bytes().unwrap().len() > 1_000_000);
+    // The weights go as int8 rows with scales (a quarter of the f32 file), gzip-compressed for
+    // clients that accept it.
+    let full = std::fs::metadata(setup.classifier.join("model.safetensors"))
+        .unwrap()
+        .len() as usize;
+    let plain = server.get("/classifier/model.int8.safetensors");
+    assert_eq!(plain.status(), 200);
+    assert!(plain.headers().get("content-encoding").is_none());
+    let compact_weights = plain.bytes().unwrap();
+    assert!(is_compact(&compact_weights));
+    assert!(
+        compact_weights.len() < full * 3 / 10,
+        "{} of {full} bytes",
+        compact_weights.len()
+    );
+    let gzipped = |file: &str| {
+        let response = server
+            .http
+            .get(server.url(&format!("/classifier/{file}")))
+            .header("accept-encoding", "br, gzip")
+            .send()
+            .unwrap();
+        assert_eq!(response.headers()["content-encoding"], "gzip", "{file}");
+        let bytes = response.bytes().unwrap();
+        assert_eq!(
+            bytes[..2],
+            [0x1f, 0x8b],
+            "{file} starts with gzip's magic number"
+        );
+        bytes.len()
+    };
+    assert!(gzipped("model.int8.safetensors") < compact_weights.len());
+    let info = json_of(server.get("/info"), 200);
+    let over_the_wire: usize = ["config.json", "tokenizer.json", "model.int8.safetensors"]
+        .map(gzipped)
+        .iter()
+        .sum();
+    assert_eq!(info["classifier"]["download_bytes"], json!(over_the_wire));
+    check_error(
+        server.get("/classifier/model.safetensors"),
+        404,
+        "not_found",
+    );
 
     // Uploads: the CLI's readers and column mapping, clear refusals, nothing half-kept.
     let csv = "review,stars\nGreat fun.,positive\nDull.,negative\n\"broken,negative\n";

@@ -15,10 +15,14 @@ use flipside_shared::models::classifier::{
     Architecture, ClassifierConfig, SequenceClassifier, TextClassifier, encoder_family,
     save_classifier_weights,
 };
+use flipside_shared::models::compact::compact;
 use flipside_shared::models::encoder::SentenceEncoder;
 use flipside_shared::tokenize::TextTokenizer;
 
 use crate::home::Home;
+
+/// The file a model directory keeps its weights in.
+pub const WEIGHTS_FILE: &str = "model.safetensors";
 
 /// The default encoder: the `minilm` asset.
 pub const DEFAULT_ENCODER: &str = "minilm";
@@ -87,7 +91,7 @@ impl BertFiles {
 
     /// The bytes of `model.safetensors`.
     pub fn weights(&self) -> Result<Vec<u8>> {
-        read_bytes(&self.dir.join("model.safetensors"))
+        read_bytes(&self.dir.join(WEIGHTS_FILE))
     }
 }
 
@@ -108,7 +112,7 @@ pub fn read_checkpoint(dir: &Path) -> Result<CheckpointFiles> {
     Ok(CheckpointFiles {
         config: read_bytes(&dir.join("config.json"))?,
         tokenizer: read_bytes(&dir.join("tokenizer.json"))?,
-        weights: read_bytes(&dir.join("model.safetensors"))?,
+        weights: read_bytes(&dir.join(WEIGHTS_FILE))?,
     })
 }
 
@@ -127,10 +131,7 @@ pub fn save_classifier<B: Backend>(
 ) -> Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     write_atomic(&dir.join("tokenizer.json"), tokenizer_json)?;
-    write_atomic(
-        &dir.join("model.safetensors"),
-        &save_classifier_weights(model)?,
-    )?;
+    write_atomic(&dir.join(WEIGHTS_FILE), &save_classifier_weights(model)?)?;
     write_atomic(
         &dir.join("config.json"),
         &serde_json::to_vec_pretty(&config.to_json())?,
@@ -142,6 +143,53 @@ pub fn save_classifier<B: Backend>(
 pub fn load_classifier<B: Backend>(dir: &Path, device: &B::Device) -> Result<TextClassifier<B>> {
     TextClassifier::from_files(read_checkpoint(dir)?, device)
         .with_context(|| format!("loading the classifier in {}", dir.display()))
+}
+
+/// What [`compact_model_dir`] wrote.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactedDir {
+    /// Bytes of `model.safetensors` before and after.
+    pub weights_bytes: (u64, u64),
+    /// Other files copied unchanged.
+    pub copied: usize,
+}
+
+/// Copies the model directory `from` (a classifier, an encoder, a Dis-AE, a T5) into `to`
+/// with its `model.safetensors` in the compact int8 form the browser downloads
+/// ([`compact`]): a quarter of the bytes, and it loads wherever the original does. The other
+/// files at the top of `from` are copied as they are; subdirectories (training checkpoints)
+/// are left out.
+pub fn compact_model_dir(from: &Path, to: &Path) -> Result<CompactedDir> {
+    let weights = from.join(WEIGHTS_FILE);
+    anyhow::ensure!(
+        weights.is_file(),
+        "{} has no {WEIGHTS_FILE}: not a model directory",
+        from.display()
+    );
+    anyhow::ensure!(
+        fs::canonicalize(from)? != fs::canonicalize(to).unwrap_or_default(),
+        "the compact copy must go to another directory than {}",
+        from.display()
+    );
+    fs::create_dir_all(to).with_context(|| format!("cannot create {}", to.display()))?;
+    let mut copied = 0;
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if !entry.file_type()?.is_file() || name == WEIGHTS_FILE {
+            continue;
+        }
+        fs::copy(entry.path(), to.join(&name))
+            .with_context(|| format!("cannot copy {}", entry.path().display()))?;
+        copied += 1;
+    }
+    let full = read_bytes(&weights)?;
+    let small = compact(&full).with_context(|| format!("compacting {}", weights.display()))?;
+    write_atomic(&to.join(WEIGHTS_FILE), &small)?;
+    Ok(CompactedDir {
+        weights_bytes: (full.len() as u64, small.len() as u64),
+        copied,
+    })
 }
 
 /// Writes `bytes` to `path` through a temporary file and a rename.

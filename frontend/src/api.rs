@@ -12,10 +12,10 @@ use serde::de::DeserializeOwned;
 /// Where the classifier's files are served, for scoring in the browser.
 pub const CLASSIFIER_CONFIG: &str = "/api/classifier/config.json";
 pub const CLASSIFIER_TOKENIZER: &str = "/api/classifier/tokenizer.json";
-pub const CLASSIFIER_WEIGHTS: &str = "/api/classifier/model.safetensors";
+pub const CLASSIFIER_WEIGHTS: &str = "/api/classifier/model.int8.safetensors";
 pub const DIS_AE_CONFIG: &str = "/api/dis-ae/config.json";
 pub const DIS_AE_VOCABULARY: &str = "/api/dis-ae/tokenizer.json";
-pub const DIS_AE_WEIGHTS: &str = "/api/dis-ae/model.safetensors";
+pub const DIS_AE_WEIGHTS: &str = "/api/dis-ae/model.int8.safetensors";
 
 /// `GET /api/info`.
 pub async fn info() -> Result<ServerInfo, String> {

@@ -49,7 +49,8 @@ pub struct DisAeInfo {
     /// The sentiments it writes, in its class order.
     pub labels: Vec<String>,
     pub parameters: usize,
-    /// Bytes of its files together (what the browser downloads).
+    /// Bytes of its files over the wire (compact weights, compressed): what the browser
+    /// downloads to generate itself.
     pub download_bytes: u64,
 }
 
@@ -103,6 +104,9 @@ pub struct ClassifierInfo {
     pub name: String,
     pub labels: Vec<String>,
     pub max_len: usize,
+    /// Bytes of its files over the wire (compact weights, compressed): what the browser
+    /// downloads to score texts itself.
+    pub download_bytes: u64,
 }
 
 /// The corpus helpers are retrieved from, and its index.

@@ -8,13 +8,14 @@ use std::time::Instant;
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::HeaderMap;
+use axum::response::Response;
 use flipside_shared::api::{
     ApiError as ErrorBody, ClassifyRequest, ClassifyResponse, EditRequest, EditResponse, Health,
     MethodId, RetrieveRequest, RetrieveResponse, ServerInfo,
 };
 use flipside_shared::data::Input;
+use flipside_shared::models::compact::COMPACT_WEIGHTS_FILE;
 
 use super::AppState;
 use super::error::{ApiError, ApiResult, JsonBody};
@@ -29,12 +30,12 @@ pub const MAX_TEXT_CHARS: usize = 5_000;
 /// Most texts per classify request.
 pub const MAX_CLASSIFY_TEXTS: usize = 64;
 /// The files of the classifier the browser downloads.
-const CLASSIFIER_FILES: [&str; 3] = ["config.json", "tokenizer.json", "model.safetensors"];
+pub const CLASSIFIER_FILES: [&str; 3] = ["config.json", "tokenizer.json", COMPACT_WEIGHTS_FILE];
 /// The files of the Dis-AE the browser downloads.
 pub const DIS_AE_FILES: [&str; 4] = [
     lass::CONFIG_FILE,
     lass::VOCABULARY_FILE,
-    lass::WEIGHTS_FILE,
+    COMPACT_WEIGHTS_FILE,
     lass::REPORT_FILE,
 ];
 
@@ -157,71 +158,40 @@ pub async fn classify(
     Ok(Json(response))
 }
 
-/// The classifier's files (`config.json`, `tokenizer.json`, `model.safetensors`), for scoring
-/// in the browser.
+/// The classifier's files (`config.json`, `tokenizer.json`, and the weights in their compact
+/// int8 form, `model.int8.safetensors`), gzip-compressed, for scoring in the browser.
 #[utoipa::path(get, path = "/classifier/{file}", tag = "editing",
-    params(("file" = String, Path, description = "config.json, tokenizer.json or model.safetensors")),
+    params(("file" = String, Path, description = "config.json, tokenizer.json or model.int8.safetensors")),
     responses((status = 200, description = "the file"), (status = 404, body = ErrorBody)))]
 pub async fn classifier_file(
     State(state): State<AppState>,
     Path(file): Path<String>,
-) -> ApiResult<impl IntoResponse> {
-    model_file(
-        &state.resources.classifier_dir,
-        &CLASSIFIER_FILES,
-        "classifier",
-        &file,
-    )
-    .await
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    state
+        .resources
+        .classifier_downloads
+        .response(&file, &headers)
 }
 
-/// The Dis-AE's files (`config.json`, `tokenizer.json`, `model.safetensors`, `lass.json`), for
-/// generating in the browser.
+/// The Dis-AE's files (`config.json`, `tokenizer.json`, `model.int8.safetensors`,
+/// `lass.json`), gzip-compressed, for generating in the browser.
 #[utoipa::path(get, path = "/dis-ae/{file}", tag = "editing",
-    params(("file" = String, Path, description = "config.json, tokenizer.json, model.safetensors or lass.json")),
+    params(("file" = String, Path, description = "config.json, tokenizer.json, model.int8.safetensors or lass.json")),
     responses((status = 200, description = "the file"), (status = 404, body = ErrorBody)))]
 pub async fn dis_ae_file(
     State(state): State<AppState>,
     Path(file): Path<String>,
-) -> ApiResult<impl IntoResponse> {
-    let Some((dir, _)) = &state.resources.dis_ae else {
+    headers: HeaderMap,
+) -> ApiResult<Response> {
+    let Some((downloads, _)) = &state.resources.dis_ae else {
         return Err(ApiError::not_found(
             "a Dis-AE: the server has none (train one with `flipside lass train`, then serve \
              with --dis-ae DIR)"
                 .to_string(),
         ));
     };
-    model_file(dir, &DIS_AE_FILES, "Dis-AE", &file).await
-}
-
-/// One of a model directory's `files`, for the browser.
-async fn model_file(
-    dir: &std::path::Path,
-    files: &[&str],
-    model: &str,
-    file: &str,
-) -> ApiResult<impl IntoResponse + use<>> {
-    if !files.contains(&file) {
-        return Err(ApiError::not_found(format!(
-            "{model} file {file:?} (there are {})",
-            files.join(", ")
-        )));
-    }
-    let bytes = tokio::fs::read(dir.join(file))
-        .await
-        .map_err(|e| ApiError::internal(e.into()))?;
-    let content_type = if file.ends_with(".json") {
-        "application/json"
-    } else {
-        "application/octet-stream"
-    };
-    Ok((
-        [
-            (header::CONTENT_TYPE, content_type),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        bytes,
-    ))
+    downloads.response(&file, &headers)
 }
 
 /// Runs model code on a blocking thread; its errors and panics become 500s.

@@ -5,6 +5,7 @@
 pub mod datasets;
 pub mod db;
 pub mod demo;
+pub mod downloads;
 pub mod error;
 pub mod jobs;
 pub mod resources;

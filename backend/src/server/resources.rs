@@ -16,7 +16,8 @@ use crate::home::Home;
 use crate::lass::model::LassReport;
 use crate::llm::{Fluency, LlmClient};
 use crate::methods::{EditSettings, InfillerSetup, Models, ModelsConfig, load_models};
-use crate::server::demo::DIS_AE_FILES;
+use crate::server::demo::{CLASSIFIER_FILES, DIS_AE_FILES};
+use crate::server::downloads::ModelDownloads;
 
 /// How to load [`Resources`].
 pub struct ResourceConfig {
@@ -41,16 +42,23 @@ pub struct Resources {
     /// The classifier's name and labels (fixed once loaded).
     pub classifier_info: ClassifierInfo,
     pub corpus: CorpusInfo,
-    /// The Dis-AE's directory and what the browser is told of it.
-    pub dis_ae: Option<(PathBuf, DisAeInfo)>,
+    /// The classifier's files for scoring in the browser.
+    pub classifier_downloads: ModelDownloads,
+    /// The Dis-AE's files for generating in the browser, and what the browser is told of it.
+    pub dis_ae: Option<(ModelDownloads, DisAeInfo)>,
 }
 
 impl Resources {
-    /// Loads everything (seconds: the index and three models).
+    /// Loads everything (seconds: the index, three models, and the browser's compressed
+    /// downloads).
     pub fn load(home: &Home, config: ResourceConfig) -> Result<Self> {
         let encoder = config.retrieval.encoders.name.clone();
         let dis_ae = match &config.dis_ae {
-            Some(dir) => Some((dir.clone(), dis_ae_info(dir)?)),
+            Some(dir) => {
+                let downloads = ModelDownloads::prepare("Dis-AE", dir, &DIS_AE_FILES)?;
+                let info = dis_ae_info(dir, &downloads)?;
+                Some((downloads, info))
+            }
             None => None,
         };
         let models = load_models(
@@ -73,6 +81,8 @@ impl Resources {
         let classifier_config = ClassifierConfig::from_json(&std::fs::read(
             config.classifier_dir.join("config.json"),
         )?)?;
+        let classifier_downloads =
+            ModelDownloads::prepare("classifier", &config.classifier_dir, &CLASSIFIER_FILES)?;
         let classifier_info = ClassifierInfo {
             name: config
                 .classifier_dir
@@ -82,12 +92,14 @@ impl Resources {
                 .into_owned(),
             labels: classifier_config.labels,
             max_len: classifier_config.max_len,
+            download_bytes: classifier_downloads.download_bytes(),
         };
         Ok(Self {
             models,
             settings: config.settings,
             classifier_dir: config.classifier_dir,
             classifier_info,
+            classifier_downloads,
             corpus,
             dis_ae,
         })
@@ -127,12 +139,8 @@ impl Resources {
 }
 
 /// What the browser is told of the Dis-AE in `dir`.
-fn dis_ae_info(dir: &std::path::Path) -> Result<DisAeInfo> {
+fn dis_ae_info(dir: &std::path::Path, downloads: &ModelDownloads) -> Result<DisAeInfo> {
     let report = LassReport::read(dir)?;
-    let mut download_bytes = 0;
-    for file in DIS_AE_FILES {
-        download_bytes += std::fs::metadata(dir.join(file))?.len();
-    }
     Ok(DisAeInfo {
         name: dir
             .file_name()
@@ -141,7 +149,7 @@ fn dis_ae_info(dir: &std::path::Path) -> Result<DisAeInfo> {
             .into_owned(),
         labels: report.labels,
         parameters: report.parameters,
-        download_bytes,
+        download_bytes: downloads.download_bytes(),
     })
 }
 

@@ -53,8 +53,8 @@ pub fn load_safetensors<B: Backend, M: HfCheckpoint<B>>(
     load_renamed(module, bytes, &renames, false).map(|_| ())
 }
 
-/// Loads safetensors bytes into `module` after applying `renames` (regex, replacement) in
-/// order to every key. With `partial`, parameters the checkpoint lacks keep their values
+/// Loads safetensors bytes (ordinary, or [`super::compact`]'s int8 form) into `module` after
+/// applying `renames` (regex, replacement) in order to every key. With `partial`, parameters the checkpoint lacks keep their values
 /// (a pretrained encoder loaded into a classifier whose head is new); the paths that were not
 /// loaded are returned.
 pub fn load_renamed<B: Backend, M: ModuleSnapshot<B>>(
@@ -63,6 +63,7 @@ pub fn load_renamed<B: Backend, M: ModuleSnapshot<B>>(
     renames: &[(&str, &str)],
     partial: bool,
 ) -> Result<Vec<String>, CheckpointError> {
+    let bytes = super::compact::expand(bytes)?;
     let mut store = SafetensorsStore::from_bytes(Some(bytes))
         .with_from_adapter(PyTorchToBurnAdapter)
         .allow_partial(partial);

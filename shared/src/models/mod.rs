@@ -6,6 +6,7 @@ pub mod bert;
 pub mod biencoder;
 pub mod checkpoint;
 pub mod classifier;
+pub mod compact;
 pub mod dis_ae;
 pub mod encoder;
 pub mod lstm;

@@ -1,7 +1,8 @@
 //! `flipside bench browser`: the classifier's latency on one text in headless Chromium, as the
 //! browser app runs it (burn on CPU wasm, or WebGPU), against the same model natively on the
 //! server's CPU backend, measured in the same run; with `--dis-ae`, also LASS's generation
-//! (samples/s) in the page against native.
+//! (samples/s) in the page against native. Both sides run the compact int8 weights the page
+//! downloads.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use serde::Deserialize;
 use crate::compute::Cpu;
 use crate::home::Home;
 use crate::lass::model::load_reproducer;
-use crate::models::{load_classifier, resolve_model_dir};
+use crate::models::{compact_model_dir, load_classifier, resolve_model_dir};
 use crate::server::resources::cpu;
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
 use flipside_shared::sentences::split_sentences;
@@ -140,7 +141,11 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
     );
     let classifier_dir = resolve_model_dir(home, &args.classifier)?;
     let compute = cpu();
-    let classifier = load_classifier::<Cpu>(&classifier_dir, &compute.device)?;
+    // Native runs the compact int8 weights the page downloads, so both compute the same model.
+    let compacted = tempfile::tempdir()?;
+    let native_dir = compacted.path().join("classifier");
+    compact_model_dir(&classifier_dir, &native_dir)?;
+    let classifier = load_classifier::<Cpu>(&native_dir, &compute.device)?;
     let text = text_of_tokens(&classifier, args.tokens)?;
     let threads = rayon::current_num_threads();
     println!(
@@ -225,7 +230,9 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         browser.load_ms / 1e3
     );
     if let Some(dis_ae) = dis_ae {
-        bench_generation(&args, &dis_ae, &server.url)?;
+        let native_dis_ae = compacted.path().join("dis-ae");
+        compact_model_dir(&dis_ae, &native_dis_ae)?;
+        bench_generation(&args, &native_dis_ae, &server.url)?;
     }
     Ok(())
 }

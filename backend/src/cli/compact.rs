@@ -1,0 +1,36 @@
+//! `flipside compact`
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::home::Home;
+use crate::models::{compact_model_dir, resolve_model_dir};
+
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// The model: a directory, a model in HOME/models, or a model asset
+    #[arg(long)]
+    pub model: String,
+    /// Where the compact copy goes (a new or empty directory)
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+/// Writes the compact copy and says how much smaller its weights are.
+pub fn run(home: &Home, args: CompactArgs) -> Result<()> {
+    let from = resolve_model_dir(home, &args.model)?;
+    let done = compact_model_dir(&from, &args.out)?;
+    let (full, small) = done.weights_bytes;
+    println!(
+        "{} → {}: model.safetensors {:.1} MB → {:.1} MB (int8 rows with f32 scales; {} other \
+         files copied)",
+        from.display(),
+        args.out.display(),
+        full as f64 / 1e6,
+        small as f64 / 1e6,
+        done.copied
+    );
+    Ok(())
+}

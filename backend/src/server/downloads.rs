@@ -1,0 +1,136 @@
+//! The model files the browser downloads (the classifier's, and the Dis-AE's for LASS): the
+//! weights in their compact int8 form ([`compact`]) and every file gzip-compressed, made once
+//! when the server starts and then served from memory with `Content-Encoding: gzip`.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use flate2::Compression;
+use flate2::read::GzDecoder;
+use flate2::write::GzEncoder;
+use flipside_shared::models::compact::{COMPACT_WEIGHTS_FILE, compact};
+
+use super::error::ApiError;
+use crate::models::WEIGHTS_FILE;
+
+/// One model directory's files as the browser gets them.
+pub struct ModelDownloads {
+    /// The model's name in messages ("classifier", "Dis-AE").
+    model: &'static str,
+    /// (file name, its gzip-compressed bytes).
+    files: Vec<(&'static str, Vec<u8>)>,
+}
+
+impl ModelDownloads {
+    /// Reads `files` from `dir` and compresses them; [`COMPACT_WEIGHTS_FILE`] is made from the
+    /// directory's `model.safetensors`.
+    pub fn prepare(model: &'static str, dir: &Path, files: &[&'static str]) -> Result<Self> {
+        let files = files
+            .iter()
+            .map(|&file| {
+                let bytes = if file == COMPACT_WEIGHTS_FILE {
+                    let path = dir.join(WEIGHTS_FILE);
+                    let weights = std::fs::read(&path)
+                        .with_context(|| format!("cannot read {}", path.display()))?;
+                    compact(&weights).with_context(|| format!("{}", path.display()))?
+                } else {
+                    let path = dir.join(file);
+                    std::fs::read(&path)
+                        .with_context(|| format!("cannot read {}", path.display()))?
+                };
+                Ok((file, gzip(&bytes)?))
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self { model, files })
+    }
+
+    /// Bytes over the wire for all the files together (compressed).
+    pub fn download_bytes(&self) -> u64 {
+        self.files.iter().map(|(_, gz)| gz.len() as u64).sum()
+    }
+
+    /// The names of the files, for messages and the API docs.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.files.iter().map(|(name, _)| *name).collect()
+    }
+
+    /// `file` as the response to a request with `headers`: compressed when the client accepts
+    /// gzip (browsers do), else decompressed.
+    pub fn response(&self, file: &str, headers: &HeaderMap) -> Result<Response, ApiError> {
+        let Some((_, gz)) = self.files.iter().find(|(name, _)| *name == file) else {
+            return Err(ApiError::not_found(format!(
+                "{} file {file:?} (there are {})",
+                self.model,
+                self.names().join(", ")
+            )));
+        };
+        let content_type = if file.ends_with(".json") {
+            "application/json"
+        } else {
+            "application/octet-stream"
+        };
+        let mut response_headers = HeaderMap::new();
+        response_headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        response_headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        response_headers.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+        if accepts_gzip(headers) {
+            response_headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            return Ok((response_headers, gz.clone()).into_response());
+        }
+        let mut bytes = Vec::new();
+        GzDecoder::new(gz.as_slice())
+            .read_to_end(&mut bytes)
+            .map_err(|e| ApiError::internal(e.into()))?;
+        Ok((response_headers, bytes).into_response())
+    }
+}
+
+/// Whether `Accept-Encoding` names gzip (without `q=0`).
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';').map(str::trim);
+            let name = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q == 0.0)
+            });
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && !refused
+        })
+}
+
+fn gzip(bytes: &[u8]) -> Result<Vec<u8>> {
+    let mut encoder = GzEncoder::new(Vec::with_capacity(bytes.len() / 2), Compression::default());
+    encoder.write_all(bytes)?;
+    Ok(encoder.finish()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(accept: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::ACCEPT_ENCODING, accept.parse().unwrap());
+        headers
+    }
+
+    #[test]
+    fn gzip_is_accepted_unless_refused() {
+        assert!(accepts_gzip(&headers("gzip, deflate, br, zstd")));
+        assert!(accepts_gzip(&headers("br;q=1.0, GZIP;q=0.5")));
+        assert!(accepts_gzip(&headers("*")));
+        assert!(!accepts_gzip(&headers("gzip;q=0, br")));
+        assert!(!accepts_gzip(&headers("gzip; q=0.000")));
+        assert!(!accepts_gzip(&headers("identity")));
+        assert!(!accepts_gzip(&HeaderMap::new()));
+    }
+}
