@@ -10,6 +10,7 @@ use std::process::Command;
 use flipside_backend::compute::Cpu;
 use flipside_backend::lass::model::load_reproducer;
 use flipside_backend::models::{compact_model_dir, load_classifier};
+use flipside_backend::server::demo::{CLASSIFIER_BITS, DIS_AE_BITS};
 use flipside_shared::data::Input;
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
 
@@ -86,8 +87,13 @@ fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
     tiny_dis_ae(setup.dir.path(), "dis-ae", &[]);
     let dis_ae = setup.dir.path().join("dis-ae");
     let compacted = setup.dir.path().join("compact");
-    compact_model_dir(&dis_ae, &compacted.join("dis-ae")).unwrap();
-    compact_model_dir(&setup.classifier, &compacted.join("classifier")).unwrap();
+    compact_model_dir(&dis_ae, &compacted.join("dis-ae"), DIS_AE_BITS).unwrap();
+    compact_model_dir(
+        &setup.classifier,
+        &compacted.join("classifier"),
+        CLASSIFIER_BITS,
+    )
+    .unwrap();
     let static_dir = dist.display().to_string();
     let (mut server, url) = serve(
         &setup,

@@ -74,7 +74,7 @@ fn a_compact_copy_has_a_quarter_of_the_bytes_and_embeds_as_the_original_does() {
     let minilm = common::asset("minilm");
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("minilm-int8");
-    let done = compact_model_dir(&minilm, &copy).unwrap();
+    let done = compact_model_dir(&minilm, &copy, 8).unwrap();
     let (full, small) = done.weights_bytes;
     assert!(small * 100 < full * 27, "{small} of {full} bytes");
     let texts = [
@@ -92,7 +92,7 @@ fn a_compact_copy_has_a_quarter_of_the_bytes_and_embeds_as_the_original_does() {
         let cosine: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
         assert!(cosine > 0.995, "cosine {cosine} between the embeddings");
     }
-    let error = compact_model_dir(&copy, &copy).unwrap_err().to_string();
+    let error = compact_model_dir(&copy, &copy, 8).unwrap_err().to_string();
     assert!(error.contains("another directory"), "{error}");
 }
 

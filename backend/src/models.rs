@@ -155,11 +155,11 @@ pub struct CompactedDir {
 }
 
 /// Copies the model directory `from` (a classifier, an encoder, a Dis-AE, a T5) into `to`
-/// with its `model.safetensors` in the compact int8 form the browser downloads
-/// ([`compact`]): a quarter of the bytes, and it loads wherever the original does. The other
-/// files at the top of `from` are copied as they are; subdirectories (training checkpoints)
-/// are left out.
-pub fn compact_model_dir(from: &Path, to: &Path) -> Result<CompactedDir> {
+/// with its `model.safetensors` in the compact int8 form the browser downloads, with `bits`
+/// significant bits per weight ([`compact`]): a quarter of the bytes, and it loads wherever the
+/// original does. The other files at the top of `from` are copied as they are;
+/// subdirectories (training checkpoints) are left out.
+pub fn compact_model_dir(from: &Path, to: &Path, bits: u32) -> Result<CompactedDir> {
     let weights = from.join(WEIGHTS_FILE);
     anyhow::ensure!(
         weights.is_file(),
@@ -184,7 +184,8 @@ pub fn compact_model_dir(from: &Path, to: &Path) -> Result<CompactedDir> {
         copied += 1;
     }
     let full = read_bytes(&weights)?;
-    let small = compact(&full).with_context(|| format!("compacting {}", weights.display()))?;
+    let small =
+        compact(&full, bits).with_context(|| format!("compacting {}", weights.display()))?;
     write_atomic(&to.join(WEIGHTS_FILE), &small)?;
     Ok(CompactedDir {
         weights_bytes: (full.len() as u64, small.len() as u64),

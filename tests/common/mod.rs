@@ -225,6 +225,23 @@ pub fn editing_setup() -> EditingSetup {
     }
 }
 
+/// A Flipside home with the shared home's assets and no trained models, for servers under test:
+/// `serve` picks up HOME/models/dis-ae and HOME/models/infiller when they exist, so a developer's
+/// trained models would otherwise change what a test's server can do.
+fn home_without_models() -> &'static Path {
+    static HOME: OnceLock<PathBuf> = OnceLock::new();
+    HOME.get_or_init(|| {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("home-without-models-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        let assets = root.join("assets");
+        if !assets.exists() {
+            std::os::unix::fs::symlink(home().root().join("assets"), &assets).unwrap();
+        }
+        root
+    })
+}
+
 /// Builds the shared corpus, index and classifier in a directory of this test process under
 /// the target directory, first removing those of earlier runs (whose processes are gone).
 fn shared_editing_models() -> PathBuf {
@@ -298,6 +315,7 @@ pub fn serve(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> (Child, S
 pub fn serve_command(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> Command {
     let mut command = flipside();
     command
+        .env("FLIPSIDE_HOME", home_without_models())
         .args([
             "serve",
             "--model",

@@ -1,6 +1,7 @@
 //! The model files the browser downloads (the classifier's, and the Dis-AE's for LASS): the
-//! weights in their compact int8 form ([`compact`]) and every file gzip-compressed, made once
-//! when the server starts and then served from memory with `Content-Encoding: gzip`.
+//! weights in their compact int8 form ([`compact`], with as many bits per weight as each model
+//! needs) and every file gzip-compressed, made once when the server starts and then served from memory
+//! with `Content-Encoding: gzip`.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -26,8 +27,13 @@ pub struct ModelDownloads {
 
 impl ModelDownloads {
     /// Reads `files` from `dir` and compresses them; [`COMPACT_WEIGHTS_FILE`] is made from the
-    /// directory's `model.safetensors`.
-    pub fn prepare(model: &'static str, dir: &Path, files: &[&'static str]) -> Result<Self> {
+    /// directory's `model.safetensors` with `bits` per weight.
+    pub fn prepare(
+        model: &'static str,
+        dir: &Path,
+        files: &[&'static str],
+        bits: u32,
+    ) -> Result<Self> {
         let files = files
             .iter()
             .map(|&file| {
@@ -35,7 +41,7 @@ impl ModelDownloads {
                     let path = dir.join(WEIGHTS_FILE);
                     let weights = std::fs::read(&path)
                         .with_context(|| format!("cannot read {}", path.display()))?;
-                    compact(&weights).with_context(|| format!("{}", path.display()))?
+                    compact(&weights, bits).with_context(|| format!("{}", path.display()))?
                 } else {
                     let path = dir.join(file);
                     std::fs::read(&path)

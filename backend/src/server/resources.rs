@@ -16,7 +16,7 @@ use crate::home::Home;
 use crate::lass::model::LassReport;
 use crate::llm::{Fluency, LlmClient};
 use crate::methods::{EditSettings, InfillerSetup, Models, ModelsConfig, load_models};
-use crate::server::demo::{CLASSIFIER_FILES, DIS_AE_FILES};
+use crate::server::demo::{CLASSIFIER_BITS, CLASSIFIER_FILES, DIS_AE_BITS, DIS_AE_FILES};
 use crate::server::downloads::ModelDownloads;
 
 /// How to load [`Resources`].
@@ -55,7 +55,7 @@ impl Resources {
         let encoder = config.retrieval.encoders.name.clone();
         let dis_ae = match &config.dis_ae {
             Some(dir) => {
-                let downloads = ModelDownloads::prepare("Dis-AE", dir, &DIS_AE_FILES)?;
+                let downloads = ModelDownloads::prepare("Dis-AE", dir, &DIS_AE_FILES, DIS_AE_BITS)?;
                 let info = dis_ae_info(dir, &downloads)?;
                 Some((downloads, info))
             }
@@ -81,8 +81,12 @@ impl Resources {
         let classifier_config = ClassifierConfig::from_json(&std::fs::read(
             config.classifier_dir.join("config.json"),
         )?)?;
-        let classifier_downloads =
-            ModelDownloads::prepare("classifier", &config.classifier_dir, &CLASSIFIER_FILES)?;
+        let classifier_downloads = ModelDownloads::prepare(
+            "classifier",
+            &config.classifier_dir,
+            &CLASSIFIER_FILES,
+            CLASSIFIER_BITS,
+        )?;
         let classifier_info = ClassifierInfo {
             name: config
                 .classifier_dir

@@ -1,6 +1,9 @@
 //! Compact weights for the browser's download: every f32 matrix of a safetensors checkpoint
-//! stored as int8 with one f32 scale per row (symmetric, `scale = max |w| / 127`), everything
+//! stored as int8 with one f32 scale per row (symmetric, `scale = max |w| / levels`), everything
 //! else unchanged. A quarter of the bytes; each weight is off by at most half its row's scale.
+//! With fewer than 8 bits (`levels = 2^(bits-1) - 1`, e.g. ±63 for 7) the values still take a
+//! byte each, but they carry less information, so gzip (which the server applies) shrinks them
+//! further: about one bit per weight less for each bit dropped.
 //!
 //! [`expand`] turns a compact checkpoint back into an ordinary f32 one, and
 //! [`super::checkpoint::load_renamed`] calls it on every checkpoint it reads, so a compact file
@@ -18,6 +21,8 @@ pub const COMPACT_WEIGHTS_FILE: &str = "model.int8.safetensors";
 
 /// The header metadata key (and its value) that marks a compact checkpoint.
 const MARKER: (&str, &str) = ("flipside_weights", "int8-per-row");
+/// The header metadata key recording the bits per weight.
+const BITS_KEY: &str = "flipside_weight_bits";
 /// The suffix of the key that holds a quantised matrix's row scales.
 const SCALE_SUFFIX: &str = "::row_scale";
 /// Matrices smaller than this stay f32 (the savings would not pay for the error).
@@ -32,9 +37,16 @@ struct Owned {
 }
 
 /// The compact form of safetensors `weights`: f32 tensors of two or more dimensions and at
-/// least 1,024 elements become int8 rows with an f32 scale each (rows = every dimension but
-/// the last); other tensors and the metadata are kept.
-pub fn compact(weights: &[u8]) -> Result<Vec<u8>, CheckpointError> {
+/// least 1,024 elements become int8 rows of `bits` (2 to 8) significant bits with an f32 scale
+/// each (rows = every dimension but the last); other tensors and the metadata are kept. A
+/// checkpoint that is already compact is returned as it is.
+pub fn compact(weights: &[u8], bits: u32) -> Result<Vec<u8>, CheckpointError> {
+    if !(2..=8).contains(&bits) {
+        return Err(CheckpointError::Serialise(format!(
+            "{bits} bits per weight: 2 to 8 can be stored"
+        )));
+    }
+    let levels = ((1u32 << (bits - 1)) - 1) as f32;
     let (tensors, mut metadata) = read(weights)?;
     if metadata.get(MARKER.0).is_some_and(|v| v == MARKER.1) {
         return Ok(weights.to_vec());
@@ -59,7 +71,7 @@ pub fn compact(weights: &[u8]) -> Result<Vec<u8>, CheckpointError> {
         let mut quantised = Vec::with_capacity(values.len());
         let mut scales = Vec::with_capacity(values.len() / columns.max(1));
         for row in values.chunks(columns.max(1)) {
-            let scale = row.iter().fold(0f32, |m, w| m.max(w.abs())) / 127.0;
+            let scale = row.iter().fold(0f32, |m, w| m.max(w.abs())) / levels;
             scales.extend_from_slice(&scale.to_le_bytes());
             quantised.extend(row.iter().map(|&w| {
                 let q = if scale > 0.0 {
@@ -67,7 +79,7 @@ pub fn compact(weights: &[u8]) -> Result<Vec<u8>, CheckpointError> {
                 } else {
                     0.0
                 };
-                q.clamp(-127.0, 127.0) as i8 as u8
+                q.clamp(-levels, levels) as i8 as u8
             }));
         }
         out.push(Owned {
@@ -84,6 +96,7 @@ pub fn compact(weights: &[u8]) -> Result<Vec<u8>, CheckpointError> {
         });
     }
     metadata.insert(MARKER.0.to_string(), MARKER.1.to_string());
+    metadata.insert(BITS_KEY.to_string(), bits.to_string());
     write(out, metadata)
 }
 
@@ -106,6 +119,7 @@ pub fn expand(weights: Vec<u8>) -> Result<Vec<u8>, CheckpointError> {
     }
     let (tensors, mut metadata) = read(&weights)?;
     metadata.remove(MARKER.0);
+    metadata.remove(BITS_KEY);
     let mut out = Vec::new();
     for (name, view) in tensors.tensors() {
         if name.ends_with(SCALE_SUFFIX) {
@@ -222,7 +236,7 @@ mod tests {
             ("layer.bias", vec![3], bias.clone()),
             ("small.weight", vec![2, 2], small.clone()),
         ]);
-        let packed = compact(&bytes).unwrap();
+        let packed = compact(&bytes, 8).unwrap();
         assert!(is_compact(&packed) && !is_compact(&bytes));
         let (dtype, shape, data) = tensor(&packed, "layer.weight");
         assert_eq!((dtype, shape), (Dtype::I8, vec![2, 1024]));
@@ -233,9 +247,14 @@ mod tests {
         assert_eq!(f32s(&tensor(&packed, "layer.bias").2), bias);
         assert_eq!(f32s(&tensor(&packed, "small.weight").2), small);
         let (_, header) = SafeTensors::read_metadata(&packed).unwrap();
-        assert_eq!(header.metadata().as_ref().unwrap()["format"], "pt");
+        let metadata = header.metadata().as_ref().unwrap();
+        assert_eq!((&*metadata["format"], &*metadata[BITS_KEY]), ("pt", "8"));
         // Compacting twice changes nothing.
-        assert_eq!(compact(&packed).unwrap(), packed);
+        assert_eq!(compact(&packed, 8).unwrap(), packed);
+        // With 6 bits the largest magnitude maps to ±31.
+        let six = compact(&bytes, 6).unwrap();
+        assert_eq!(tensor(&six, "layer.weight").2[..2], [(-31i8) as u8, 12]);
+        assert!(compact(&bytes, 9).is_err() && compact(&bytes, 1).is_err());
     }
 
     #[test]
@@ -244,19 +263,24 @@ mod tests {
             .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
             .collect();
         let bytes = checkpoint(&[("embedding.weight", vec![3, 512], values.clone())]);
-        let expanded = expand(compact(&bytes).unwrap()).unwrap();
-        assert!(!is_compact(&expanded));
-        let (dtype, shape, data) = tensor(&expanded, "embedding.weight");
-        assert_eq!((dtype, shape), (Dtype::F32, vec![3, 512]));
-        let restored = f32s(&data);
-        for (row, restored_row) in values.chunks(512).zip(restored.chunks(512)) {
-            let scale = row.iter().fold(0f32, |m, w| m.max(w.abs())) / 127.0;
-            for (w, r) in row.iter().zip(restored_row) {
-                assert!((w - r).abs() <= scale / 2.0 + 1e-7, "{w} → {r}");
+        for (bits, levels) in [(8, 127.0), (7, 63.0), (4, 7.0)] {
+            let expanded = expand(compact(&bytes, bits).unwrap()).unwrap();
+            assert!(!is_compact(&expanded));
+            let (dtype, shape, data) = tensor(&expanded, "embedding.weight");
+            assert_eq!((dtype, shape), (Dtype::F32, vec![3, 512]));
+            let restored = f32s(&data);
+            for (row, restored_row) in values.chunks(512).zip(restored.chunks(512)) {
+                let scale = row.iter().fold(0f32, |m, w| m.max(w.abs())) / levels;
+                for (w, r) in row.iter().zip(restored_row) {
+                    assert!(
+                        (w - r).abs() <= scale / 2.0 + 1e-7,
+                        "{bits} bits: {w} → {r}"
+                    );
+                }
             }
+            let tensors = SafeTensors::deserialize(&expanded).unwrap();
+            assert_eq!(tensors.names().len(), 1, "the scales are gone");
         }
-        let tensors = SafeTensors::deserialize(&expanded).unwrap();
-        assert_eq!(tensors.names().len(), 1, "the scales are gone");
         // An ordinary checkpoint passes through unchanged.
         assert_eq!(expand(bytes.clone()).unwrap(), bytes);
     }
@@ -264,7 +288,7 @@ mod tests {
     #[test]
     fn a_compact_file_without_its_scales_is_an_error() {
         let bytes = checkpoint(&[("w", vec![2, 1024], vec![1.0; 2048])]);
-        let packed = compact(&bytes).unwrap();
+        let packed = compact(&bytes, 8).unwrap();
         let tensors = SafeTensors::deserialize(&packed).unwrap();
         let (_, header) = SafeTensors::read_metadata(&packed).unwrap();
         let view = tensors.tensor("w").unwrap();

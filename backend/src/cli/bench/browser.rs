@@ -20,6 +20,7 @@ use crate::compute::Cpu;
 use crate::home::Home;
 use crate::lass::model::load_reproducer;
 use crate::models::{compact_model_dir, load_classifier, resolve_model_dir};
+use crate::server::demo::{CLASSIFIER_BITS, DIS_AE_BITS};
 use crate::server::resources::cpu;
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
 use flipside_shared::sentences::split_sentences;
@@ -144,13 +145,13 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
     // Native runs the compact int8 weights the page downloads, so both compute the same model.
     let compacted = tempfile::tempdir()?;
     let native_dir = compacted.path().join("classifier");
-    compact_model_dir(&classifier_dir, &native_dir)?;
+    compact_model_dir(&classifier_dir, &native_dir, CLASSIFIER_BITS)?;
     let classifier = load_classifier::<Cpu>(&native_dir, &compute.device)?;
     let text = text_of_tokens(&classifier, args.tokens)?;
     let threads = rayon::current_num_threads();
     println!(
-        "browser bench: {} ({}), one text of {} tokens, {} warm-up + {} timed calls per side; \
-         app {} ({})",
+        "browser bench: {} ({}, {CLASSIFIER_BITS}-bit weights on both sides), one text of {} \
+         tokens, {} warm-up + {} timed calls per side; app {} ({})",
         args.classifier,
         classifier_dir.display(),
         args.tokens,
@@ -231,17 +232,22 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
     );
     if let Some(dis_ae) = dis_ae {
         let native_dis_ae = compacted.path().join("dis-ae");
-        compact_model_dir(&dis_ae, &native_dis_ae)?;
-        bench_generation(&args, &native_dis_ae, &server.url)?;
+        compact_model_dir(&dis_ae, &native_dis_ae, DIS_AE_BITS)?;
+        bench_generation(&args, &dis_ae, &native_dis_ae, &server.url)?;
     }
     Ok(())
 }
 
 /// LASS's generation: `--samples` texts reproduced at once with the Dis-AE's first label (beam
-/// 4, at most 70 tokens), natively and in the page; samples per second and whether the texts
-/// agree.
-fn bench_generation(args: &BrowserBenchArgs, dis_ae: &Path, url: &str) -> Result<()> {
-    let reproducer = load_reproducer::<Cpu>(dis_ae, &Default::default())?;
+/// 4, at most 70 tokens), natively (from `compact`, the compact copy of `dis_ae` the page
+/// downloads) and in the page; samples per second and whether the texts agree.
+fn bench_generation(
+    args: &BrowserBenchArgs,
+    dis_ae: &Path,
+    compact: &Path,
+    url: &str,
+) -> Result<()> {
+    let reproducer = load_reproducer::<Cpu>(compact, &Default::default())?;
     let label = reproducer.config.labels[0].clone();
     let sentences = split_sentences(REVIEW);
     let texts: Vec<&str> = sentences
@@ -295,8 +301,8 @@ fn bench_generation(args: &BrowserBenchArgs, dis_ae: &Path, url: &str) -> Result
     let native = per_second(&mut native_ms);
     let in_browser = per_second(&mut browser.millis);
     println!(
-        "\nDis-AE generation ({}, {} parameters): {} texts to {label} at once, beam 4, at most 70 \
-         tokens; median of {} runs",
+        "\nDis-AE generation ({}, {} parameters, {DIS_AE_BITS}-bit weights on both sides): {} \
+         texts to {label} at once, beam 4, at most 70 tokens; median of {} runs",
         dis_ae.display(),
         reproducer.model.num_params(),
         texts.len(),
