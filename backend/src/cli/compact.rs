@@ -13,7 +13,7 @@ pub struct CompactArgs {
     /// The model: a directory, a model in HOME/models, or a model asset
     #[arg(long)]
     pub model: String,
-    /// Where the compact copy goes (a new or empty directory)
+    /// Where the compact copy goes (created if missing; files of the same names are replaced)
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
     /// Significant bits per weight (2–8): each still takes a byte, but fewer compress better
