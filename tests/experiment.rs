@@ -3,6 +3,7 @@
 
 use std::fs;
 use std::path::Path;
+use std::process::Command;
 use std::time::SystemTime;
 
 use crate::common::{failure, flipside, success};
@@ -121,6 +122,13 @@ labels = ["negative", "positive"]
     config
 }
 
+/// `flipside experiment CONFIG --out OUT`.
+fn experiment(config: &Path, out: &Path) -> Command {
+    let mut command = flipside();
+    command.arg("experiment").arg(config).arg("--out").arg(out);
+    command
+}
+
 fn unit_files(out: &Path) -> Vec<(String, SystemTime)> {
     let mut units: Vec<(String, SystemTime)> = fs::read_dir(out.join("units"))
         .map(|dir| {
@@ -142,14 +150,7 @@ fn a_bag_of_words_experiment_resumes_without_retraining_and_reports() {
     let config = write_files(dir.path());
     let out = dir.path().join("out");
     let run = |extra: &[&str]| {
-        let output = flipside()
-            .arg("experiment")
-            .arg(&config)
-            .arg("--out")
-            .arg(&out)
-            .args(extra)
-            .output()
-            .unwrap();
+        let output = experiment(&config, &out).args(extra).output().unwrap();
         assert!(
             output.status.success(),
             "{}",
@@ -269,13 +270,7 @@ fn experiments_fail_before_training_on_bad_inputs() {
     let fails_with = |edited: String, expected: &str| {
         let path = dir.path().join("bad.toml");
         fs::write(&path, edited).unwrap();
-        let stderr = failure(
-            flipside()
-                .arg("experiment")
-                .arg(&path)
-                .arg("--out")
-                .arg(&out),
-        );
+        let stderr = failure(&mut experiment(&path, &out));
         assert!(stderr.contains(expected), "{expected:?} not in {stderr}");
         assert!(!out.join("units").exists(), "trained despite: {stderr}");
     };
@@ -345,13 +340,7 @@ fn experiments_fail_before_training_on_bad_inputs() {
         );
     let path = dir.path().join("originals.toml");
     fs::write(&path, edited).unwrap();
-    success(
-        flipside()
-            .arg("experiment")
-            .arg(&path)
-            .arg("--out")
-            .arg(dir.path().join("originals")),
-    );
+    success(&mut experiment(&path, &dir.path().join("originals")));
     let result: serde_json::Value =
         serde_json::from_slice(&fs::read(dir.path().join("originals/results.json")).unwrap())
             .unwrap();
@@ -384,13 +373,7 @@ fn experiments_fail_before_training_on_bad_inputs() {
         );
     let path = dir.path().join("skewed.toml");
     fs::write(&path, skewed).unwrap();
-    let stdout = success(
-        flipside()
-            .arg("experiment")
-            .arg(&path)
-            .arg("--out")
-            .arg(dir.path().join("skewed")),
-    );
+    let stdout = success(&mut experiment(&path, &dir.path().join("skewed")));
     let result: serde_json::Value =
         serde_json::from_slice(&fs::read(dir.path().join("skewed/results.json")).unwrap()).unwrap();
     let conditions = &result["conditions"];

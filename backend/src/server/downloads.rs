@@ -7,6 +7,7 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use flate2::Compression;
@@ -21,8 +22,8 @@ use crate::models::WEIGHTS_FILE;
 pub struct ModelDownloads {
     /// The model's name in messages ("classifier", "Dis-AE").
     model: &'static str,
-    /// (file name, its gzip-compressed bytes).
-    files: Vec<(&'static str, Vec<u8>)>,
+    /// (file name, its gzip-compressed bytes; shared by every response, not copied).
+    files: Vec<(&'static str, Bytes)>,
 }
 
 impl ModelDownloads {
@@ -47,7 +48,7 @@ impl ModelDownloads {
                     std::fs::read(&path)
                         .with_context(|| format!("cannot read {}", path.display()))?
                 };
-                Ok((file, gzip(&bytes)?))
+                Ok((file, Bytes::from(gzip(&bytes)?)))
             })
             .collect::<Result<_>>()?;
         Ok(Self { model, files })
@@ -58,19 +59,15 @@ impl ModelDownloads {
         self.files.iter().map(|(_, gz)| gz.len() as u64).sum()
     }
 
-    /// The names of the files, for messages and the API docs.
-    pub fn names(&self) -> Vec<&'static str> {
-        self.files.iter().map(|(name, _)| *name).collect()
-    }
-
     /// `file` as the response to a request with `headers`: compressed when the client accepts
     /// gzip (browsers do), else decompressed.
     pub fn response(&self, file: &str, headers: &HeaderMap) -> Result<Response, ApiError> {
         let Some((_, gz)) = self.files.iter().find(|(name, _)| *name == file) else {
+            let names: Vec<&str> = self.files.iter().map(|(name, _)| *name).collect();
             return Err(ApiError::not_found(format!(
                 "{} file {file:?} (there are {})",
                 self.model,
-                self.names().join(", ")
+                names.join(", ")
             )));
         };
         let content_type = if file.ends_with(".json") {
@@ -87,7 +84,7 @@ impl ModelDownloads {
             return Ok((response_headers, gz.clone()).into_response());
         }
         let mut bytes = Vec::new();
-        GzDecoder::new(gz.as_slice())
+        GzDecoder::new(&gz[..])
             .read_to_end(&mut bytes)
             .map_err(|e| ApiError::internal(e.into()))?;
         Ok((response_headers, bytes).into_response())

@@ -38,7 +38,6 @@ pub struct ResourceConfig {
 pub struct Resources {
     pub models: Models,
     pub settings: EditSettings,
-    pub classifier_dir: PathBuf,
     /// The classifier's name and labels (fixed once loaded).
     pub classifier_info: ClassifierInfo,
     pub corpus: CorpusInfo,
@@ -101,7 +100,6 @@ impl Resources {
         Ok(Self {
             models,
             settings: config.settings,
-            classifier_dir: config.classifier_dir,
             classifier_info,
             classifier_downloads,
             corpus,
