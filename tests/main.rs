@@ -12,6 +12,7 @@ mod experiment;
 mod generate;
 mod infiller;
 mod lass;
+mod portal;
 mod retrieval;
 mod saliency;
 mod server;

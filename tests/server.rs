@@ -20,14 +20,14 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 /// A running server, killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
-    http: Client,
+    pub url: String,
+    pub http: Client,
 }
 
 impl Server {
-    fn start(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> Self {
+    pub fn start(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> Self {
         let (child, url) = serve(setup, data_dir, extra);
         // No kept-alive connections: after refusing an oversized body the server closes its
         // end, and a pooled connection would fail the next request.
@@ -39,20 +39,20 @@ impl Server {
         Server { child, url, http }
     }
 
-    fn url(&self, path: &str) -> String {
+    pub fn url(&self, path: &str) -> String {
         format!("{}api{path}", self.url)
     }
 
-    fn get(&self, path: &str) -> Response {
+    pub fn get(&self, path: &str) -> Response {
         self.http.get(self.url(path)).send().unwrap()
     }
 
-    fn post(&self, path: &str, body: &Value) -> Response {
+    pub fn post(&self, path: &str, body: &Value) -> Response {
         self.http.post(self.url(path)).json(body).send().unwrap()
     }
 
     /// Kills the process at once, as a crash would.
-    fn kill(mut self) {
+    pub fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
@@ -66,7 +66,7 @@ impl Drop for Server {
 }
 
 /// The JSON body of a response with the expected status.
-fn json_of(response: Response, status: u16) -> Value {
+pub(crate) fn json_of(response: Response, status: u16) -> Value {
     let got = response.status().as_u16();
     let text = response.text().unwrap();
     assert_eq!(got, status, "unexpected status; body: {text}");
@@ -74,7 +74,7 @@ fn json_of(response: Response, status: u16) -> Value {
 }
 
 /// Checks an error response: status, stable code, a message.
-fn check_error(response: Response, status: u16, code: &str) -> String {
+pub(crate) fn check_error(response: Response, status: u16, code: &str) -> String {
     let body = json_of(response, status);
     assert_eq!(body["code"], code, "{body}");
     let message = body["message"].as_str().unwrap().to_string();
@@ -82,7 +82,12 @@ fn check_error(response: Response, status: u16, code: &str) -> String {
     message
 }
 
-fn upload(server: &Server, name: &str, bytes: Vec<u8>, fields: &[(&str, &str)]) -> Response {
+pub(crate) fn upload(
+    server: &Server,
+    name: &str,
+    bytes: Vec<u8>,
+    fields: &[(&str, &str)],
+) -> Response {
     let mut form = multipart::Form::new().part(
         "file",
         multipart::Part::bytes(bytes).file_name(name.to_string()),
@@ -494,7 +499,7 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
 }
 
 /// Reads `progress` events of a job until one has `until` true; returns the events' jobs.
-fn follow(server: &Server, id: &str, until: impl Fn(&Value) -> bool) -> Vec<Value> {
+pub(crate) fn follow(server: &Server, id: &str, until: impl Fn(&Value) -> bool) -> Vec<Value> {
     let response = server.get(&format!("/jobs/{id}/events"));
     assert_eq!(response.status(), 200);
     assert!(
@@ -712,8 +717,8 @@ fn same_edits_from_generate_and_the_demo(setup: &EditingSetup, server: &Server, 
 /// A throwaway Postgres cluster on a free loopback port with trust authentication, stopped and
 /// deleted when dropped. Run as the `postgres` user when the tests run as root (Postgres
 /// refuses to run as root).
-struct Postgres {
-    url: String,
+pub(crate) struct Postgres {
+    pub url: String,
     pg_ctl: PathBuf,
     data: PathBuf,
     owner: Option<&'static str>,
@@ -723,7 +728,7 @@ struct Postgres {
 impl Postgres {
     /// Starts a cluster, or returns `None` when Postgres is not installed, unless
     /// `FLIPSIDE_TEST_POSTGRES=required` (as `scripts/test` sets after installing it).
-    fn start() -> Option<Self> {
+    pub fn start() -> Option<Self> {
         let Some(bin) = postgres_bin_dir() else {
             assert!(
                 std::env::var("FLIPSIDE_TEST_POSTGRES").as_deref() != Ok("required"),

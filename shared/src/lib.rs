@@ -12,6 +12,7 @@ pub mod highlight;
 pub mod infill;
 pub mod metrics;
 pub mod models;
+pub mod portal;
 pub mod pos;
 pub mod random;
 pub mod records;

@@ -15,10 +15,12 @@ mod infiller;
 mod lass;
 mod llm;
 mod pairs;
+mod portal;
 mod quickstart;
 mod reranker;
 mod retriever;
 mod serve;
+mod users;
 mod values;
 
 use std::path::PathBuf;
@@ -112,6 +114,12 @@ pub enum Command {
     /// Serve the web app and its HTTP API: the editing demo, datasets, generation jobs and the
     /// embedded LLM's OpenAI-compatible endpoints (/v1); prepares the defaults on first run
     Serve(Box<serve::ServeArgs>),
+    /// Accounts of the team portal: the first admin, passwords, API tokens
+    #[command(subcommand)]
+    Users(users::UsersCommand),
+    /// The team portal from scripts (with an API token): export reviewed counterfactuals
+    #[command(subcommand)]
+    Portal(portal::PortalCommand),
     /// Speed benchmarks against reference implementations
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -153,6 +161,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Pairs(command) => pairs::run(&home, command),
         Command::Prompts(command) => llm::prompts(command),
         Command::Serve(args) => serve::run(&home, *args),
+        Command::Users(command) => users::run(&home, command),
+        Command::Portal(command) => portal::run(command),
         Command::Bench(command) => bench::run(&home, command),
         Command::Quickstart(args) => quickstart::run(&home, args),
     }

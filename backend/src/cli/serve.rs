@@ -32,11 +32,9 @@ const FULL_CORPUS: &str = "movies";
 /// How the browser app is built for serving (what `scripts/serve` runs).
 const BUILD_APP: &str = "trunk build --cargo-profile wasm-release";
 
-#[derive(Debug, Args)]
-pub struct ServeArgs {
-    /// Address to listen on (port 0 picks a free one)
-    #[arg(long, default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
-    pub listen: SocketAddr,
+/// Where the server keeps its data, shared by `serve` and `users`.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
     /// Where uploads and job checkpoints are kept, and the SQLite database
     /// [default: HOME/server]
     #[arg(long, value_name = "DIR")]
@@ -50,6 +48,32 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub database_url: Option<String>,
+}
+
+impl DatabaseArgs {
+    pub fn data_dir(&self, home: &Home) -> PathBuf {
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| home.root().join("server"))
+    }
+
+    pub fn url(&self, home: &Home) -> String {
+        self.database_url.clone().unwrap_or_else(|| {
+            self.data_dir(home)
+                .join("flipside.db")
+                .display()
+                .to_string()
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free one)
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "HOST:PORT")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
     /// The browser app to serve: Trunk's output directory [default: dist, if it exists]
     #[arg(long, value_name = "DIR")]
     pub static_dir: Option<PathBuf>,
@@ -177,14 +201,8 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         },
     )?;
 
-    let data_dir = args
-        .data_dir
-        .clone()
-        .unwrap_or_else(|| home.root().join("server"));
-    let database_url = args
-        .database_url
-        .clone()
-        .unwrap_or_else(|| data_dir.join("flipside.db").display().to_string());
+    let data_dir = args.database.data_dir(home);
+    let database_url = args.database.url(home);
     let config = ServerConfig {
         listen: args.listen,
         database_url,

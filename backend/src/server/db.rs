@@ -15,8 +15,14 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, SqlSafeStr};
 
 /// The checked-in migrations, in order.
-const MIGRATIONS: [(i64, &str, &str); 1] =
-    [(1, "init", include_str!("../../migrations/0001_init.sql"))];
+const MIGRATIONS: [(i64, &str, &str); 2] = [
+    (1, "init", include_str!("../../migrations/0001_init.sql")),
+    (
+        2,
+        "portal",
+        include_str!("../../migrations/0002_portal.sql"),
+    ),
+];
 
 /// A connection pool to either database.
 #[derive(Clone)]
@@ -29,11 +35,12 @@ pub enum Db {
 macro_rules! with_pool {
     ($db:expr, |$pool:ident| $body:expr) => {
         match $db {
-            Db::Sqlite($pool) => $body,
-            Db::Postgres($pool) => $body,
+            $crate::server::db::Db::Sqlite($pool) => $body,
+            $crate::server::db::Db::Postgres($pool) => $body,
         }
     };
 }
+pub(crate) use with_pool;
 
 /// A dataset uploaded to the server.
 #[derive(Debug, Clone, PartialEq)]
@@ -385,16 +392,24 @@ pub fn redact(url: &str) -> String {
 
 /// Now, as an RFC 3339 UTC timestamp with milliseconds (sorts as text).
 pub fn now() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let millis = now.millisecond();
+    timestamp(time::OffsetDateTime::now_utc())
+}
+
+/// Now moved by `seconds` (negative: in the past), as [`now`] writes it.
+pub fn now_plus(seconds: i64) -> String {
+    timestamp(time::OffsetDateTime::now_utc() + time::Duration::seconds(seconds))
+}
+
+fn timestamp(t: time::OffsetDateTime) -> String {
     format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        now.year(),
-        u8::from(now.month()),
-        now.day(),
-        now.hour(),
-        now.minute(),
-        now.second()
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
     )
 }
 

@@ -213,7 +213,7 @@ pub async fn blocking<T: Send + 'static>(
     }
 }
 
-fn check_text(text: &str) -> ApiResult<()> {
+pub(crate) fn check_text(text: &str) -> ApiResult<()> {
     if text.trim().is_empty() {
         return Err(ApiError::bad_request("text is empty"));
     }
@@ -251,7 +251,10 @@ fn retrieve_response(item: &Item, context: Context) -> RetrieveResponse {
     }
 }
 
-fn probabilities(resources: &Resources, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+pub(crate) fn probabilities(
+    resources: &Resources,
+    texts: &[String],
+) -> anyhow::Result<Vec<Vec<f32>>> {
     let inputs: Vec<Input> = texts.iter().map(|t| Input::with_premise(None, t)).collect();
     resources
         .models

@@ -8,6 +8,7 @@ pub mod demo;
 pub mod downloads;
 pub mod error;
 pub mod jobs;
+pub mod portal;
 pub mod resources;
 pub mod runner;
 
@@ -156,6 +157,7 @@ pub async fn serve(
                 async move { axum::Json(doc.as_ref().clone()) }
             }),
         )
+        .merge(portal::router())
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
         })

@@ -4,6 +4,7 @@
 //! text metric but ROUGE (which tokenises as `rouge-score` does) uses
 //! [`crate::words::metric_tokens`].
 
+pub mod agreement;
 pub mod bleu;
 pub mod distinct;
 pub mod levenshtein;

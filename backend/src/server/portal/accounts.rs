@@ -1,0 +1,363 @@
+//! Users, teams, memberships and invitations. Passwords are hashed with argon2id (the argon2
+//! crate's defaults: 19 MiB, 2 passes, OWASP's recommendation); invitations are random secrets
+//! stored as hashes and used once.
+
+use anyhow::{Context, Result, bail};
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::{Argon2, password_hash::rand_core::OsRng};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use flipside_shared::portal::{
+    AcceptInvite, Invite, InviteRequest, Member, Role, Scope, TeamMembership, UserInfo,
+};
+
+use super::auth::{Caller, start_session};
+use super::{hash_secret, new_id, new_secret};
+use crate::server::AppState;
+use crate::server::db::{Db, now, now_plus, with_pool};
+use crate::server::error::{ApiError, ApiResult, JsonBody};
+
+/// How long an invitation can be accepted.
+const INVITE_SECONDS: i64 = 7 * 24 * 3600;
+/// The shortest password accepted.
+pub const MIN_PASSWORD_CHARS: usize = 10;
+
+/// The argon2id hash of `password`, in PHC string form (salt and parameters included).
+pub fn hash_password(password: &str) -> Result<String> {
+    let salt = SaltString::generate(&mut OsRng);
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|hash| hash.to_string())
+        .map_err(|e| anyhow::anyhow!("cannot hash the password: {e}"))
+}
+
+/// Whether `password` matches `hash` (false for a malformed hash).
+pub fn verify_password(hash: &str, password: &str) -> bool {
+    PasswordHash::new(hash).is_ok_and(|parsed| {
+        Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok()
+    })
+}
+
+/// A password's problem, if it is too weak to accept.
+pub fn password_problem(password: &str) -> Option<String> {
+    (password.chars().count() < MIN_PASSWORD_CHARS)
+        .then(|| format!("a password needs at least {MIN_PASSWORD_CHARS} characters"))
+}
+
+/// An email address as stored: trimmed and lower-case.
+pub fn normalise_email(email: &str) -> Result<String> {
+    let email = email.trim().to_lowercase();
+    match email.split_once('@') {
+        Some((user, domain)) if !user.is_empty() && !domain.is_empty() && email.len() <= 254 => {
+            Ok(email)
+        }
+        _ => bail!("{email:?} is not an email address"),
+    }
+}
+
+/// A user row: who, and their password hash.
+pub struct StoredUser {
+    pub info: UserInfo,
+    pub password_hash: String,
+}
+
+/// Makes a user; fails when the email is taken or the password too short.
+pub async fn create_user(db: &Db, email: &str, name: &str, password: &str) -> Result<UserInfo> {
+    let email = normalise_email(email)?;
+    if let Some(problem) = password_problem(password) {
+        bail!(problem);
+    }
+    if user_by_email(db, &email).await?.is_some() {
+        bail!("a user with the email {email} exists already");
+    }
+    let name = match name.trim() {
+        "" => email.split('@').next().unwrap_or_default().to_string(),
+        name => name.to_string(),
+    };
+    let user = UserInfo {
+        id: new_id("usr"),
+        email,
+        name,
+    };
+    let hash = hash_password(password)?;
+    with_pool!(db, |pool| sqlx::query(
+        "INSERT INTO users (id, email, name, password_hash, created_at) VALUES ($1, $2, $3, $4, $5)"
+    )
+    .bind(&user.id)
+    .bind(&user.email)
+    .bind(&user.name)
+    .bind(&hash)
+    .bind(now())
+    .execute(pool)
+    .await
+    .map(drop))?;
+    Ok(user)
+}
+
+/// Sets a user's password.
+pub async fn set_password(db: &Db, user: &str, password: &str) -> Result<()> {
+    if let Some(problem) = password_problem(password) {
+        bail!(problem);
+    }
+    let hash = hash_password(password)?;
+    with_pool!(db, |pool| sqlx::query(
+        "UPDATE users SET password_hash = $2 WHERE id = $1"
+    )
+    .bind(user)
+    .bind(&hash)
+    .execute(pool)
+    .await
+    .map(drop))?;
+    Ok(())
+}
+
+type UserRow = (String, String, String, String);
+
+pub async fn user_by_email(db: &Db, email: &str) -> Result<Option<StoredUser>> {
+    let row: Option<UserRow> = with_pool!(db, |pool| sqlx::query_as(
+        "SELECT id, email, name, password_hash FROM users WHERE email = $1"
+    )
+    .bind(email.trim().to_lowercase())
+    .fetch_optional(pool)
+    .await)?;
+    Ok(row.map(|(id, email, name, password_hash)| StoredUser {
+        info: UserInfo { id, email, name },
+        password_hash,
+    }))
+}
+
+/// Every user, by email.
+pub async fn users(db: &Db) -> Result<Vec<UserInfo>> {
+    let rows: Vec<(String, String, String)> = with_pool!(db, |pool| sqlx::query_as(
+        "SELECT id, email, name FROM users ORDER BY email"
+    )
+    .fetch_all(pool)
+    .await)?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, email, name)| UserInfo { id, email, name })
+        .collect())
+}
+
+/// The id of the team named `name`, made when missing.
+pub async fn ensure_team(db: &Db, name: &str) -> Result<String> {
+    let name = name.trim();
+    if name.is_empty() || name.len() > 100 {
+        bail!("a team name needs 1 to 100 characters");
+    }
+    let id = new_id("team");
+    with_pool!(db, |pool| sqlx::query(
+        "INSERT INTO teams (id, name, created_at) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING"
+    )
+    .bind(&id)
+    .bind(name)
+    .bind(now())
+    .execute(pool)
+    .await
+    .map(drop))?;
+    with_pool!(db, |pool| sqlx::query_scalar(
+        "SELECT id FROM teams WHERE name = $1"
+    )
+    .bind(name)
+    .fetch_one(pool)
+    .await)
+    .context("reading the team back")
+}
+
+/// Gives `user` the `role` in `team` (replacing their role if they are a member).
+pub async fn set_membership(db: &Db, team: &str, user: &str, role: Role) -> Result<()> {
+    with_pool!(db, |pool| sqlx::query(
+        "INSERT INTO memberships (team_id, user_id, role) VALUES ($1, $2, $3) \
+         ON CONFLICT (team_id, user_id) DO UPDATE SET role = excluded.role"
+    )
+    .bind(team)
+    .bind(user)
+    .bind(role.as_str())
+    .execute(pool)
+    .await
+    .map(drop))?;
+    Ok(())
+}
+
+/// The teams `user` belongs to, by name.
+pub async fn memberships(db: &Db, user: &str) -> Result<Vec<TeamMembership>> {
+    let rows: Vec<(String, String, String)> = with_pool!(db, |pool| sqlx::query_as(
+        "SELECT t.id, t.name, m.role FROM memberships m JOIN teams t ON t.id = m.team_id \
+         WHERE m.user_id = $1 ORDER BY t.name"
+    )
+    .bind(user)
+    .fetch_all(pool)
+    .await)?;
+    rows.into_iter()
+        .map(|(id, name, role)| {
+            Ok(TeamMembership {
+                id,
+                name,
+                role: Role::parse(&role).with_context(|| format!("unknown role {role:?}"))?,
+            })
+        })
+        .collect()
+}
+
+/// `user`'s role in `team`, if a member.
+pub async fn role_in(db: &Db, team: &str, user: &str) -> Result<Option<Role>> {
+    let role: Option<String> = with_pool!(db, |pool| sqlx::query_scalar(
+        "SELECT role FROM memberships WHERE team_id = $1 AND user_id = $2"
+    )
+    .bind(team)
+    .bind(user)
+    .fetch_optional(pool)
+    .await)?;
+    Ok(role.as_deref().and_then(Role::parse))
+}
+
+/// `GET /api/teams/{team}/members`.
+pub async fn members(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(team): Path<String>,
+) -> ApiResult<Json<Vec<Member>>> {
+    caller
+        .require(&state.db, &team, Role::Viewer, Scope::Read)
+        .await?;
+    let rows: Vec<(String, String, String, String)> = with_pool!(&state.db, |pool| {
+        sqlx::query_as(
+            "SELECT u.id, u.email, u.name, m.role FROM memberships m \
+             JOIN users u ON u.id = m.user_id WHERE m.team_id = $1 ORDER BY u.name",
+        )
+        .bind(&team)
+        .fetch_all(pool)
+        .await
+    })?;
+    Ok(Json(
+        rows.into_iter()
+            .filter_map(|(id, email, name, role)| {
+                Some(Member {
+                    user: UserInfo { id, email, name },
+                    role: Role::parse(&role)?,
+                })
+            })
+            .collect(),
+    ))
+}
+
+/// `POST /api/teams/{team}/invites` (admins): an invitation to join with a role, valid for a
+/// week. The token is in this answer only.
+pub async fn invite(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(team): Path<String>,
+    JsonBody(request): JsonBody<InviteRequest>,
+) -> ApiResult<(StatusCode, Json<Invite>)> {
+    caller
+        .require(&state.db, &team, Role::Admin, Scope::Manage)
+        .await?;
+    let email =
+        normalise_email(&request.email).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let token = new_secret();
+    let expires_at = now_plus(INVITE_SECONDS);
+    with_pool!(&state.db, |pool| sqlx::query(
+        "INSERT INTO invites (secret_hash, team_id, email, role, created_by, expires_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)"
+    )
+    .bind(hash_secret(&token))
+    .bind(&team)
+    .bind(&email)
+    .bind(request.role.as_str())
+    .bind(&caller.user.id)
+    .bind(&expires_at)
+    .execute(pool)
+    .await
+    .map(drop))?;
+    super::queue::audit(
+        &state.db,
+        &team,
+        None,
+        Some(&caller.user.id),
+        "invite",
+        serde_json::json!({"email": email, "role": request.role}),
+    )
+    .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(Invite {
+            path: format!("/#/invite/{token}"),
+            token,
+            email,
+            role: request.role,
+            expires_at,
+        }),
+    ))
+}
+
+/// `POST /api/invites/accept`: joins the invitation's team, making the account when the email
+/// has none (an existing account must give its password), and signs in.
+pub async fn accept_invite(
+    State(state): State<AppState>,
+    JsonBody(request): JsonBody<AcceptInvite>,
+) -> ApiResult<Response> {
+    let db = &state.db;
+    let hash = hash_secret(request.token.trim());
+    // Marking it used first makes a second, concurrent acceptance find nothing.
+    let invite: Option<(String, String, String)> = with_pool!(db, |pool| sqlx::query_as(
+        "UPDATE invites SET used_at = $2 WHERE secret_hash = $1 AND used_at IS NULL \
+         AND expires_at > $2 RETURNING team_id, email, role"
+    )
+    .bind(&hash)
+    .bind(now())
+    .fetch_optional(pool)
+    .await)?;
+    let Some((team, email, role)) = invite else {
+        return Err(ApiError::not_found(
+            "open invitation with this token (it may have been used or have expired)",
+        ));
+    };
+    let role = Role::parse(&role).context("an invitation's role")?;
+    let user = match user_by_email(db, &email).await? {
+        Some(existing) if verify_password(&existing.password_hash, &request.password) => {
+            existing.info
+        }
+        Some(_) => {
+            unuse_invite(db, &hash).await?;
+            return Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                format!("{email} has an account: give its password to join"),
+            ));
+        }
+        None => match create_user(db, &email, &request.name, &request.password).await {
+            Ok(user) => user,
+            Err(e) => {
+                unuse_invite(db, &hash).await?;
+                return Err(ApiError::bad_request(e.to_string()));
+            }
+        },
+    };
+    set_membership(db, &team, &user.id, role).await?;
+    super::queue::audit(
+        db,
+        &team,
+        None,
+        Some(&user.id),
+        "join",
+        serde_json::json!({"role": role}),
+    )
+    .await?;
+    Ok(start_session(db, user).await?.into_response())
+}
+
+/// Opens an invitation again after an acceptance that failed.
+async fn unuse_invite(db: &Db, hash: &str) -> Result<()> {
+    with_pool!(db, |pool| sqlx::query(
+        "UPDATE invites SET used_at = NULL WHERE secret_hash = $1"
+    )
+    .bind(hash)
+    .execute(pool)
+    .await
+    .map(drop))?;
+    Ok(())
+}

@@ -1,0 +1,410 @@
+//! Who is calling, and what they may do: browser sessions (an HttpOnly, SameSite=Strict cookie,
+//! plus a CSRF token that state-changing requests send back as a header), API tokens for
+//! scripts and the CLI (`Authorization: Bearer …`: hashed, scoped, revocable), and sign-in with
+//! throttling.
+
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result};
+use axum::Json;
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use flipside_shared::portal::{ApiToken, LoginRequest, Me, Role, Scope, TokenRequest, UserInfo};
+
+use super::accounts::{hash_password, memberships, role_in, user_by_email, verify_password};
+use super::{hash_secret, new_id, new_secret};
+use crate::server::AppState;
+use crate::server::db::{Db, now, now_plus, with_pool};
+use crate::server::error::{ApiError, ApiResult, JsonBody};
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "flipside_session";
+/// The header carrying the CSRF token.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+/// How long a browser session lasts.
+const SESSION_SECONDS: i64 = 7 * 24 * 3600;
+/// Failed sign-ins of one email within [`THROTTLE_SECONDS`] before it is refused for a while.
+pub const MAX_FAILED_LOGINS: i64 = 5;
+const THROTTLE_SECONDS: i64 = 15 * 60;
+/// API tokens start with this, so that they are easy to spot (and to scan for in leaks).
+const TOKEN_PREFIX: &str = "fst_";
+
+/// The signed-in caller of a request.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub user: UserInfo,
+    /// An API token's scopes; `None` for a browser session (which may do what the role allows).
+    pub scopes: Option<Vec<Scope>>,
+    /// The session's CSRF token.
+    pub csrf: Option<String>,
+}
+
+impl Caller {
+    /// The caller's role in `team` if it is at least `role` and the token (if any) has `scope`:
+    /// 404 when they are not a member (the team's existence is not revealed), 403 otherwise.
+    pub async fn require(&self, db: &Db, team: &str, role: Role, scope: Scope) -> ApiResult<Role> {
+        let Some(actual) = role_in(db, team, &self.user.id).await? else {
+            return Err(ApiError::not_found(format_args!("team {team}")));
+        };
+        if actual < role {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "this needs the {} role; you are {}",
+                    role.as_str(),
+                    actual.as_str()
+                ),
+            ));
+        }
+        self.require_scope(scope)?;
+        Ok(actual)
+    }
+
+    /// 403 unless the caller is a session or a token with `scope`.
+    pub fn require_scope(&self, scope: Scope) -> ApiResult<()> {
+        match &self.scopes {
+            Some(scopes) if !scopes.contains(&scope) => Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("this token lacks the {} scope", scope.as_str()),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn unauthorized(message: &str) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        if let Some(token) = bearer(&parts.headers) {
+            return token_caller(&state.db, &token)
+                .await?
+                .ok_or_else(|| unauthorized("the API token is unknown or revoked"));
+        }
+        let Some(secret) = cookie(&parts.headers, SESSION_COOKIE) else {
+            return Err(unauthorized("sign in first (or send an API token)"));
+        };
+        let caller = session_caller(&state.db, &secret)
+            .await?
+            .ok_or_else(|| unauthorized("the session has ended: sign in again"))?;
+        let safe = matches!(parts.method, Method::GET | Method::HEAD | Method::OPTIONS);
+        let sent = parts.headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+        if !safe && sent.map(hash_secret) != caller.csrf.as_deref().map(hash_secret) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "csrf",
+                format!("a request made with the session cookie needs the {CSRF_HEADER} header"),
+            ));
+        }
+        Ok(caller)
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let token = value.strip_prefix("Bearer ")?.trim();
+    (!token.is_empty()).then(|| token.to_string())
+}
+
+fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .find_map(|pair| {
+            let (key, value) = pair.trim().split_once('=')?;
+            (key == name && !value.is_empty()).then(|| value.to_string())
+        })
+}
+
+async fn session_caller(db: &Db, secret: &str) -> Result<Option<Caller>> {
+    let row: Option<(String, String, String, String)> = with_pool!(db, |pool| sqlx::query_as(
+        "SELECT u.id, u.email, u.name, s.csrf FROM sessions s JOIN users u ON u.id = s.user_id \
+         WHERE s.secret_hash = $1 AND s.expires_at > $2"
+    )
+    .bind(hash_secret(secret))
+    .bind(now())
+    .fetch_optional(pool)
+    .await)?;
+    Ok(row.map(|(id, email, name, csrf)| Caller {
+        user: UserInfo { id, email, name },
+        scopes: None,
+        csrf: Some(csrf),
+    }))
+}
+
+async fn token_caller(db: &Db, token: &str) -> Result<Option<Caller>> {
+    let row: Option<(String, String, String, String)> = with_pool!(db, |pool| sqlx::query_as(
+        "SELECT u.id, u.email, u.name, t.scopes FROM api_tokens t \
+         JOIN users u ON u.id = t.user_id WHERE t.secret_hash = $1 AND t.revoked_at IS NULL"
+    )
+    .bind(hash_secret(token))
+    .fetch_optional(pool)
+    .await)?;
+    row.map(|(id, email, name, scopes)| {
+        Ok(Caller {
+            user: UserInfo { id, email, name },
+            scopes: Some(serde_json::from_str(&scopes).context("a token's scopes")?),
+            csrf: None,
+        })
+    })
+    .transpose()
+}
+
+/// Opens a session for `user`: the answer sets the cookie and carries [`Me`] with the CSRF
+/// token.
+pub async fn start_session(db: &Db, user: UserInfo) -> Result<Response> {
+    let secret = new_secret();
+    let csrf = new_secret();
+    with_pool!(db, |pool| sqlx::query(
+        "INSERT INTO sessions (secret_hash, user_id, csrf, expires_at, created_at) \
+         VALUES ($1, $2, $3, $4, $5)"
+    )
+    .bind(hash_secret(&secret))
+    .bind(&user.id)
+    .bind(&csrf)
+    .bind(now_plus(SESSION_SECONDS))
+    .bind(now())
+    .execute(pool)
+    .await
+    .map(drop))?;
+    let teams = memberships(db, &user.id).await?;
+    let cookie = format!(
+        "{SESSION_COOKIE}={secret}; HttpOnly; SameSite=Strict; Path=/; Max-Age={SESSION_SECONDS}"
+    );
+    let me = Me {
+        user,
+        teams,
+        csrf: Some(csrf),
+    };
+    Ok(([(header::SET_COOKIE, cookie)], Json(me)).into_response())
+}
+
+/// An argon2id hash to check wrong emails against, so that an unknown email takes as long to
+/// refuse as a wrong password.
+fn decoy_hash() -> &'static str {
+    static HASH: OnceLock<String> = OnceLock::new();
+    HASH.get_or_init(|| hash_password("not anybody's password").unwrap_or_default())
+}
+
+/// `POST /api/auth/login`: signs in with email and password. After
+/// [`MAX_FAILED_LOGINS`] failures for one email within 15 minutes, further attempts get 429
+/// until the oldest of them is 15 minutes old.
+pub async fn login(
+    State(state): State<AppState>,
+    JsonBody(request): JsonBody<LoginRequest>,
+) -> ApiResult<Response> {
+    let db = &state.db;
+    let email = request.email.trim().to_lowercase();
+    let since = now_plus(-THROTTLE_SECONDS);
+    let (failures, oldest): (i64, Option<String>) = with_pool!(db, |pool| sqlx::query_as(
+        "SELECT COUNT(*), MIN(at) FROM login_failures WHERE email = $1 AND at > $2"
+    )
+    .bind(&email)
+    .bind(&since)
+    .fetch_one(pool)
+    .await)?;
+    if failures >= MAX_FAILED_LOGINS {
+        let wait = oldest
+            .as_deref()
+            .and_then(seconds_until_window_ends)
+            .unwrap_or(THROTTLE_SECONDS);
+        let mut response = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "throttled",
+            format!("too many failed sign-ins for {email}: try again in {wait} s"),
+        )
+        .into_response();
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(wait.max(1)));
+        return Ok(response);
+    }
+    let user = user_by_email(db, &email).await?;
+    let hash = user
+        .as_ref()
+        .map_or(decoy_hash(), |u| u.password_hash.as_str());
+    let matches = verify_password(hash, &request.password);
+    match user {
+        Some(user) if matches => {
+            with_pool!(db, |pool| sqlx::query(
+                "DELETE FROM login_failures WHERE email = $1"
+            )
+            .bind(&email)
+            .execute(pool)
+            .await
+            .map(drop))?;
+            Ok(start_session(db, user.info).await?)
+        }
+        _ => {
+            with_pool!(db, |pool| sqlx::query(
+                "INSERT INTO login_failures (email, at) VALUES ($1, $2)"
+            )
+            .bind(&email)
+            .bind(now())
+            .execute(pool)
+            .await
+            .map(drop))?;
+            Err(unauthorized("wrong email or password"))
+        }
+    }
+}
+
+/// Seconds until a failure at `oldest` leaves the throttling window.
+fn seconds_until_window_ends(oldest: &str) -> Option<i64> {
+    let at =
+        time::OffsetDateTime::parse(oldest, &time::format_description::well_known::Rfc3339).ok()?;
+    let ends = at + time::Duration::seconds(THROTTLE_SECONDS);
+    Some(
+        (ends - time::OffsetDateTime::now_utc())
+            .whole_seconds()
+            .max(1),
+    )
+}
+
+/// `POST /api/auth/logout`: ends the session.
+pub async fn logout(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
+    if let Some(secret) = cookie(&headers, SESSION_COOKIE) {
+        with_pool!(&state.db, |pool| sqlx::query(
+            "DELETE FROM sessions WHERE secret_hash = $1"
+        )
+        .bind(hash_secret(&secret))
+        .execute(pool)
+        .await
+        .map(drop))?;
+    }
+    let clear = format!("{SESSION_COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0");
+    Ok(([(header::SET_COOKIE, clear)], StatusCode::NO_CONTENT).into_response())
+}
+
+/// `GET /api/auth/me`: the caller, their teams and (for a session) the CSRF token.
+pub async fn me(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Me>> {
+    Ok(Json(Me {
+        teams: memberships(&state.db, &caller.user.id).await?,
+        user: caller.user,
+        csrf: caller.csrf,
+    }))
+}
+
+/// Makes an API token for `user`; the answer is the only place its secret appears.
+pub async fn create_token(db: &Db, user: &str, name: &str, scopes: &[Scope]) -> Result<ApiToken> {
+    let token = format!("{TOKEN_PREFIX}{}", new_secret());
+    let mut scopes = scopes.to_vec();
+    scopes.sort();
+    scopes.dedup();
+    let id = new_id("tok");
+    let created_at = now();
+    with_pool!(db, |pool| sqlx::query(
+        "INSERT INTO api_tokens (id, user_id, name, secret_hash, scopes, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6)"
+    )
+    .bind(&id)
+    .bind(user)
+    .bind(name)
+    .bind(hash_secret(&token))
+    .bind(serde_json::to_string(&scopes)?)
+    .bind(&created_at)
+    .execute(pool)
+    .await
+    .map(drop))?;
+    Ok(ApiToken {
+        id,
+        name: name.to_string(),
+        scopes,
+        token: Some(token),
+        created_at,
+        revoked_at: None,
+    })
+}
+
+/// `POST /api/tokens`: a token for scripts and the CLI, acting as the caller within `scopes`.
+/// Made from a browser session, or with a token that has the `manage` scope.
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(request): JsonBody<TokenRequest>,
+) -> ApiResult<(StatusCode, Json<ApiToken>)> {
+    caller.require_scope(Scope::Manage)?;
+    if request.scopes.is_empty() || request.name.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            "a token needs a name and at least one scope",
+        ));
+    }
+    if let Some(scopes) = &caller.scopes
+        && request.scopes.iter().any(|s| !scopes.contains(s))
+    {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a token cannot make a token with scopes it lacks",
+        ));
+    }
+    let token = create_token(
+        &state.db,
+        &caller.user.id,
+        request.name.trim(),
+        &request.scopes,
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(token)))
+}
+
+/// `GET /api/tokens`: the caller's tokens (without their secrets).
+pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<ApiToken>>> {
+    let rows: Vec<(String, String, String, String, Option<String>)> =
+        with_pool!(&state.db, |pool| sqlx::query_as(
+            "SELECT id, name, scopes, created_at, revoked_at FROM api_tokens WHERE user_id = $1 \
+             ORDER BY created_at"
+        )
+        .bind(&caller.user.id)
+        .fetch_all(pool)
+        .await)?;
+    rows.into_iter()
+        .map(|(id, name, scopes, created_at, revoked_at)| {
+            Ok(ApiToken {
+                id,
+                name,
+                scopes: serde_json::from_str(&scopes).context("a token's scopes")?,
+                token: None,
+                created_at,
+                revoked_at,
+            })
+        })
+        .collect::<Result<_>>()
+        .map(Json)
+        .map_err(ApiError::internal)
+}
+
+/// `DELETE /api/tokens/{id}`: revokes one of the caller's tokens; it fails from the next
+/// request on.
+pub async fn revoke(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<StatusCode> {
+    let changed = with_pool!(&state.db, |pool| sqlx::query(
+        "UPDATE api_tokens SET revoked_at = $3 WHERE id = $1 AND user_id = $2 \
+         AND revoked_at IS NULL"
+    )
+    .bind(&id)
+    .bind(&caller.user.id)
+    .bind(now())
+    .execute(pool)
+    .await
+    .map(|r| r.rows_affected()))?;
+    if changed == 0 {
+        return Err(ApiError::not_found(format_args!(
+            "live token {id} of yours"
+        )));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,258 @@
+//! Exports of a queue's kept items (accepted, fixed or relabelled, by their outcome): as a
+//! labelled dataset for `flipside classifier train`, as records for `flipside experiment`
+//! (the `generate` format), or as (original, counterfactual) pairs for `flipside retriever
+//! train` and `reranker train`.
+
+use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use flipside_shared::portal::{Outcome, Role, Scope};
+use flipside_shared::records::{CoreProvenance, Counterfactual, Provenance};
+use serde::{Deserialize, Serialize};
+
+use super::auth::Caller;
+use super::queue::queue_for;
+use crate::server::AppState;
+use crate::server::db::with_pool;
+use crate::server::error::{ApiError, ApiResult};
+
+/// What to export.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExportKind {
+    /// `{id, text, label}`: the kept counterfactuals as labelled examples.
+    #[default]
+    Classifier,
+    /// `{id, text, label, counterfactual}`: label-flipping pairs (retriever and re-ranker).
+    Pairs,
+    /// Counterfactual records as `flipside generate` writes them (experiment augmentation).
+    Records,
+}
+
+/// The file format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileFormat {
+    #[default]
+    Jsonl,
+    Csv,
+}
+
+/// `?format=classifier|pairs|records&as=jsonl|csv&originals=true`.
+#[derive(Debug, Deserialize)]
+pub struct ExportQuery {
+    #[serde(default)]
+    pub format: ExportKind,
+    #[serde(default, rename = "as")]
+    pub file: FileFormat,
+    /// Classifier format: add each kept item's original with its label too.
+    #[serde(default)]
+    pub originals: bool,
+}
+
+/// One exported line of the classifier format.
+#[derive(Serialize)]
+struct Labelled<'a> {
+    id: String,
+    text: &'a str,
+    label: &'a str,
+}
+
+/// One exported line of the pairs format (what `read_pairs` reads).
+#[derive(Serialize)]
+struct Pair<'a> {
+    id: &'a str,
+    text: &'a str,
+    label: &'a str,
+    counterfactual: &'a str,
+}
+
+/// id, original, label, counterfactual, record, outcome.
+type KeptRow = (
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    String,
+);
+
+/// A kept item: its id, original, label, record and outcome.
+struct Kept {
+    id: String,
+    original: String,
+    label: String,
+    counterfactual: String,
+    record: Option<Counterfactual>,
+    outcome: Outcome,
+}
+
+/// `GET …/queues/{queue}/export` (reviewers and admins; tokens need the `export` scope).
+pub async fn download(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue)): Path<(String, String)>,
+    Query(query): Query<ExportQuery>,
+) -> ApiResult<Response> {
+    let (queue, _) = queue_for(
+        &state.db,
+        &caller,
+        &team,
+        &queue,
+        Role::Reviewer,
+        Scope::Export,
+    )
+    .await?;
+    if query.file == FileFormat::Csv && query.format == ExportKind::Records {
+        return Err(ApiError::bad_request(
+            "records are exported as JSON lines only",
+        ));
+    }
+    let rows: Vec<KeptRow> = with_pool!(&state.db, |pool| sqlx::query_as(
+        "SELECT id, original, label, counterfactual, record, outcome FROM items \
+             WHERE queue_id = $1 AND outcome IS NOT NULL ORDER BY seq"
+    )
+    .bind(&queue.id)
+    .fetch_all(pool)
+    .await)?;
+    let mut kept = Vec::new();
+    for (id, original, label, counterfactual, record, outcome) in rows {
+        let outcome: Outcome = serde_json::from_str(&outcome).map_err(anyhow::Error::from)?;
+        if !outcome.verdict.keeps() {
+            continue;
+        }
+        let Some(counterfactual) = outcome.text.clone().or(counterfactual) else {
+            continue;
+        };
+        let record = record.as_deref().and_then(|r| serde_json::from_str(r).ok());
+        kept.push(Kept {
+            id,
+            original,
+            label,
+            counterfactual,
+            record,
+            outcome,
+        });
+    }
+    let body = render(&kept, &query).map_err(ApiError::internal)?;
+    let (extension, content_type) = match query.file {
+        FileFormat::Jsonl => ("jsonl", "application/x-ndjson"),
+        FileFormat::Csv => ("csv", "text/csv; charset=utf-8"),
+    };
+    let kind = match query.format {
+        ExportKind::Classifier => "classifier",
+        ExportKind::Pairs => "pairs",
+        ExportKind::Records => "records",
+    };
+    let name = format!("{}-{kind}.{extension}", queue.id);
+    Ok((
+        [
+            (header::CONTENT_TYPE, content_type.to_string()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+fn render(kept: &[Kept], query: &ExportQuery) -> anyhow::Result<Vec<u8>> {
+    let mut lines = Lines::new(query.file);
+    match query.format {
+        ExportKind::Classifier => {
+            let mut originals = std::collections::BTreeSet::new();
+            for item in kept {
+                if query.originals && originals.insert(item.original.as_str()) {
+                    lines.push(&Labelled {
+                        id: format!("{}-original", item.id),
+                        text: &item.original,
+                        label: &item.label,
+                    })?;
+                }
+                lines.push(&Labelled {
+                    id: item.id.clone(),
+                    text: &item.counterfactual,
+                    label: &item.outcome.label,
+                })?;
+            }
+        }
+        ExportKind::Pairs => {
+            // A relabel to the original's own label is a paraphrase, not a flip.
+            for item in kept.iter().filter(|i| i.outcome.label != i.label) {
+                lines.push(&Pair {
+                    id: &item.id,
+                    text: &item.original,
+                    label: &item.label,
+                    counterfactual: &item.counterfactual,
+                })?;
+            }
+        }
+        ExportKind::Records => {
+            for item in kept {
+                lines.push(&reviewed_record(item))?;
+            }
+        }
+    }
+    lines.finish()
+}
+
+/// The item as a `generate` record, with the reviewed text and label.
+fn reviewed_record(item: &Kept) -> Counterfactual {
+    let mut record = item.record.clone().unwrap_or_else(|| Counterfactual {
+        key: format!("{}→{}", item.id, item.outcome.label),
+        item: item.id.clone(),
+        method: "human".into(),
+        premise: None,
+        original: item.original.clone(),
+        edited: item.counterfactual.clone(),
+        label: item.label.clone(),
+        target: item.outcome.label.clone(),
+        model: None,
+        seed: 0,
+        attempt: 1,
+        timing: Default::default(),
+        // Not scored by the classifier: a person judged it.
+        prediction: item.label.clone(),
+        target_probability: 0.0,
+        flipped: false,
+        provenance: Provenance::Core(CoreProvenance::default()),
+    });
+    record.edited = item.counterfactual.clone();
+    record.target = item.outcome.label.clone();
+    record
+}
+
+/// JSON lines or CSV rows (with a header) of serialisable lines.
+enum Lines {
+    Jsonl(Vec<u8>),
+    Csv(Box<csv::Writer<Vec<u8>>>),
+}
+
+impl Lines {
+    fn new(format: FileFormat) -> Self {
+        match format {
+            FileFormat::Jsonl => Lines::Jsonl(Vec::new()),
+            FileFormat::Csv => Lines::Csv(Box::new(csv::Writer::from_writer(Vec::new()))),
+        }
+    }
+
+    fn push(&mut self, line: &impl Serialize) -> anyhow::Result<()> {
+        match self {
+            Lines::Jsonl(out) => {
+                serde_json::to_writer(&mut *out, line)?;
+                out.push(b'\n');
+            }
+            Lines::Csv(writer) => writer.serialize(line)?,
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> anyhow::Result<Vec<u8>> {
+        Ok(match self {
+            Lines::Jsonl(out) => out,
+            Lines::Csv(writer) => writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
+        })
+    }
+}

@@ -1,0 +1,1391 @@
+//! Review queues. Items are handed out by leases: an item is offered to at most `overlap`
+//! different people at once (live leases plus verdicts), nobody gets an item twice, and a lease
+//! that runs out returns the item. The hand-out is one conditional update in a transaction
+//! (`FOR UPDATE SKIP LOCKED` on Postgres, an immediate transaction on SQLite), so several
+//! server processes can share one queue.
+//!
+//! A verdict is recorded once per lease (a retried request with the same `request_id` gets the
+//! same answer); a save through a lease that has run out or was decided gets 409. When an item
+//! has `overlap` verdicts, their majority becomes its outcome, which a reviewer can confirm or
+//! overturn (the second pass, guarded by the item's version). An accept of an edit that the
+//! classifier says does not flip needs a reviewer's override, which is recorded.
+
+use anyhow::Context;
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use flipside_shared::portal::{
+    Draft, HistoryEntry, Lease, NewItem, Outcome, PastVerdict, Queue, QueueRequest, ReviewItem,
+    ReviewRequest, ReviewTask, Role, Scope, Sibling, Verdict, VerdictRequest,
+};
+use flipside_shared::records::{CoreProvenance, Counterfactual, Provenance};
+use serde::Deserialize;
+
+use super::auth::Caller;
+use super::{hash_secret, new_id};
+use crate::server::AppState;
+use crate::server::db::{Db, RecordFilter, now, now_plus, with_pool};
+use crate::server::demo::{blocking, check_text, probabilities};
+use crate::server::error::{ApiError, ApiResult, JsonBody};
+
+/// The most people one item may need.
+const MAX_OVERLAP: usize = 10;
+/// The most items one request may add.
+const MAX_NEW_ITEMS: usize = 10_000;
+/// Other counterfactuals of the same original shown with an item, at most.
+const MAX_SIBLINGS: i64 = 20;
+
+const ITEM_COLUMNS: &str = "id, seq, version, original, label, counterfactual, target, method, \
+                            flipped, target_probability, record, outcome";
+type ItemRow = (
+    String,
+    i64,
+    i64,
+    String,
+    String,
+    Option<String>,
+    String,
+    String,
+    Option<i64>,
+    Option<f64>,
+    Option<String>,
+    Option<String>,
+);
+
+const AUDIT_INSERT: &str = "INSERT INTO audit_log (id, team_id, queue_id, item_id, user_id, \
+                            action, detail, at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+
+/// Appends to the audit log (outside a transaction: team events such as invitations).
+pub async fn audit(
+    db: &Db,
+    team: &str,
+    queue: Option<&str>,
+    user: Option<&str>,
+    action: &str,
+    detail: serde_json::Value,
+) -> anyhow::Result<()> {
+    with_pool!(db, |pool| sqlx::query(AUDIT_INSERT)
+        .bind(new_id("aud"))
+        .bind(team)
+        .bind(queue)
+        .bind(None::<String>)
+        .bind(user)
+        .bind(action)
+        .bind(detail.to_string())
+        .bind(now())
+        .execute(pool)
+        .await
+        .map(drop))?;
+    Ok(())
+}
+
+/// A queue's settings, as stored.
+#[derive(Debug, Clone)]
+pub struct QueueRow {
+    pub id: String,
+    pub team: String,
+    pub name: String,
+    pub overlap: usize,
+    pub lease_seconds: u64,
+    pub created_at: String,
+}
+
+/// The queue `queue` of `team`, after checking the caller's role there: 404 for another
+/// team's queue.
+pub async fn queue_for(
+    db: &Db,
+    caller: &Caller,
+    team: &str,
+    queue: &str,
+    role: Role,
+    scope: Scope,
+) -> ApiResult<(QueueRow, Role)> {
+    let caller_role = caller.require(db, team, role, scope).await?;
+    let row: Option<(String, String, i64, i64, String)> = with_pool!(db, |pool| sqlx::query_as(
+        "SELECT id, name, overlap, lease_seconds, created_at FROM queues \
+         WHERE id = $1 AND team_id = $2"
+    )
+    .bind(queue)
+    .bind(team)
+    .fetch_optional(pool)
+    .await)?;
+    let (id, name, overlap, lease_seconds, created_at) =
+        row.ok_or_else(|| ApiError::not_found(format_args!("queue {queue}")))?;
+    Ok((
+        QueueRow {
+            id,
+            team: team.to_string(),
+            name,
+            overlap: overlap.max(1) as usize,
+            lease_seconds: lease_seconds.max(1) as u64,
+            created_at,
+        },
+        caller_role,
+    ))
+}
+
+/// Begins a write transaction: immediate on SQLite (so that concurrent writers wait for the
+/// lock instead of failing to upgrade), and what rows to lock for a hand-out on Postgres.
+fn dialect(db: &Db) -> (&'static str, &'static str) {
+    match db {
+        Db::Sqlite(_) => ("BEGIN IMMEDIATE", ""),
+        Db::Postgres(_) => ("BEGIN", " FOR UPDATE SKIP LOCKED"),
+    }
+}
+
+fn item_from_row(row: ItemRow) -> anyhow::Result<ReviewItem> {
+    let (id, seq, version, original, label, counterfactual, target, method) =
+        (row.0, row.1, row.2, row.3, row.4, row.5, row.6, row.7);
+    let record: Option<Counterfactual> = row
+        .10
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .context("an item's record")?;
+    Ok(ReviewItem {
+        id,
+        seq: seq.max(0) as usize,
+        version,
+        original,
+        label,
+        counterfactual,
+        target,
+        method,
+        flipped: row.8.map(|f| f == 1),
+        target_probability: row.9.map(|p| p as f32),
+        provenance: record.map(|r| r.provenance),
+        siblings: Vec::new(),
+        outcome: row
+            .11
+            .as_deref()
+            .map(serde_json::from_str)
+            .transpose()
+            .context("an item's outcome")?,
+    })
+}
+
+/// An item of `queue` with its siblings (the other counterfactuals of its original).
+async fn load_item(db: &Db, queue: &str, item: &str) -> ApiResult<ReviewItem> {
+    let sql = sqlx::AssertSqlSafe(format!(
+        "SELECT {ITEM_COLUMNS} FROM items WHERE id = $1 AND queue_id = $2"
+    ));
+    let row: Option<ItemRow> = with_pool!(db, |pool| sqlx::query_as(sql)
+        .bind(item)
+        .bind(queue)
+        .fetch_optional(pool)
+        .await)?;
+    let mut item = item_from_row(row.ok_or_else(|| ApiError::not_found("such item"))?)?;
+    let siblings: Vec<(String, Option<String>, String, Option<String>)> =
+        with_pool!(db, |pool| sqlx::query_as(
+            "SELECT id, counterfactual, target, outcome FROM items WHERE queue_id = $1 \
+             AND original_hash = $2 AND id <> $3 ORDER BY seq LIMIT $4"
+        )
+        .bind(queue)
+        .bind(hash_secret(&item.original))
+        .bind(&item.id)
+        .bind(MAX_SIBLINGS)
+        .fetch_all(pool)
+        .await)?;
+    item.siblings = siblings
+        .into_iter()
+        .map(|(id, counterfactual, target, outcome)| Sibling {
+            id,
+            counterfactual,
+            target,
+            outcome: outcome
+                .as_deref()
+                .and_then(|o| serde_json::from_str::<Outcome>(o).ok())
+                .map(|o| o.verdict),
+        })
+        .collect();
+    Ok(item)
+}
+
+/// `POST /api/teams/{team}/queues` (admins): a queue, filled with a job's counterfactuals when
+/// `job` is given.
+pub async fn create(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(team): Path<String>,
+    JsonBody(request): JsonBody<QueueRequest>,
+) -> ApiResult<(StatusCode, Json<Queue>)> {
+    caller
+        .require(&state.db, &team, Role::Admin, Scope::Manage)
+        .await?;
+    let name = request.name.trim();
+    if name.is_empty() || name.len() > 200 {
+        return Err(ApiError::bad_request("name: 1 to 200 characters"));
+    }
+    if !(1..=MAX_OVERLAP).contains(&request.overlap) {
+        return Err(ApiError::bad_request(format!(
+            "overlap: 1 to {MAX_OVERLAP} people per item"
+        )));
+    }
+    if !(5..=7 * 24 * 3600).contains(&request.lease_seconds) {
+        return Err(ApiError::bad_request("lease_seconds: 5 s to a week"));
+    }
+    let records = match &request.job {
+        Some(job) => {
+            if state.db.job(job).await?.is_none() {
+                return Err(ApiError::not_found(format_args!("job {job}")));
+            }
+            job_records(&state.db, job).await?
+        }
+        None => Vec::new(),
+    };
+    let queue = QueueRow {
+        id: new_id("q"),
+        team: team.clone(),
+        name: name.to_string(),
+        overlap: request.overlap,
+        lease_seconds: request.lease_seconds,
+        created_at: now(),
+    };
+    with_pool!(&state.db, |pool| sqlx::query(
+        "INSERT INTO queues (id, team_id, name, overlap, lease_seconds, job_id, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)"
+    )
+    .bind(&queue.id)
+    .bind(&team)
+    .bind(&queue.name)
+    .bind(queue.overlap as i64)
+    .bind(queue.lease_seconds as i64)
+    .bind(&request.job)
+    .bind(&queue.created_at)
+    .execute(pool)
+    .await
+    .map(drop))?;
+    let items = records.into_iter().map(StoredItem::from_record).collect();
+    let added = insert_items(&state.db, &queue.id, items).await?;
+    audit(
+        &state.db,
+        &team,
+        Some(&queue.id),
+        Some(&caller.user.id),
+        "create queue",
+        serde_json::json!({"name": queue.name, "overlap": queue.overlap, "job": request.job,
+                           "items": added}),
+    )
+    .await?;
+    Ok((StatusCode::CREATED, Json(queue_info(queue, added))))
+}
+
+fn queue_info(queue: QueueRow, items: usize) -> Queue {
+    Queue {
+        id: queue.id,
+        team: queue.team,
+        name: queue.name,
+        overlap: queue.overlap,
+        lease_seconds: queue.lease_seconds,
+        items,
+        created_at: queue.created_at,
+    }
+}
+
+/// Every record of a job, in the order they were made.
+async fn job_records(db: &Db, job: &str) -> anyhow::Result<Vec<Counterfactual>> {
+    let mut records = Vec::new();
+    loop {
+        let (page, total) = db
+            .records(job, RecordFilter::All, records.len(), 1000)
+            .await?;
+        for json in &page {
+            records.push(serde_json::from_str(json).context("a job record")?);
+        }
+        if page.is_empty() || records.len() >= total {
+            return Ok(records);
+        }
+    }
+}
+
+/// An item to add to a queue.
+pub struct StoredItem {
+    pub original: String,
+    pub label: String,
+    pub counterfactual: Option<String>,
+    pub target: String,
+    pub method: String,
+    pub flipped: Option<bool>,
+    pub target_probability: Option<f32>,
+    pub record: Option<String>,
+}
+
+impl StoredItem {
+    fn from_record(record: Counterfactual) -> StoredItem {
+        StoredItem {
+            original: record.original.clone(),
+            label: record.label.clone(),
+            counterfactual: Some(record.edited.clone()),
+            target: record.target.clone(),
+            method: record.method.clone(),
+            flipped: Some(record.flipped),
+            target_probability: Some(record.target_probability),
+            record: serde_json::to_string(&record).ok(),
+        }
+    }
+}
+
+/// Appends `items` to `queue` in one transaction; returns how many the queue has now.
+pub async fn insert_items(db: &Db, queue: &str, items: Vec<StoredItem>) -> ApiResult<usize> {
+    let (begin, _) = dialect(db);
+    let total = with_pool!(db, |pool| async {
+        let mut tx = pool.begin_with(begin).await?;
+        let start: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE queue_id = $1")
+            .bind(queue)
+            .fetch_one(&mut *tx)
+            .await?;
+        for (i, item) in items.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO items (id, queue_id, seq, original, label, counterfactual, target, \
+                 method, flipped, target_probability, record, original_hash) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            )
+            .bind(new_id("it"))
+            .bind(queue)
+            .bind(start + i as i64)
+            .bind(&item.original)
+            .bind(&item.label)
+            .bind(&item.counterfactual)
+            .bind(&item.target)
+            .bind(&item.method)
+            .bind(item.flipped.map(i64::from))
+            .bind(item.target_probability.map(f64::from))
+            .bind(&item.record)
+            .bind(hash_secret(&item.original))
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(start as usize + items.len())
+    }
+    .await)?;
+    Ok(total)
+}
+
+/// `GET /api/teams/{team}/queues`.
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(team): Path<String>,
+) -> ApiResult<Json<Vec<Queue>>> {
+    caller
+        .require(&state.db, &team, Role::Viewer, Scope::Read)
+        .await?;
+    let rows: Vec<(String, String, i64, i64, String, i64)> =
+        with_pool!(&state.db, |pool| sqlx::query_as(
+            "SELECT q.id, q.name, q.overlap, q.lease_seconds, q.created_at, \
+             (SELECT COUNT(*) FROM items i WHERE i.queue_id = q.id) FROM queues q \
+             WHERE q.team_id = $1 ORDER BY q.created_at DESC"
+        )
+        .bind(&team)
+        .fetch_all(pool)
+        .await)?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|(id, name, overlap, lease, created_at, items)| Queue {
+                id,
+                team: team.clone(),
+                name,
+                overlap: overlap as usize,
+                lease_seconds: lease as u64,
+                items: items as usize,
+                created_at,
+            })
+            .collect(),
+    ))
+}
+
+/// `GET /api/teams/{team}/queues/{queue}`.
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue)): Path<(String, String)>,
+) -> ApiResult<Json<Queue>> {
+    let (queue, _) =
+        queue_for(&state.db, &caller, &team, &queue, Role::Viewer, Scope::Read).await?;
+    let items: i64 = with_pool!(&state.db, |pool| sqlx::query_scalar(
+        "SELECT COUNT(*) FROM items WHERE queue_id = $1"
+    )
+    .bind(&queue.id)
+    .fetch_one(pool)
+    .await)?;
+    Ok(Json(queue_info(queue, items as usize)))
+}
+
+/// `POST …/items` (admins): originals to write counterfactuals for, or counterfactuals made
+/// elsewhere.
+pub async fn add_items(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue)): Path<(String, String)>,
+    JsonBody(items): JsonBody<Vec<NewItem>>,
+) -> ApiResult<Json<Queue>> {
+    let (queue, _) = queue_for(
+        &state.db,
+        &caller,
+        &team,
+        &queue,
+        Role::Admin,
+        Scope::Manage,
+    )
+    .await?;
+    if items.is_empty() || items.len() > MAX_NEW_ITEMS {
+        return Err(ApiError::bad_request(format!(
+            "1 to {MAX_NEW_ITEMS} items per request"
+        )));
+    }
+    let mut stored = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let at = |e: ApiError| ApiError::bad_request(format!("item {}: {}", i + 1, e.message));
+        check_text(&item.original).map_err(at)?;
+        if let Some(text) = &item.counterfactual {
+            check_text(text).map_err(at)?;
+        }
+        if item.label.trim().is_empty() || item.target.trim().is_empty() {
+            return Err(at(ApiError::bad_request("label and target are required")));
+        }
+        stored.push(StoredItem {
+            method: if item.counterfactual.is_some() {
+                "upload"
+            } else {
+                "human"
+            }
+            .into(),
+            original: item.original,
+            label: item.label,
+            counterfactual: item.counterfactual,
+            target: item.target,
+            flipped: None,
+            target_probability: None,
+            record: None,
+        });
+    }
+    let added = stored.len();
+    let total = insert_items(&state.db, &queue.id, stored).await?;
+    audit(
+        &state.db,
+        &team,
+        Some(&queue.id),
+        Some(&caller.user.id),
+        "add items",
+        serde_json::json!({"items": added}),
+    )
+    .await?;
+    Ok(Json(queue_info(queue, total)))
+}
+
+/// `POST …/next`: the caller's next item, leased to them. Their live lease when they hold one
+/// (a reload gets the same item); `null` when nothing is left for them.
+pub async fn next(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue)): Path<(String, String)>,
+) -> ApiResult<Json<Option<Lease>>> {
+    let (queue, _) = queue_for(
+        &state.db,
+        &caller,
+        &team,
+        &queue,
+        Role::Annotator,
+        Scope::Review,
+    )
+    .await?;
+    let db = &state.db;
+    let (begin, lock) = dialect(db);
+    let user = &caller.user.id;
+    let now = now();
+    let expires = now_plus(queue.lease_seconds as i64);
+    let claim = sqlx::AssertSqlSafe(format!(
+        "UPDATE items SET claims = claims + 1, \
+         is_full = CASE WHEN claims + 1 >= $3 THEN 1 ELSE 0 END \
+         WHERE id = (SELECT i.id FROM items i WHERE i.queue_id = $1 AND i.is_full = 0 \
+         AND NOT EXISTS (SELECT 1 FROM assignments a WHERE a.item_id = i.id AND a.user_id = $2) \
+         ORDER BY i.seq LIMIT 1{lock}) RETURNING id"
+    ));
+    let lease: Option<(String, String)> = with_pool!(db, |pool| async {
+        let mut tx = pool.begin_with(begin).await?;
+        // Leases that ran out give their items back.
+        let expired: Vec<String> = sqlx::query_scalar(
+            "DELETE FROM assignments WHERE queue_id = $1 AND state = 'leased' \
+             AND expires_at <= $2 RETURNING item_id",
+        )
+        .bind(&queue.id)
+        .bind(&now)
+        .fetch_all(&mut *tx)
+        .await?;
+        for item in &expired {
+            sqlx::query("UPDATE items SET claims = claims - 1, is_full = 0 WHERE id = $1")
+                .bind(item)
+                .execute(&mut *tx)
+                .await?;
+        }
+        let held: Option<(String, String)> = sqlx::query_as(
+            "SELECT id, item_id FROM assignments WHERE queue_id = $1 AND user_id = $2 \
+             AND state = 'leased' ORDER BY created_at LIMIT 1",
+        )
+        .bind(&queue.id)
+        .bind(user)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let lease = match held {
+            Some((lease, item)) => {
+                sqlx::query("UPDATE assignments SET expires_at = $2 WHERE id = $1")
+                    .bind(&lease)
+                    .bind(&expires)
+                    .execute(&mut *tx)
+                    .await?;
+                Some((lease, item))
+            }
+            None => {
+                let claimed: Option<String> = sqlx::query_scalar(claim)
+                    .bind(&queue.id)
+                    .bind(user)
+                    .bind(queue.overlap as i64)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                match claimed {
+                    Some(item) => {
+                        let lease = new_id("lease");
+                        sqlx::query(
+                            "INSERT INTO assignments (id, queue_id, item_id, user_id, state, \
+                             expires_at, created_at) VALUES ($1, $2, $3, $4, 'leased', $5, $6)",
+                        )
+                        .bind(&lease)
+                        .bind(&queue.id)
+                        .bind(&item)
+                        .bind(user)
+                        .bind(&expires)
+                        .bind(&now)
+                        .execute(&mut *tx)
+                        .await?;
+                        Some((lease, item))
+                    }
+                    None => None,
+                }
+            }
+        };
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(lease)
+    }
+    .await)?;
+    let Some((lease, item)) = lease else {
+        return Ok(Json(None));
+    };
+    Ok(Json(Some(
+        lease_view(db, &queue.id, &lease, &item, user, &expires, None).await?,
+    )))
+}
+
+async fn lease_view(
+    db: &Db,
+    queue: &str,
+    lease: &str,
+    item: &str,
+    user: &str,
+    expires_at: &str,
+    previous: Option<Verdict>,
+) -> ApiResult<Lease> {
+    let draft: Option<String> = with_pool!(db, |pool| sqlx::query_scalar(
+        "SELECT text FROM drafts WHERE item_id = $1 AND user_id = $2"
+    )
+    .bind(item)
+    .bind(user)
+    .fetch_optional(pool)
+    .await)?;
+    Ok(Lease {
+        id: lease.to_string(),
+        expires_at: expires_at.to_string(),
+        item: load_item(db, queue, item).await?,
+        draft,
+        previous,
+    })
+}
+
+/// The classifier's probability of `target` for `text`, and whether it is the top label; `None`
+/// when the classifier does not know the label.
+async fn judge(state: &AppState, text: &str, target: &str) -> ApiResult<Option<(f32, bool)>> {
+    let Some(index) = state
+        .resources
+        .classifier_info
+        .labels
+        .iter()
+        .position(|l| l == target)
+    else {
+        return Ok(None);
+    };
+    let resources = state.resources.clone();
+    let texts = vec![text.to_string()];
+    let probabilities = blocking(move || probabilities(&resources, &texts)).await?;
+    let row = &probabilities[0];
+    let top = row
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i);
+    Ok(Some((row[index], top == Some(index))))
+}
+
+/// What a verdict keeps of the item (the text and label it goes into training data with), after
+/// checking the verdict is complete and, for an accept, that the classifier agrees or the
+/// caller may override it.
+struct Checked {
+    text: Option<String>,
+    label: Option<String>,
+    /// The classifier's probability of the target for a new text, and whether it flips.
+    score: Option<(f32, bool)>,
+}
+
+async fn check_verdict(
+    state: &AppState,
+    item: &ReviewItem,
+    verdict: Verdict,
+    text: Option<&str>,
+    label: Option<&str>,
+    override_classifier: bool,
+    role: Role,
+) -> ApiResult<Checked> {
+    if override_classifier && role < Role::Reviewer {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "only reviewers and admins can override the classifier",
+        ));
+    }
+    let text = text.map(str::trim).filter(|t| !t.is_empty());
+    let written = match verdict {
+        Verdict::Fix => Some(text.ok_or_else(|| ApiError::bad_request("fix: give the text"))?),
+        Verdict::Accept if item.counterfactual.is_none() => {
+            Some(text.ok_or_else(|| ApiError::bad_request("write the counterfactual first"))?)
+        }
+        _ => None,
+    };
+    let label = match verdict {
+        Verdict::Relabel => Some(
+            label
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .ok_or_else(|| ApiError::bad_request("relabel: give the label"))?
+                .to_string(),
+        ),
+        _ => None,
+    };
+    if let Some(text) = written {
+        check_text(text)?;
+    }
+    let score = match written {
+        Some(text) => judge(state, text, &item.target).await?,
+        None => None,
+    };
+    if matches!(verdict, Verdict::Accept | Verdict::Fix) && !override_classifier {
+        let flips = match written {
+            Some(_) => score.map(|(_, top)| top),
+            None => item.flipped,
+        };
+        if flips == Some(false) {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "needs_override",
+                "the classifier says this edit does not flip the label: a reviewer can accept \
+                 it with an override, or flag it",
+            ));
+        }
+    }
+    Ok(Checked {
+        text: written.map(str::to_string),
+        label,
+        score,
+    })
+}
+
+/// The outcome of an item's first-pass verdicts (oldest first), once there are `overlap` of
+/// them: the majority; a tie is flagged for a reviewer.
+fn majority(
+    verdicts: &[(String, Option<String>, Option<String>)],
+    overlap: usize,
+    target: &str,
+) -> Option<Outcome> {
+    let decided: Vec<(Verdict, &Option<String>, &Option<String>)> = verdicts
+        .iter()
+        .filter_map(|(v, text, label)| Some((Verdict::parse(v)?, text, label)))
+        .filter(|(v, _, _)| *v != Verdict::Skip)
+        .collect();
+    if decided.len() < overlap {
+        return None;
+    }
+    let mut counts: Vec<(Verdict, usize)> = Vec::new();
+    for (v, _, _) in &decided {
+        match counts.iter_mut().find(|(c, _)| *c == v.agreement_class()) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((v.agreement_class(), 1)),
+        }
+    }
+    let best = counts.iter().map(|(_, n)| *n).max()?;
+    let winners: Vec<Verdict> = counts
+        .iter()
+        .filter(|(_, n)| *n == best)
+        .map(|(v, _)| *v)
+        .collect();
+    let class = if winners.len() == 1 {
+        winners[0]
+    } else {
+        Verdict::Flag
+    };
+    // The latest verdict of the winning class says what text and label it keeps.
+    let latest = decided
+        .iter()
+        .rev()
+        .find(|(v, _, _)| v.agreement_class() == class);
+    let verdict = latest.map_or(class, |(v, _, _)| *v);
+    Some(Outcome {
+        verdict,
+        text: latest.and_then(|(_, text, _)| (*text).clone()),
+        label: latest
+            .and_then(|(_, _, label)| (*label).clone())
+            .unwrap_or_else(|| target.to_string()),
+        reviewed: false,
+    })
+}
+
+/// Recomputes an item's outcome from its live first-pass verdicts, inside a transaction, and
+/// bumps its version. The item's row is locked first: on Postgres two verdicts on one item
+/// committing at once would otherwise each miss the other's and leave the item undecided.
+macro_rules! settle_item {
+    ($tx:expr, $item:expr, $overlap:expr, $target:expr) => {{
+        sqlx::query("UPDATE items SET version = version + 1 WHERE id = $1")
+            .bind($item)
+            .execute(&mut *$tx)
+            .await?;
+        let verdicts: Vec<(String, Option<String>, Option<String>)> = sqlx::query_as(
+            "SELECT verdict, text, label FROM verdicts WHERE item_id = $1 AND pass = 1 \
+             AND undone_at IS NULL ORDER BY created_at, id",
+        )
+        .bind($item)
+        .fetch_all(&mut *$tx)
+        .await?;
+        let outcome = majority(&verdicts, $overlap, $target);
+        sqlx::query("UPDATE items SET outcome = $2, stage = $3 WHERE id = $1")
+            .bind($item)
+            .bind(outcome.as_ref().map(|o| serde_json::json!(o).to_string()))
+            .bind(i64::from(outcome.is_some()))
+            .execute(&mut *$tx)
+            .await?;
+    }};
+}
+
+/// Appends to the audit log inside a transaction.
+macro_rules! audit_in {
+    ($tx:expr, $team:expr, $queue:expr, $item:expr, $user:expr, $action:expr, $detail:expr) => {
+        sqlx::query(AUDIT_INSERT)
+            .bind(new_id("aud"))
+            .bind($team)
+            .bind($queue)
+            .bind($item)
+            .bind($user)
+            .bind($action)
+            .bind($detail.to_string())
+            .bind(now())
+            .execute(&mut *$tx)
+            .await?
+    };
+}
+
+/// Why a verdict was not recorded.
+enum Refusal {
+    /// The lease ran out and the item went back, or it is not the caller's.
+    LeaseGone,
+    AlreadyDecided,
+    Database(sqlx::Error),
+}
+
+impl From<sqlx::Error> for Refusal {
+    fn from(e: sqlx::Error) -> Self {
+        Refusal::Database(e)
+    }
+}
+
+/// `POST …/verdicts`: decides the item of one of the caller's leases. The same `request_id`
+/// again answers as the first time and records nothing more.
+pub async fn decide(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue)): Path<(String, String)>,
+    JsonBody(request): JsonBody<VerdictRequest>,
+) -> ApiResult<Json<ReviewItem>> {
+    let (queue, role) = queue_for(
+        &state.db,
+        &caller,
+        &team,
+        &queue,
+        Role::Annotator,
+        Scope::Review,
+    )
+    .await?;
+    let db = &state.db;
+    let user = caller.user.id.as_str();
+    if request.request_id.is_empty() || request.request_id.len() > 100 {
+        return Err(ApiError::bad_request("request_id: 1 to 100 characters"));
+    }
+    let lease: Option<(String, String)> = with_pool!(db, |pool| sqlx::query_as(
+        "SELECT item_id, user_id FROM assignments WHERE id = $1 AND queue_id = $2"
+    )
+    .bind(&request.lease)
+    .bind(&queue.id)
+    .fetch_optional(pool)
+    .await)?;
+    let replayed: Option<String> = with_pool!(db, |pool| sqlx::query_scalar(
+        "SELECT item_id FROM verdicts WHERE user_id = $1 AND request_id = $2 AND queue_id = $3"
+    )
+    .bind(user)
+    .bind(&request.request_id)
+    .bind(&queue.id)
+    .fetch_optional(pool)
+    .await)?;
+    if let Some(item) = replayed {
+        return Ok(Json(load_item(db, &queue.id, &item).await?));
+    }
+    let item_id = match lease {
+        Some((item, owner)) if owner == user => item,
+        _ => return Err(lease_gone()),
+    };
+    let item = load_item(db, &queue.id, &item_id).await?;
+    let checked = check_verdict(
+        &state,
+        &item,
+        request.verdict,
+        request.text.as_deref(),
+        request.label.as_deref(),
+        request.override_classifier,
+        role,
+    )
+    .await?;
+    let (begin, _) = dialect(db);
+    let state_after = if request.verdict == Verdict::Skip {
+        "skipped"
+    } else {
+        "done"
+    };
+    let detail = serde_json::json!({
+        "verdict": request.verdict, "text": checked.text, "label": checked.label,
+        "override_classifier": request.override_classifier,
+        "excerpts": request.excerpts,
+    });
+    let outcome: Result<(), Refusal> = with_pool!(db, |pool| async {
+        let mut tx = pool.begin_with(begin).await?;
+        let taken = sqlx::query(
+            "UPDATE assignments SET state = $2 WHERE id = $1 AND user_id = $3 AND state = 'leased'",
+        )
+        .bind(&request.lease)
+        .bind(state_after)
+        .bind(user)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if taken == 0 {
+            let exists: Option<String> =
+                sqlx::query_scalar("SELECT state FROM assignments WHERE id = $1")
+                    .bind(&request.lease)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            return Err(match exists {
+                Some(_) => Refusal::AlreadyDecided,
+                None => Refusal::LeaseGone,
+            });
+        }
+        sqlx::query(
+            "INSERT INTO verdicts (id, assignment_id, queue_id, item_id, user_id, pass, \
+             request_id, verdict, text, label, override_classifier, created_at) \
+             VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(new_id("v"))
+        .bind(&request.lease)
+        .bind(&queue.id)
+        .bind(&item_id)
+        .bind(user)
+        .bind(&request.request_id)
+        .bind(request.verdict.as_str())
+        .bind(&checked.text)
+        .bind(&checked.label)
+        .bind(i64::from(request.override_classifier))
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        if request.verdict == Verdict::Skip {
+            sqlx::query("UPDATE items SET claims = claims - 1, is_full = 0 WHERE id = $1")
+                .bind(&item_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        if let Some(record) = written_record(&item, &request, &checked) {
+            // A counterfactual written for an original: the item now has it.
+            sqlx::query(
+                "UPDATE items SET counterfactual = $2, method = 'human', record = $3, \
+                 flipped = $4, target_probability = $5 WHERE id = $1",
+            )
+            .bind(&item_id)
+            .bind(&record.edited)
+            .bind(serde_json::json!(record).to_string())
+            .bind(checked.score.map(|(_, flips)| i64::from(flips)))
+            .bind(checked.score.map(|(p, _)| f64::from(p)))
+            .execute(&mut *tx)
+            .await?;
+        }
+        settle_item!(tx, &item_id, queue.overlap, &item.target);
+        sqlx::query("DELETE FROM drafts WHERE item_id = $1 AND user_id = $2")
+            .bind(&item_id)
+            .bind(user)
+            .execute(&mut *tx)
+            .await?;
+        audit_in!(tx, &team, &queue.id, &item_id, user, "verdict", detail);
+        tx.commit().await?;
+        Ok(())
+    }
+    .await);
+    match outcome {
+        Ok(()) => {}
+        Err(Refusal::LeaseGone) => return Err(lease_gone()),
+        Err(Refusal::AlreadyDecided) => {
+            return Err(ApiError::conflict(
+                "you have decided this item already: undo it to change your verdict",
+            ));
+        }
+        // The same request_id racing itself: the other one recorded the verdict.
+        Err(Refusal::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {}
+        Err(Refusal::Database(e)) => return Err(e.into()),
+    }
+    Ok(Json(load_item(db, &queue.id, &item_id).await?))
+}
+
+/// The record of a counterfactual written for an original (an item that had none), with the
+/// retrieved excerpts the author drew on as its provenance.
+fn written_record(
+    item: &ReviewItem,
+    request: &VerdictRequest,
+    checked: &Checked,
+) -> Option<Counterfactual> {
+    let text = checked.text.as_ref()?;
+    if item.counterfactual.is_some() || request.verdict != Verdict::Accept {
+        return None;
+    }
+    let (probability, flipped) = checked.score.unwrap_or((0.0, false));
+    Some(Counterfactual {
+        key: format!("{}→{}", item.id, item.target),
+        item: item.id.clone(),
+        method: "human".into(),
+        premise: None,
+        original: item.original.clone(),
+        edited: text.clone(),
+        label: item.label.clone(),
+        target: item.target.clone(),
+        model: None,
+        seed: 0,
+        attempt: 1,
+        timing: Default::default(),
+        prediction: if flipped {
+            item.target.clone()
+        } else {
+            item.label.clone()
+        },
+        target_probability: probability,
+        flipped,
+        provenance: Provenance::Core(CoreProvenance {
+            retrieved: request.excerpts.clone(),
+            ..Default::default()
+        }),
+    })
+}
+
+fn lease_gone() -> ApiError {
+    ApiError::conflict(
+        "your lease on this item ran out and it went back to the queue: nothing was saved",
+    )
+}
+
+/// `POST …/undo`: takes back the caller's latest verdict in the queue (while no reviewer has
+/// confirmed the item) and leases the item to them again.
+pub async fn undo(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue)): Path<(String, String)>,
+) -> ApiResult<Json<Lease>> {
+    let (queue, _) = queue_for(
+        &state.db,
+        &caller,
+        &team,
+        &queue,
+        Role::Annotator,
+        Scope::Review,
+    )
+    .await?;
+    let db = &state.db;
+    let user = caller.user.id.as_str();
+    let (begin, _) = dialect(db);
+    let expires = now_plus(queue.lease_seconds as i64);
+    let undone: Result<Option<(String, String, String)>, Refusal> = with_pool!(db, |pool| async {
+        let mut tx = pool.begin_with(begin).await?;
+        let last: Option<(String, String, String, String, String, i64)> = sqlx::query_as(
+            "SELECT v.id, v.assignment_id, v.item_id, v.verdict, i.target, i.stage \
+             FROM verdicts v JOIN items i ON i.id = v.item_id WHERE v.queue_id = $1 \
+             AND v.user_id = $2 AND v.pass = 1 AND v.undone_at IS NULL \
+             ORDER BY v.created_at DESC, v.id DESC LIMIT 1",
+        )
+        .bind(&queue.id)
+        .bind(user)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some((verdict_id, lease, item, verdict, target, stage)) = last else {
+            return Ok(None);
+        };
+        if stage >= 2 {
+            return Err(Refusal::AlreadyDecided);
+        }
+        if verdict == Verdict::Skip.as_str() {
+            // The slot was given back: take it again, if nobody else has.
+            let retaken = sqlx::query(
+                "UPDATE items SET claims = claims + 1, \
+                 is_full = CASE WHEN claims + 1 >= $2 THEN 1 ELSE 0 END \
+                 WHERE id = $1 AND claims < $2",
+            )
+            .bind(&item)
+            .bind(queue.overlap as i64)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if retaken == 0 {
+                return Err(Refusal::LeaseGone);
+            }
+        }
+        sqlx::query("UPDATE verdicts SET undone_at = $2 WHERE id = $1")
+            .bind(&verdict_id)
+            .bind(now())
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE assignments SET state = 'leased', expires_at = $2 WHERE id = $1")
+            .bind(&lease)
+            .bind(&expires)
+            .execute(&mut *tx)
+            .await?;
+        settle_item!(tx, &item, queue.overlap, &target);
+        audit_in!(
+            tx,
+            &team,
+            &queue.id,
+            &item,
+            user,
+            "undo",
+            serde_json::json!({"verdict": verdict})
+        );
+        tx.commit().await?;
+        Ok(Some((lease, item, verdict)))
+    }
+    .await);
+    match undone {
+        Ok(Some((lease, item, verdict))) => Ok(Json(
+            lease_view(
+                db,
+                &queue.id,
+                &lease,
+                &item,
+                user,
+                &expires,
+                Verdict::parse(&verdict),
+            )
+            .await?,
+        )),
+        Ok(None) => Err(ApiError::not_found(
+            "verdict of yours to undo in this queue",
+        )),
+        Err(Refusal::AlreadyDecided) => Err(ApiError::conflict(
+            "a reviewer has already confirmed or overturned that item",
+        )),
+        Err(Refusal::LeaseGone) => Err(ApiError::conflict(
+            "someone else has taken the item you skipped",
+        )),
+        Err(Refusal::Database(e)) => Err(e.into()),
+    }
+}
+
+/// `PUT …/leases/{lease}/draft`: keeps what the caller is writing for a leased item, so that a
+/// closed tab loses nothing.
+pub async fn save_draft(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue, lease)): Path<(String, String, String)>,
+    JsonBody(draft): JsonBody<Draft>,
+) -> ApiResult<StatusCode> {
+    let (queue, _) = queue_for(
+        &state.db,
+        &caller,
+        &team,
+        &queue,
+        Role::Annotator,
+        Scope::Review,
+    )
+    .await?;
+    if draft.text.chars().count() > 20_000 {
+        return Err(ApiError::bad_request(
+            "a draft holds at most 20,000 characters",
+        ));
+    }
+    let item: Option<String> = with_pool!(&state.db, |pool| sqlx::query_scalar(
+        "SELECT item_id FROM assignments WHERE id = $1 AND queue_id = $2 AND user_id = $3 \
+         AND state = 'leased'"
+    )
+    .bind(&lease)
+    .bind(&queue.id)
+    .bind(&caller.user.id)
+    .fetch_optional(pool)
+    .await)?;
+    let item = item.ok_or_else(lease_gone)?;
+    with_pool!(&state.db, |pool| sqlx::query(
+        "INSERT INTO drafts (item_id, user_id, text, updated_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (item_id, user_id) DO UPDATE SET text = excluded.text, \
+         updated_at = excluded.updated_at"
+    )
+    .bind(&item)
+    .bind(&caller.user.id)
+    .bind(&draft.text)
+    .bind(now())
+    .execute(pool)
+    .await
+    .map(drop))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Where the second pass goes on from.
+#[derive(Debug, Deserialize)]
+pub struct ReviewCursor {
+    /// The first item after this position.
+    #[serde(default)]
+    pub after: Option<i64>,
+}
+
+/// `GET …/review/next` (reviewers): the next decided item no reviewer has confirmed yet, with
+/// the verdicts behind it; `null` when none is left.
+pub async fn next_to_review(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue)): Path<(String, String)>,
+    Query(cursor): Query<ReviewCursor>,
+) -> ApiResult<Json<Option<ReviewTask>>> {
+    let (queue, _) = queue_for(
+        &state.db,
+        &caller,
+        &team,
+        &queue,
+        Role::Reviewer,
+        Scope::Read,
+    )
+    .await?;
+    let item: Option<String> =
+        with_pool!(&state.db, |pool| {
+            sqlx::query_scalar(
+        "SELECT id FROM items WHERE queue_id = $1 AND stage = 1 AND seq > $2 ORDER BY seq LIMIT 1"
+    )
+    .bind(&queue.id)
+    .bind(cursor.after.unwrap_or(-1))
+    .fetch_optional(pool)
+    .await
+        })?;
+    let Some(item) = item else {
+        return Ok(Json(None));
+    };
+    Ok(Json(Some(ReviewTask {
+        item: load_item(&state.db, &queue.id, &item).await?,
+        verdicts: past_verdicts(&state.db, &item).await?,
+    })))
+}
+
+/// user name, verdict, text, label, override.
+type VerdictRow = (String, String, Option<String>, Option<String>, i64);
+
+async fn past_verdicts(db: &Db, item: &str) -> ApiResult<Vec<PastVerdict>> {
+    let rows: Vec<VerdictRow> = with_pool!(db, |pool| sqlx::query_as(
+        "SELECT u.name, v.verdict, v.text, v.label, v.override_classifier FROM verdicts v \
+             JOIN users u ON u.id = v.user_id WHERE v.item_id = $1 AND v.undone_at IS NULL \
+             ORDER BY v.created_at, v.id"
+    )
+    .bind(item)
+    .fetch_all(pool)
+    .await)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(user, verdict, text, label, overridden)| {
+            Some(PastVerdict {
+                user,
+                verdict: Verdict::parse(&verdict)?,
+                text,
+                label,
+                override_classifier: overridden == 1,
+            })
+        })
+        .collect())
+}
+
+/// `POST …/items/{item}/review` (reviewers): confirms (same verdict) or overturns an item's
+/// outcome. `version` must be the item's current one: a save from a stale copy gets 409 and
+/// changes nothing.
+pub async fn review(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue, item_id)): Path<(String, String, String)>,
+    JsonBody(request): JsonBody<ReviewRequest>,
+) -> ApiResult<Json<ReviewItem>> {
+    let (queue, role) = queue_for(
+        &state.db,
+        &caller,
+        &team,
+        &queue,
+        Role::Reviewer,
+        Scope::Review,
+    )
+    .await?;
+    let db = &state.db;
+    if request.verdict == Verdict::Skip {
+        return Err(ApiError::bad_request(
+            "a review confirms or overturns: skip is not one",
+        ));
+    }
+    let item = load_item(db, &queue.id, &item_id).await?;
+    let checked = check_verdict(
+        &state,
+        &item,
+        request.verdict,
+        request.text.as_deref(),
+        request.label.as_deref(),
+        request.override_classifier,
+        role,
+    )
+    .await?;
+    let previous = item.outcome.as_ref().map(|o| o.verdict);
+    let outcome = Outcome {
+        verdict: request.verdict,
+        text: checked.text.clone().or_else(|| {
+            (request.verdict == previous.unwrap_or(Verdict::Flag))
+                .then(|| item.outcome.as_ref().and_then(|o| o.text.clone()))
+                .flatten()
+        }),
+        label: checked.label.clone().unwrap_or_else(|| item.target.clone()),
+        reviewed: true,
+    };
+    let action = if previous == Some(request.verdict) {
+        "confirm"
+    } else {
+        "overturn"
+    };
+    let user = caller.user.id.as_str();
+    let (begin, _) = dialect(db);
+    let detail = serde_json::json!({"verdict": request.verdict, "previous": previous,
+        "text": checked.text, "label": checked.label,
+        "override_classifier": request.override_classifier});
+    let saved: bool = with_pool!(db, |pool| async {
+        let mut tx = pool.begin_with(begin).await?;
+        let changed = sqlx::query(
+            "UPDATE items SET outcome = $4, stage = 2, version = version + 1 \
+             WHERE id = $1 AND queue_id = $2 AND version = $3 AND stage >= 1",
+        )
+        .bind(&item_id)
+        .bind(&queue.id)
+        .bind(request.version)
+        .bind(serde_json::json!(outcome).to_string())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if changed == 0 {
+            return Ok::<_, sqlx::Error>(false);
+        }
+        sqlx::query(
+            "INSERT INTO verdicts (id, queue_id, item_id, user_id, pass, request_id, verdict, \
+             text, label, override_classifier, created_at) \
+             VALUES ($1, $2, $3, $4, 2, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(new_id("v"))
+        .bind(&queue.id)
+        .bind(&item_id)
+        .bind(user)
+        .bind(new_id("review"))
+        .bind(request.verdict.as_str())
+        .bind(&checked.text)
+        .bind(&checked.label)
+        .bind(i64::from(request.override_classifier))
+        .bind(now())
+        .execute(&mut *tx)
+        .await?;
+        audit_in!(tx, &team, &queue.id, &item_id, user, action, detail);
+        tx.commit().await?;
+        Ok(true)
+    }
+    .await)?;
+    if !saved {
+        return Err(ApiError::conflict(
+            "the item changed since you loaded it (or is not decided yet): reload it; nothing \
+             was saved",
+        ));
+    }
+    Ok(Json(load_item(db, &queue.id, &item_id).await?))
+}
+
+/// `GET …/items/{item}`: one item with its siblings.
+pub async fn item(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue, item)): Path<(String, String, String)>,
+) -> ApiResult<Json<ReviewItem>> {
+    let (queue, _) =
+        queue_for(&state.db, &caller, &team, &queue, Role::Viewer, Scope::Read).await?;
+    Ok(Json(load_item(&state.db, &queue.id, &item).await?))
+}
+
+/// `GET …/items/{item}/history`: the item's audit log, oldest first.
+pub async fn history(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, queue, item)): Path<(String, String, String)>,
+) -> ApiResult<Json<Vec<HistoryEntry>>> {
+    let (queue, _) =
+        queue_for(&state.db, &caller, &team, &queue, Role::Viewer, Scope::Read).await?;
+    let rows: Vec<(String, Option<String>, String, String)> =
+        with_pool!(&state.db, |pool| sqlx::query_as(
+            "SELECT a.at, u.name, a.action, a.detail FROM audit_log a \
+             LEFT JOIN users u ON u.id = a.user_id WHERE a.item_id = $1 AND a.queue_id = $2 \
+             ORDER BY a.at, a.id"
+        )
+        .bind(&item)
+        .bind(&queue.id)
+        .fetch_all(pool)
+        .await)?;
+    Ok(Json(
+        rows.into_iter()
+            .map(|(at, user, action, detail)| HistoryEntry {
+                at,
+                user: user.unwrap_or_default(),
+                action,
+                detail: serde_json::from_str(&detail).unwrap_or_default(),
+            })
+            .collect(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(verdict: &str, text: Option<&str>) -> (String, Option<String>, Option<String>) {
+        (verdict.into(), text.map(str::to_string), None)
+    }
+
+    #[test]
+    fn the_majority_decides_and_a_tie_is_flagged() {
+        assert_eq!(majority(&[v("accept", None)], 2, "neg"), None);
+        let outcome = majority(&[v("accept", None), v("fix", Some("good"))], 2, "neg").unwrap();
+        assert_eq!(
+            (outcome.verdict, outcome.text.as_deref()),
+            (Verdict::Fix, Some("good"))
+        );
+        let tie = majority(&[v("accept", None), v("reject", None)], 2, "neg").unwrap();
+        assert_eq!(tie.verdict, Verdict::Flag);
+        let skipped = majority(&[v("skip", None), v("reject", None)], 2, "neg");
+        assert_eq!(skipped, None);
+        let relabel = majority(&[("relabel".into(), None, Some("pos".into()))], 1, "neg").unwrap();
+        assert_eq!(relabel.label, "pos");
+    }
+}
