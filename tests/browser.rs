@@ -14,7 +14,11 @@ use flipside_backend::server::demo::{CLASSIFIER_BITS, DIS_AE_BITS};
 use flipside_shared::data::Input;
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
 
+use serde_json::json;
+
 use crate::common::{ITEMS, editing_setup, serve, tiny_dis_ae};
+use crate::portal::{ADMIN_PASSWORD, add_items, add_user, new_queue, sign_in, team_of};
+use crate::server::{Server, follow, json_of, upload};
 
 /// Texts the browser's Dis-AE reproduces with negative sentiment, to match the native outputs.
 const REPRODUCED: [&str; 3] = [
@@ -63,8 +67,8 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-#[test]
-fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
+/// The browser app (Trunk's `dist/`) and the folder of the browser tests, with their packages.
+fn app_and_tests() -> (PathBuf, PathBuf) {
     let root = workspace();
     let dist = std::env::var_os("FLIPSIDE_DIST").map_or(root.join("dist"), PathBuf::from);
     assert!(
@@ -81,6 +85,38 @@ fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
             .expect("npm runs");
         assert!(status.success(), "npm ci failed in {}", e2e.display());
     }
+    (dist, e2e)
+}
+
+/// Where screenshots go: under the target directory.
+fn screenshot_dir() -> PathBuf {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or(workspace().join("target"), PathBuf::from);
+    target.join("screenshots")
+}
+
+/// Runs one file of browser tests with `env`; fails with their report.
+fn run_browser_tests(e2e: &Path, file: &str, env: &[(&str, String)]) {
+    let screenshots = screenshot_dir();
+    let output = Command::new("node")
+        .args(["--test", "--test-reporter=spec", file])
+        .current_dir(e2e)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env("SCREENSHOT_DIR", &screenshots)
+        .output()
+        .expect("node runs");
+    let report = String::from_utf8_lossy(&output.stdout);
+    println!("{report}\nscreenshots: {}", screenshots.display());
+    assert!(
+        output.status.success(),
+        "browser tests failed:\n{report}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
+    let (dist, e2e) = app_and_tests();
     let setup = editing_setup();
     let items = setup.dir.path().join("items.csv");
     std::fs::write(&items, ITEMS).unwrap();
@@ -108,28 +144,87 @@ fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
             "0",
         ],
     );
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(root.join("target"), PathBuf::from);
-    let screenshots = target.join("screenshots");
-    let output = Command::new("node")
-        .args(["--test", "--test-reporter=spec", "app.test.mjs"])
-        .current_dir(&e2e)
-        .env("FLIPSIDE_URL", &url)
-        .env("ITEMS_CSV", &items)
-        .env(
+    let env = [
+        ("FLIPSIDE_URL", url),
+        ("ITEMS_CSV", items.display().to_string()),
+        (
             "NATIVE_REPRODUCTIONS",
             native_reproductions(&compacted.join("dis-ae")),
-        )
-        .env("NATIVE_SCORE", native_score(&compacted.join("classifier")))
-        .env("SCREENSHOT_DIR", &screenshots)
-        .output()
-        .expect("node runs");
+        ),
+        ("NATIVE_SCORE", native_score(&compacted.join("classifier"))),
+    ];
+    let result = std::panic::catch_unwind(|| run_browser_tests(&e2e, "app.test.mjs", &env));
     server.kill().unwrap();
     server.wait().unwrap();
-    let report = String::from_utf8_lossy(&output.stdout);
-    println!("{report}\nscreenshots: {}", screenshots.display());
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The team portal by keyboard: the admin made by the CLI invites a teammate, both review a
+/// job's counterfactuals side by side, and the admin writes one with retrieved excerpts
+/// (tests/e2e/portal.test.mjs); the written one keeps the excerpts as its provenance.
+#[test]
+fn the_portal_reviews_a_job_by_keyboard_and_authors_with_excerpts() {
+    let (dist, e2e) = app_and_tests();
+    let setup = editing_setup();
+    let data = setup.dir.path().join("server");
+    add_user(&data, &[], "ada@lab.org", "lab", "admin");
+    let static_dir = dist.display().to_string();
+    let server = Server::start(&setup, &data, &["--static-dir", &static_dir]);
+    let dataset = json_of(upload(&server, "items.csv", ITEMS.into(), &[]), 201);
+    let job = json_of(
+        server.post(
+            "/jobs",
+            &json!({"dataset": dataset["id"], "limit": 3, "seed": 1}),
+        ),
+        202,
+    );
+    let job_id = job["id"].as_str().unwrap().to_string();
+    let events = follow(&server, &job_id, |j| j["status"] == "done");
+    let done = events.last().unwrap();
     assert!(
-        output.status.success(),
-        "browser tests failed:\n{report}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        done["written"].as_u64().unwrap() >= 1,
+        "the job wrote nothing: {done}"
+    );
+    let ada = sign_in(&server, "ada@lab.org", ADMIN_PASSWORD);
+    let team = team_of(&ada);
+    let originals = new_queue(&ada, &team, json!({"name": "originals to write for"}));
+    let original = json!([{
+        "original": "The plot was dull and the jokes painful.",
+        "label": "negative",
+        "target": "positive",
+    }]);
+    add_items(&ada, &team, &originals, &original);
+    run_browser_tests(
+        &e2e,
+        "portal.test.mjs",
+        &[
+            ("FLIPSIDE_URL", server.url.clone()),
+            ("ADMIN_EMAIL", "ada@lab.org".into()),
+            ("ADMIN_PASSWORD", ADMIN_PASSWORD.into()),
+            ("JOB_ID", job_id),
+            ("AUTHOR_QUEUE", format!("{team}/{originals}")),
+        ],
+    );
+    let stats = json_of(
+        ada.get(&format!("/teams/{team}/queues/{originals}/stats")),
+        200,
+    );
+    assert_eq!(stats["kept"], 1, "{stats}");
+    let exported = ada
+        .get(&format!(
+            "/teams/{team}/queues/{originals}/export?format=records"
+        ))
+        .text()
+        .unwrap();
+    let record: serde_json::Value = serde_json::from_str(exported.trim()).unwrap();
+    assert_eq!(record["method"], "human");
+    assert!(
+        !record["provenance"]["retrieved"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "the excerpts the author saw are its provenance: {record}"
     );
 }

@@ -20,7 +20,7 @@ use crate::common::{EditingSetup, ITEMS, editing_setup, flipside, success};
 use crate::server::{Postgres, Server, check_error, follow, json_of, upload};
 
 /// The first admin's password (given on stdin, as an operator would).
-const ADMIN_PASSWORD: &str = "correct horse battery staple";
+pub(crate) const ADMIN_PASSWORD: &str = "correct horse battery staple";
 const PASSWORD: &str = "a long enough password";
 
 /// How a test client authenticates.
@@ -32,14 +32,14 @@ enum Auth {
 
 /// A signed-in client of one server.
 #[derive(Clone)]
-struct Account {
-    http: Client,
-    base: String,
+pub(crate) struct Account {
+    pub http: Client,
+    pub base: String,
     auth: Auth,
 }
 
 impl Account {
-    fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Response {
+    pub fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Response {
         let mut request = self.http.request(method, format!("{}api{path}", self.base));
         request = match &self.auth {
             Auth::Session { cookie, csrf } => request
@@ -53,11 +53,11 @@ impl Account {
         request.send().unwrap()
     }
 
-    fn get(&self, path: &str) -> Response {
+    pub fn get(&self, path: &str) -> Response {
         self.send(Method::GET, path, None)
     }
 
-    fn post(&self, path: &str, body: &Value) -> Response {
+    pub fn post(&self, path: &str, body: &Value) -> Response {
         self.send(Method::POST, path, Some(body))
     }
 
@@ -70,7 +70,7 @@ impl Account {
     }
 }
 
-fn client() -> Client {
+pub(crate) fn client() -> Client {
     Client::builder()
         .timeout(Duration::from_secs(120))
         .build()
@@ -108,12 +108,12 @@ fn login(server: &Server, email: &str, password: &str) -> Response {
     )
 }
 
-fn sign_in(server: &Server, email: &str, password: &str) -> Account {
+pub(crate) fn sign_in(server: &Server, email: &str, password: &str) -> Account {
     session_of(&server.url, login(server, email, password))
 }
 
 /// `flipside users add` with the password on stdin; returns its stdout.
-fn add_user(data: &Path, extra: &[&str], email: &str, team: &str, role: &str) -> String {
+pub(crate) fn add_user(data: &Path, extra: &[&str], email: &str, team: &str, role: &str) -> String {
     let mut child = flipside()
         .args([
             "users", "add", "--email", email, "--team", team, "--role", role,
@@ -162,7 +162,7 @@ fn invite(admin: &Account, team: &str, email: &str, name: &str, role: &str) -> A
     account
 }
 
-fn team_of(account: &Account) -> String {
+pub(crate) fn team_of(account: &Account) -> String {
     let me = json_of(account.get("/auth/me"), 200);
     me["teams"][0]["id"].as_str().unwrap().to_string()
 }
@@ -188,12 +188,12 @@ fn uploaded_items(n: usize) -> Value {
     )
 }
 
-fn new_queue(admin: &Account, team: &str, body: Value) -> String {
+pub(crate) fn new_queue(admin: &Account, team: &str, body: Value) -> String {
     let queue = json_of(admin.post(&format!("/teams/{team}/queues"), &body), 201);
     queue["id"].as_str().unwrap().to_string()
 }
 
-fn add_items(admin: &Account, team: &str, queue: &str, items: &Value) {
+pub(crate) fn add_items(admin: &Account, team: &str, queue: &str, items: &Value) {
     json_of(
         admin.post(&format!("/teams/{team}/queues/{queue}/items"), items),
         200,

@@ -2,10 +2,17 @@
 //! request and response bodies of [`flipside_shared::api`]. Every call returns the server's
 //! error message as `Err(String)`, ready to show in place.
 
+use std::cell::RefCell;
+
 use flipside_shared::api::{
-    ApiError, DatasetInfo, EditRequest, EditResponse, Job, JobRequest, RecordPage, ServerInfo,
+    ApiError, DatasetInfo, EditRequest, EditResponse, Job, JobRequest, RecordPage, RetrieveRequest,
+    RetrieveResponse, ServerInfo,
 };
-use gloo_net::http::{Request, Response};
+use flipside_shared::portal::{
+    AcceptInvite, Draft, Invite, InviteRequest, Lease, LoginRequest, Me, Queue, QueueRequest,
+    QueueStats, ReviewItem, VerdictRequest,
+};
+use gloo_net::http::{Request, RequestBuilder, Response};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -16,6 +23,177 @@ pub const CLASSIFIER_WEIGHTS: &str = "/api/classifier/model.int8.safetensors";
 pub const DIS_AE_CONFIG: &str = "/api/dis-ae/config.json";
 pub const DIS_AE_VOCABULARY: &str = "/api/dis-ae/tokenizer.json";
 pub const DIS_AE_WEIGHTS: &str = "/api/dis-ae/model.int8.safetensors";
+
+thread_local! {
+    /// The session's CSRF token, sent with every state-changing portal request.
+    static CSRF: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Keeps the CSRF token of the signed-in session (from a sign-in or `me`).
+pub fn remember_session(me: &Me) {
+    CSRF.with(|c| *c.borrow_mut() = me.csrf.clone());
+}
+
+/// `request` with the session's CSRF header.
+fn with_csrf(request: RequestBuilder) -> RequestBuilder {
+    match CSRF.with(|c| c.borrow().clone()) {
+        Some(token) => request.header("x-csrf-token", &token),
+        None => request,
+    }
+}
+
+/// `GET /api/auth/me`: who is signed in (`None` when nobody is).
+pub async fn me() -> Result<Option<Me>, String> {
+    let response = Request::get("/api/auth/me")
+        .send()
+        .await
+        .map_err(network_error)?;
+    if response.status() == 401 {
+        return Ok(None);
+    }
+    let me: Me = read_json(response).await?;
+    remember_session(&me);
+    Ok(Some(me))
+}
+
+/// `POST /api/auth/login`.
+pub async fn login(request: &LoginRequest) -> Result<Me, String> {
+    let me: Me = post_json("/api/auth/login", request).await?;
+    remember_session(&me);
+    Ok(me)
+}
+
+/// `POST /api/auth/logout`.
+pub async fn logout() -> Result<(), String> {
+    with_csrf(Request::post("/api/auth/logout"))
+        .send()
+        .await
+        .map_err(network_error)?;
+    CSRF.with(|c| *c.borrow_mut() = None);
+    Ok(())
+}
+
+/// `POST /api/invites/accept`: joins the team and signs in.
+pub async fn accept_invite(request: &AcceptInvite) -> Result<Me, String> {
+    let me: Me = post_json("/api/invites/accept", request).await?;
+    remember_session(&me);
+    Ok(me)
+}
+
+/// `POST /api/teams/{team}/invites`.
+pub async fn invite(team: &str, request: &InviteRequest) -> Result<Invite, String> {
+    send(
+        with_csrf(Request::post(&format!("/api/teams/{team}/invites"))),
+        Some(request),
+    )
+    .await
+    .map_err(|e| e.message)
+}
+
+/// `GET /api/teams/{team}/queues`.
+pub async fn queues(team: &str) -> Result<Vec<Queue>, String> {
+    get_json(&format!("/api/teams/{team}/queues")).await
+}
+
+/// `POST /api/teams/{team}/queues`.
+pub async fn create_queue(team: &str, request: &QueueRequest) -> Result<Queue, String> {
+    send(
+        with_csrf(Request::post(&format!("/api/teams/{team}/queues"))),
+        Some(request),
+    )
+    .await
+    .map_err(|e| e.message)
+}
+
+fn queue_url(team: &str, queue: &str, rest: &str) -> String {
+    format!("/api/teams/{team}/queues/{queue}{rest}")
+}
+
+/// `POST …/next`: the caller's next leased item, `None` when nothing is left for them.
+pub async fn next_item(team: &str, queue: &str) -> Result<Option<Lease>, String> {
+    send::<(), _>(
+        with_csrf(Request::post(&queue_url(team, queue, "/next"))),
+        None,
+    )
+    .await
+    .map_err(|e| e.message)
+}
+
+/// `POST …/verdicts`; the error keeps its code (`needs_override`, `conflict`).
+pub async fn decide(
+    team: &str,
+    queue: &str,
+    request: &VerdictRequest,
+) -> Result<ReviewItem, ApiError> {
+    send(
+        with_csrf(Request::post(&queue_url(team, queue, "/verdicts"))),
+        Some(request),
+    )
+    .await
+}
+
+/// `POST …/undo`: the caller's last verdict, taken back, as a lease.
+pub async fn undo(team: &str, queue: &str) -> Result<Lease, String> {
+    send::<(), _>(
+        with_csrf(Request::post(&queue_url(team, queue, "/undo"))),
+        None,
+    )
+    .await
+    .map_err(|e| e.message)
+}
+
+/// `PUT …/leases/{lease}/draft`.
+pub async fn save_draft(team: &str, queue: &str, lease: &str, draft: &Draft) -> Result<(), String> {
+    let url = queue_url(team, queue, &format!("/leases/{lease}/draft"));
+    let response = with_csrf(Request::put(&url))
+        .json(draft)
+        .map_err(|e| e.to_string())?
+        .send()
+        .await
+        .map_err(network_error)?;
+    if !response.ok() {
+        return Err(error_message(response).await.message);
+    }
+    Ok(())
+}
+
+/// `GET …/stats`.
+pub async fn queue_stats(team: &str, queue: &str) -> Result<QueueStats, String> {
+    get_json(&queue_url(team, queue, "/stats")).await
+}
+
+/// The URL of a queue's export (`classifier`, `pairs` or `records`, as JSON lines).
+pub fn export_url(team: &str, queue: &str, format: &str) -> String {
+    queue_url(team, queue, &format!("/export?format={format}"))
+}
+
+/// `POST /api/retrieve`: label-flipped excerpts for a text, and their keywords.
+pub async fn retrieve(request: &RetrieveRequest) -> Result<RetrieveResponse, String> {
+    post_json("/api/retrieve", request).await
+}
+
+/// Sends `request` with an optional JSON body and reads the JSON answer.
+async fn send<B: Serialize, T: DeserializeOwned>(
+    request: RequestBuilder,
+    body: Option<&B>,
+) -> Result<T, ApiError> {
+    let failed = |message: String| ApiError {
+        code: "client".into(),
+        message,
+    };
+    let request = match body {
+        Some(body) => request.json(body).map_err(|e| failed(e.to_string()))?,
+        None => request.build().map_err(|e| failed(e.to_string()))?,
+    };
+    let response = request.send().await.map_err(|e| failed(network_error(e)))?;
+    if !response.ok() {
+        return Err(error_message(response).await);
+    }
+    response
+        .json::<T>()
+        .await
+        .map_err(|e| failed(format!("unexpected answer: {e}")))
+}
 
 /// `GET /api/info`.
 pub async fn info() -> Result<ServerInfo, String> {
@@ -98,7 +276,7 @@ pub fn records_download_url(id: &str) -> String {
 pub async fn get_bytes(url: &str) -> Result<Vec<u8>, String> {
     let response = Request::get(url).send().await.map_err(network_error)?;
     if !response.ok() {
-        return Err(error_message(response).await);
+        return Err(error_message(response).await.message);
     }
     response.binary().await.map_err(|e| e.to_string())
 }
@@ -120,7 +298,7 @@ async fn post_json<B: Serialize, T: DeserializeOwned>(url: &str, body: &B) -> Re
 
 async fn read_json<T: DeserializeOwned>(response: Response) -> Result<T, String> {
     if !response.ok() {
-        return Err(error_message(response).await);
+        return Err(error_message(response).await.message);
     }
     let url = response.url();
     response
@@ -129,21 +307,22 @@ async fn read_json<T: DeserializeOwned>(response: Response) -> Result<T, String>
         .map_err(|e| format!("unexpected answer from {url}: {e}"))
 }
 
-/// The message of an [`ApiError`] body, or the status and body when the server sent none.
-async fn error_message(response: Response) -> String {
+/// The server's [`ApiError`] body, or one made of the status and body when it sent none.
+async fn error_message(response: Response) -> ApiError {
     let status = response.status();
     let status_text = response.status_text();
     let body = response.text().await.unwrap_or_default();
-    match serde_json::from_str::<ApiError>(&body) {
-        Ok(error) => error.message,
-        Err(_) if body.trim().is_empty() || body.trim_start().starts_with('<') => {
+    serde_json::from_str::<ApiError>(&body).unwrap_or_else(|_| ApiError {
+        code: "http".into(),
+        message: if body.trim().is_empty() || body.trim_start().starts_with('<') {
             format!("the server answered {status} {status_text}")
-        }
-        Err(_) => format!(
-            "the server answered {status} {status_text}: {}",
-            body.trim()
-        ),
-    }
+        } else {
+            format!(
+                "the server answered {status} {status_text}: {}",
+                body.trim()
+            )
+        },
+    })
 }
 
 fn network_error(error: gloo_net::Error) -> String {

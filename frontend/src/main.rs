@@ -1,11 +1,11 @@
 //! Flipside's browser app, served by `flipside serve`: an edit demo (retrieve helpers, edit
 //! with the LLM, score the edit again in the browser), generation in the browser (LASS's
-//! Dis-AE) and a jobs page (datasets, generation jobs with live progress, their
-//! counterfactuals).
+//! Dis-AE), a jobs page (datasets, generation jobs with live progress, their
+//! counterfactuals) and the team portal (sign-in, invitations, review queues by keyboard).
 //!
 //! One module per concept: [`api`] talks to the server, [`scoring`] runs the classifier and
-//! [`dis_ae`] the Dis-AE in the browser, [`demo`], [`browser_generation`] and [`jobs`] are the
-//! pages.
+//! [`dis_ae`] the Dis-AE in the browser, [`demo`], [`browser_generation`], [`jobs`],
+//! [`portal`] and [`review`] are the pages.
 
 mod api;
 mod browser_generation;
@@ -15,9 +15,12 @@ mod diff_view;
 mod dis_ae;
 mod edit_result;
 mod jobs;
+mod live_edit;
 mod method_picker;
+mod portal;
 mod records;
 mod retrieved;
+mod review;
 mod route;
 mod scoring;
 mod ui;
@@ -27,6 +30,7 @@ use leptos::prelude::*;
 use crate::browser_generation::BrowserGeneration;
 use crate::demo::EditDemo;
 use crate::jobs::JobsPage;
+use crate::portal::{AcceptInvitation, PortalPage};
 use crate::route::Route;
 
 fn main() {
@@ -41,10 +45,17 @@ fn main() {
 #[component]
 fn App() -> impl IntoView {
     scoring::provide();
+    portal::provide();
     dis_ae::provide();
     let route = route::use_route();
     let on_jobs = Memo::new(move |_| matches!(route.get(), Route::Jobs { .. }));
     let on_generate = Memo::new(move |_| route.get() == Route::Generate);
+    let on_portal =
+        Memo::new(move |_| matches!(route.get(), Route::Portal { .. } | Route::Invite(_)));
+    let open_queue = Memo::new(move |_| match route.get() {
+        Route::Portal { queue } => queue,
+        _ => None,
+    });
     let selected_job = Memo::new(move |_| match route.get() {
         Route::Jobs { selected } => selected,
         _ => None,
@@ -60,7 +71,9 @@ fn App() -> impl IntoView {
                     <a
                         href="#/"
                         class="tab"
-                        class:active=move || !on_jobs.get() && !on_generate.get()
+                        class:active=move || {
+                            !on_jobs.get() && !on_generate.get() && !on_portal.get()
+                        }
                         data-testid="tab-demo"
                     >
                         "Edit demo"
@@ -81,12 +94,24 @@ fn App() -> impl IntoView {
                     >
                         "Jobs"
                     </a>
+                    <a
+                        href="#/review"
+                        class="tab"
+                        class:active=move || on_portal.get()
+                        data-testid="tab-review"
+                    >
+                        "Review"
+                    </a>
                 </nav>
             </div>
         </header>
         <main class="page">
             {move || {
-                if on_jobs.get() {
+                if let Route::Invite(token) = route.get() {
+                    view! { <AcceptInvitation token /> }.into_any()
+                } else if on_portal.get() {
+                    view! { <PortalPage queue=open_queue /> }.into_any()
+                } else if on_jobs.get() {
                     view! { <JobsPage selected=selected_job /> }.into_any()
                 } else if on_generate.get() {
                     view! { <BrowserGeneration /> }.into_any()

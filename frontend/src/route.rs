@@ -1,5 +1,6 @@
 //! Hash routing: `#/` is the edit demo, `#/generate` generation in the browser, `#/jobs` the
-//! jobs page and `#/jobs/{id}` one job.
+//! jobs page and `#/jobs/{id}` one job; `#/review` the team portal, `#/review/{team}/{queue}`
+//! one review queue and `#/invite/{token}` an invitation.
 
 use leptos::prelude::*;
 
@@ -13,6 +14,12 @@ pub enum Route {
     Jobs {
         selected: Option<String>,
     },
+    /// The team portal, with a queue (team and queue ids) open.
+    Portal {
+        queue: Option<(String, String)>,
+    },
+    /// Accepting an invitation.
+    Invite(String),
 }
 
 impl Route {
@@ -24,6 +31,12 @@ impl Route {
             (Some("jobs"), selected) => Route::Jobs {
                 selected: selected.map(str::to_string),
             },
+            (Some("review"), team) => Route::Portal {
+                queue: team
+                    .zip(parts.next())
+                    .map(|(t, q)| (t.to_string(), q.to_string())),
+            },
+            (Some("invite"), Some(token)) => Route::Invite(token.to_string()),
             (Some("generate"), _) => Route::Generate,
             _ => Route::Demo,
         }
@@ -36,6 +49,11 @@ impl Route {
             Route::Generate => "#/generate".into(),
             Route::Jobs { selected: None } => "#/jobs".into(),
             Route::Jobs { selected: Some(id) } => format!("#/jobs/{id}"),
+            Route::Portal { queue: None } => "#/review".into(),
+            Route::Portal {
+                queue: Some((team, queue)),
+            } => format!("#/review/{team}/{queue}"),
+            Route::Invite(token) => format!("#/invite/{token}"),
         }
     }
 }

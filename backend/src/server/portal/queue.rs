@@ -1176,16 +1176,15 @@ pub async fn next_to_review(
         Scope::Read,
     )
     .await?;
-    let item: Option<String> =
-        with_pool!(&state.db, |pool| {
-            sqlx::query_scalar(
+    let item: Option<String> = with_pool!(&state.db, |pool| {
+        sqlx::query_scalar(
         "SELECT id FROM items WHERE queue_id = $1 AND stage = 1 AND seq > $2 ORDER BY seq LIMIT 1"
     )
     .bind(&queue.id)
     .bind(cursor.after.unwrap_or(-1))
     .fetch_optional(pool)
     .await
-        })?;
+    })?;
     let Some(item) = item else {
         return Ok(Json(None));
     };

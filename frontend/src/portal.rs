@@ -1,0 +1,363 @@
+//! The team portal's pages: sign-in, accepting an invitation, and a team's home (its review
+//! queues with their progress and exports; for admins, a new queue from a job and invitations).
+//! Reviewing itself is in [`crate::review`].
+
+use flipside_shared::api::Job;
+use flipside_shared::portal::{
+    AcceptInvite, Invite, InviteRequest, LoginRequest, Me, Queue, QueueRequest, Role,
+    TeamMembership,
+};
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+
+use crate::api;
+use crate::review::ReviewQueue;
+use crate::route::{Route, navigate};
+use crate::ui::{ErrorMessage, Spinner, format_time};
+
+/// Who is signed in: loaded once, set by sign-in and invitations.
+#[derive(Debug, Clone, Copy)]
+pub struct Session {
+    pub me: RwSignal<Option<Me>>,
+    pub loaded: RwSignal<bool>,
+}
+
+/// Makes the session available to the pages below and asks the server who is signed in.
+pub fn provide() {
+    let session = Session {
+        me: RwSignal::new(None),
+        loaded: RwSignal::new(false),
+    };
+    provide_context(session);
+    spawn_local(async move {
+        if let Ok(me) = api::me().await {
+            session.me.set(me);
+        }
+        session.loaded.set(true);
+    });
+}
+
+fn use_session() -> Session {
+    expect_context::<Session>()
+}
+
+/// The review tab: sign-in, the team's home, or one queue (`queue` = team and queue ids).
+#[component]
+pub fn PortalPage(#[prop(into)] queue: Signal<Option<(String, String)>>) -> impl IntoView {
+    let session = use_session();
+    move || {
+        if !session.loaded.get() {
+            return view! { <p><Spinner />" Loading…"</p> }.into_any();
+        }
+        let Some(me) = session.me.get() else {
+            return view! { <SignIn /> }.into_any();
+        };
+        match queue.get() {
+            Some((team, queue)) => {
+                let role = me
+                    .teams
+                    .iter()
+                    .find(|t| t.id == team)
+                    .map_or(Role::Viewer, |t| t.role);
+                view! { <ReviewQueue team queue role /> }.into_any()
+            }
+            None => view! { <TeamHome me /> }.into_any(),
+        }
+    }
+}
+
+#[component]
+fn SignIn() -> impl IntoView {
+    let session = use_session();
+    let email = RwSignal::new(String::new());
+    let password = RwSignal::new(String::new());
+    let error = RwSignal::new(None::<String>);
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let request = LoginRequest {
+            email: email.get_untracked(),
+            password: password.get_untracked(),
+        };
+        spawn_local(async move {
+            match api::login(&request).await {
+                Ok(me) => {
+                    error.set(None);
+                    session.me.set(Some(me));
+                }
+                Err(message) => error.set(Some(message)),
+            }
+        });
+    };
+    view! {
+        <section class="card narrow">
+            <h2>"Sign in to review"</h2>
+            <p class="muted small">
+                "The team portal: review and correct counterfactuals before they go into training \
+                 sets. Accounts come by invitation; the first admin is made with "
+                <code>"flipside users add"</code> "."
+            </p>
+            <form on:submit=submit class="stack">
+                <label class="field">
+                    "Email"
+                    <input type="email" data-testid="login-email" autocomplete="username"
+                        on:input=move |ev| email.set(event_target_value(&ev)) />
+                </label>
+                <label class="field">
+                    "Password"
+                    <input type="password" data-testid="login-password"
+                        autocomplete="current-password"
+                        on:input=move |ev| password.set(event_target_value(&ev)) />
+                </label>
+                <button type="submit" class="primary" data-testid="login-submit">"Sign in"</button>
+            </form>
+            {move || error.get().map(|m| view! { <ErrorMessage message=m testid="login-error" /> })}
+        </section>
+    }
+}
+
+/// `#/invite/{token}`: choose a name and password, join the team, and go to its queues.
+#[component]
+pub fn AcceptInvitation(token: String) -> impl IntoView {
+    let session = use_session();
+    let name = RwSignal::new(String::new());
+    let password = RwSignal::new(String::new());
+    let error = RwSignal::new(None::<String>);
+    let token = StoredValue::new(token);
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let request = AcceptInvite {
+            token: token.get_value(),
+            name: name.get_untracked(),
+            password: password.get_untracked(),
+        };
+        spawn_local(async move {
+            match api::accept_invite(&request).await {
+                Ok(me) => {
+                    session.me.set(Some(me));
+                    session.loaded.set(true);
+                    navigate(&Route::Portal { queue: None });
+                }
+                Err(message) => error.set(Some(message)),
+            }
+        });
+    };
+    view! {
+        <section class="card narrow">
+            <h2>"Join your team"</h2>
+            <p class="muted small">"You were invited to review counterfactuals on Flipside."</p>
+            <form on:submit=submit class="stack">
+                <label class="field">
+                    "Your name"
+                    <input type="text" data-testid="invite-name"
+                        on:input=move |ev| name.set(event_target_value(&ev)) />
+                </label>
+                <label class="field">
+                    "Password (10 characters or more)"
+                    <input type="password" data-testid="invite-password" autocomplete="new-password"
+                        on:input=move |ev| password.set(event_target_value(&ev)) />
+                </label>
+                <button type="submit" class="primary" data-testid="invite-submit">"Join"</button>
+            </form>
+            {move || error.get().map(|m| view! { <ErrorMessage message=m testid="invite-error" /> })}
+        </section>
+    }
+}
+
+/// A team's queues; admins also make queues and invite people.
+#[component]
+fn TeamHome(me: Me) -> impl IntoView {
+    let session = use_session();
+    let Some(team) = me.teams.first().cloned() else {
+        return view! {
+            <section class="card narrow">
+                <p>"You are not in any team yet: ask an admin for an invitation."</p>
+            </section>
+        }
+        .into_any();
+    };
+    let queues = RwSignal::new(Vec::<Queue>::new());
+    let error = RwSignal::new(None::<String>);
+    let team_id = StoredValue::new(team.id.clone());
+    let reload = move || {
+        spawn_local(async move {
+            match api::queues(&team_id.get_value()).await {
+                Ok(list) => queues.set(list),
+                Err(message) => error.set(Some(message)),
+            }
+        });
+    };
+    reload();
+    let sign_out = move |_| {
+        spawn_local(async move {
+            let _ = api::logout().await;
+            session.me.set(None);
+        });
+    };
+    let admin = team.role == Role::Admin;
+    let can_export = team.role >= Role::Reviewer;
+    view! {
+        <section class="card">
+            <div class="card-head">
+                <h2 data-testid="team-name">{format!("Team {}", team.name)}</h2>
+                <span class="small muted">
+                    {format!("{} · {}", me.user.name, team.role.as_str())} " · "
+                    <a href="#/review" on:click=sign_out data-testid="sign-out">"Sign out"</a>
+                </span>
+            </div>
+            {move || error.get().map(|m| view! { <ErrorMessage message=m /> })}
+            <table class="queues" data-testid="queue-list">
+                <thead><tr><th>"Queue"</th><th>"Items"</th><th>"People per item"</th><th>"Made"</th><th></th></tr></thead>
+                <tbody>
+                    {move || queues.get().into_iter().map(|q| {
+                        let href = Route::Portal { queue: Some((q.team.clone(), q.id.clone())) }.href();
+                        let export = api::export_url(&q.team, &q.id, "classifier");
+                        view! {
+                            <tr data-testid="queue-row" data-queue-id=q.id.clone()>
+                                <td><a href=href data-testid="open-queue">{q.name.clone()}</a></td>
+                                <td>{q.items}</td>
+                                <td>{q.overlap}</td>
+                                <td class="small muted">{format_time(&q.created_at)}</td>
+                                <td>{can_export.then(|| view! {
+                                    <a href=export data-testid="export-classifier">"Export for classifier train"</a>
+                                })}</td>
+                            </tr>
+                        }
+                    }).collect::<Vec<_>>()}
+                </tbody>
+            </table>
+        </section>
+        {admin.then(|| view! {
+            <NewQueue team=team.clone() on_made=Callback::new(move |_| reload()) />
+            <InvitePeople team=team.clone() />
+        })}
+    }
+    .into_any()
+}
+
+/// A queue of a finished job's counterfactuals.
+#[component]
+fn NewQueue(team: TeamMembership, on_made: Callback<()>) -> impl IntoView {
+    let jobs = RwSignal::new(Vec::<Job>::new());
+    spawn_local(async move {
+        if let Ok(list) = api::jobs().await {
+            jobs.set(list.into_iter().filter(|j| j.written > 0).collect());
+        }
+    });
+    let job = RwSignal::new(String::new());
+    let name = RwSignal::new(String::new());
+    let overlap = RwSignal::new(1usize);
+    let error = RwSignal::new(None::<String>);
+    let team = StoredValue::new(team.id);
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let chosen = job.get_untracked();
+        let request = QueueRequest {
+            name: match name.get_untracked().trim() {
+                "" => format!("Review of {chosen}"),
+                n => n.to_string(),
+            },
+            overlap: overlap.get_untracked(),
+            job: (!chosen.is_empty()).then_some(chosen),
+            lease_seconds: 600,
+        };
+        spawn_local(async move {
+            match api::create_queue(&team.get_value(), &request).await {
+                Ok(_) => {
+                    error.set(None);
+                    on_made.run(());
+                }
+                Err(message) => error.set(Some(message)),
+            }
+        });
+    };
+    view! {
+        <section class="card">
+            <h2>"New review queue"</h2>
+            <form on:submit=submit class="row-form">
+                <label class="field compact">
+                    "Counterfactuals of the job"
+                    <select data-testid="queue-job" on:change=move |ev| job.set(event_target_value(&ev))>
+                        <option value="">"(none: add items later)"</option>
+                        {move || jobs.get().into_iter().map(|j| view! {
+                            <option value=j.id.clone()>
+                                {format!("{} — {} made, {} flipped", j.id, j.written, j.flipped)}
+                            </option>
+                        }).collect::<Vec<_>>()}
+                    </select>
+                </label>
+                <label class="field compact">
+                    "Name"
+                    <input type="text" data-testid="queue-name"
+                        on:input=move |ev| name.set(event_target_value(&ev)) />
+                </label>
+                <label class="field compact">
+                    "People per item"
+                    <input type="number" min="1" max="10" value="1" data-testid="queue-overlap"
+                        on:input=move |ev| overlap.set(event_target_value(&ev).parse().unwrap_or(1)) />
+                </label>
+                <button type="submit" class="primary" data-testid="queue-create">"Make the queue"</button>
+            </form>
+            {move || error.get().map(|m| view! { <ErrorMessage message=m /> })}
+        </section>
+    }
+}
+
+/// Invitations: the link to send is shown once.
+#[component]
+fn InvitePeople(team: TeamMembership) -> impl IntoView {
+    let email = RwSignal::new(String::new());
+    let role = RwSignal::new(Role::Annotator);
+    let made = RwSignal::new(None::<Invite>);
+    let error = RwSignal::new(None::<String>);
+    let team = StoredValue::new(team.id);
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let request = InviteRequest {
+            email: email.get_untracked(),
+            role: role.get_untracked(),
+        };
+        spawn_local(async move {
+            match api::invite(&team.get_value(), &request).await {
+                Ok(invite) => {
+                    error.set(None);
+                    made.set(Some(invite));
+                }
+                Err(message) => error.set(Some(message)),
+            }
+        });
+    };
+    let origin = window().location().origin().unwrap_or_default();
+    view! {
+        <section class="card">
+            <h2>"Invite a teammate"</h2>
+            <form on:submit=submit class="row-form">
+                <label class="field compact">
+                    "Email"
+                    <input type="email" data-testid="invite-email"
+                        on:input=move |ev| email.set(event_target_value(&ev)) />
+                </label>
+                <label class="field compact">
+                    "Role"
+                    <select data-testid="invite-role" on:change=move |ev| {
+                        if let Some(r) = Role::parse(&event_target_value(&ev)) {
+                            role.set(r);
+                        }
+                    }>
+                        {Role::ALL.into_iter().map(|r| view! {
+                            <option value=r.as_str() selected=r == Role::Annotator>{r.as_str()}</option>
+                        }).collect::<Vec<_>>()}
+                    </select>
+                </label>
+                <button type="submit" class="primary" data-testid="invite-create">"Invite"</button>
+            </form>
+            {move || error.get().map(|m| view! { <ErrorMessage message=m /> })}
+            {move || made.get().map(|invite| view! {
+                <p class="small">
+                    {format!("Send this link to {} (valid until {}; shown once): ",
+                        invite.email, format_time(&invite.expires_at))}
+                    <code data-testid="invite-link">{format!("{origin}{}", invite.path)}</code>
+                </p>
+            })}
+        </section>
+    }
+}

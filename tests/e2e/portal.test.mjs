@@ -1,0 +1,151 @@
+// The team portal in headless Chromium (started by tests/browser.rs, which passes FLIPSIDE_URL,
+// the CLI-made admin's credentials, a finished job and a queue of originals to write for): the
+// admin signs in, invites a teammate and makes a queue of the job's counterfactuals; both review
+// it side by side by keyboard only; the admin writes a counterfactual with retrieved excerpts.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { launchChromium } from './chromium.mjs';
+
+const URL = process.env.FLIPSIDE_URL;
+const SHOTS = process.env.SCREENSHOT_DIR ?? 'target/screenshots';
+const ADMIN = { email: process.env.ADMIN_EMAIL, password: process.env.ADMIN_PASSWORD };
+const JOB = process.env.JOB_ID;
+const AUTHOR_QUEUE = process.env.AUTHOR_QUEUE; // `TEAM/QUEUE`
+const WRITTEN = 'The plot was gripping and the jokes delightful.';
+const LONG = 120_000;
+
+let browser;
+
+before(async () => {
+  assert.ok(URL && JOB && AUTHOR_QUEUE, 'run through `cargo test --test end_to_end browser`');
+  mkdirSync(SHOTS, { recursive: true });
+  browser = await launchChromium();
+});
+
+after(async () => browser?.close());
+
+/** A page in a browser context of its own (its own cookies: another person). */
+async function person() {
+  const context = await browser.newContext({ viewport: { width: 1100, height: 900 } });
+  const page = await context.newPage();
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  return { page, errors };
+}
+
+/** The shown item's id, or 'finished' when nothing is left. */
+async function current(page) {
+  await page.locator('[data-testid="review-item"], [data-testid="review-finished"]').first()
+    .waitFor({ timeout: LONG });
+  if (await page.getByTestId('review-finished').count()) return 'finished';
+  return page.getByTestId('review-item').getAttribute('data-item-id');
+}
+
+/** Decides the shown item by keyboard; returns once the page shows the next one. */
+async function decide(page) {
+  const before = await current(page);
+  const machine = await page.getByTestId('review-machine').textContent();
+  // An edit the classifier says does not flip is flagged (an annotator cannot accept it).
+  await page.keyboard.press(machine.includes('does not flip') ? 'g' : 'a');
+  await page.waitForFunction((id) => {
+    const item = document.querySelector('[data-testid="review-item"]');
+    return document.querySelector('[data-testid="review-finished"]')
+      || (item && item.getAttribute('data-item-id') !== id);
+  }, before, { timeout: LONG });
+  return before;
+}
+
+test('an admin invites a teammate and both review a job by keyboard; an author writes with excerpts',
+  { timeout: 600_000 }, async () => {
+    const ada = await person();
+    await ada.page.goto(`${URL}#/review`);
+    await ada.page.getByTestId('login-email').fill(ADMIN.email);
+    await ada.page.getByTestId('login-password').fill(ADMIN.password);
+    await ada.page.getByTestId('login-submit').click();
+    await ada.page.getByTestId('team-name').waitFor();
+
+    // Invite Bob; the link is shown once.
+    await ada.page.getByTestId('invite-email').fill('bob@lab.org');
+    await ada.page.getByTestId('invite-role').selectOption('annotator');
+    await ada.page.getByTestId('invite-create').click();
+    const link = await ada.page.getByTestId('invite-link').textContent();
+    assert.match(link, /#\/invite\/[0-9a-f]{64}$/);
+
+    // A queue of the job's counterfactuals, two people per item.
+    await ada.page.getByTestId('queue-job').selectOption(JOB);
+    await ada.page.getByTestId('queue-overlap').fill('2');
+    await ada.page.getByTestId('queue-create').click();
+    await ada.page.getByTestId('queue-row').first().waitFor();
+    await ada.page.screenshot({ path: join(SHOTS, 'portal-team.png'), fullPage: true });
+
+    const bob = await person();
+    await bob.page.goto(link);
+    await bob.page.getByTestId('invite-name').fill('Bob');
+    await bob.page.getByTestId('invite-password').fill('a long enough password');
+    await bob.page.getByTestId('invite-submit').click();
+    await bob.page.getByTestId('team-name').waitFor();
+
+    for (const { page } of [ada, bob]) {
+      await page.getByTestId('open-queue').filter({ hasText: 'Review of' }).first().click();
+      await current(page);
+    }
+    await ada.page.screenshot({ path: join(SHOTS, 'portal-review-ada.png'), fullPage: true });
+    await bob.page.screenshot({ path: join(SHOTS, 'portal-review-bob.png'), fullPage: true });
+
+    // Keys never fire while typing: an "a" typed into the text box stays text.
+    const first = await current(bob.page);
+    await bob.page.keyboard.press('f');
+    await bob.page.keyboard.type(' a');
+    assert.equal(await current(bob.page), first);
+    assert.match(await bob.page.getByTestId('demo-hand-edit').inputValue(), / a$/);
+    await bob.page.keyboard.press('Escape');
+    // Reject, then undo: the same item comes back with the verdict taken back.
+    await bob.page.keyboard.press('r');
+    await bob.page.waitForFunction((id) => {
+      const item = document.querySelector('[data-testid="review-item"]');
+      return document.querySelector('[data-testid="review-finished"]')
+        || (item && item.getAttribute('data-item-id') !== id);
+    }, first, { timeout: LONG });
+    await bob.page.keyboard.press('u');
+    await bob.page.getByTestId('review-previous').waitFor();
+    assert.equal(await current(bob.page), first);
+
+    // Side by side, by keyboard, until neither has anything left.
+    const decided = { ada: [], bob: [] };
+    while ((await current(ada.page)) !== 'finished' || (await current(bob.page)) !== 'finished') {
+      if ((await current(ada.page)) !== 'finished') decided.ada.push(await decide(ada.page));
+      if ((await current(bob.page)) !== 'finished') decided.bob.push(await decide(bob.page));
+    }
+    assert.ok(decided.ada.length >= 1);
+    assert.deepEqual([...decided.ada].sort(), [...decided.bob].sort(),
+      'with two people per item, both decide every item');
+    await ada.page.reload();
+    await ada.page.getByTestId('review-stats').filter({ hasText: `${decided.ada.length} of ${decided.ada.length} decided` })
+      .waitFor({ timeout: LONG });
+    await ada.page.screenshot({ path: join(SHOTS, 'portal-finished.png'), fullPage: true });
+
+    // The export the team page links to holds the kept items for `classifier train`.
+    await ada.page.goto(`${URL}#/review`);
+    const href = await ada.page.getByTestId('export-classifier').first().getAttribute('href');
+    const exported = await ada.page.evaluate(async (url) => (await fetch(url)).text(), href);
+    for (const line of exported.trim().split('\n').filter(Boolean)) {
+      const row = JSON.parse(line);
+      assert.ok(row.text && row.label, line);
+    }
+
+    // Writing a counterfactual for an original, with label-flipped excerpts (key e).
+    await ada.page.goto(`${URL}#/review/${AUTHOR_QUEUE}`);
+    await current(ada.page);
+    await ada.page.keyboard.press('e');
+    await ada.page.getByTestId('review-excerpt').first().waitFor({ timeout: LONG });
+    await ada.page.keyboard.press('f');
+    await ada.page.getByTestId('demo-hand-edit').fill(WRITTEN);
+    await ada.page.screenshot({ path: join(SHOTS, 'portal-author.png'), fullPage: true });
+    await ada.page.keyboard.press('Control+Enter');
+    await ada.page.getByTestId('review-finished').waitFor({ timeout: LONG });
+
+    assert.deepEqual(ada.errors, []);
+    assert.deepEqual(bob.errors, []);
+  });
