@@ -4,6 +4,7 @@ mod browser;
 mod encode;
 mod infiller;
 mod llm;
+mod portal;
 mod retrieval;
 
 use std::io::Write;
@@ -31,6 +32,9 @@ pub enum BenchCommand {
     /// HNSW search vs faiss IndexIVFFlat and IndexHNSWFlat: build time, memory, recall@k,
     /// queries per second
     Retrieval(retrieval::RetrievalBenchArgs),
+    /// The review portal's decide-and-fetch-next with a large queue: p50/p95 on SQLite and
+    /// Postgres (goal p95 ≤ 50 ms at 100k items)
+    Portal(portal::PortalBenchArgs),
 }
 
 pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
@@ -40,6 +44,7 @@ pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
         BenchCommand::Infiller(args) => infiller::bench_infiller(home, args),
         BenchCommand::Llm(args) => llm::bench_llm(home, args),
         BenchCommand::Retrieval(args) => retrieval::bench_retrieval(home, args),
+        BenchCommand::Portal(args) => portal::bench_portal(args),
     }
 }
 

@@ -233,28 +233,7 @@ pub async fn create(
         }
         None => Vec::new(),
     };
-    let queue = QueueRow {
-        id: new_id("q"),
-        team: team.clone(),
-        name: name.to_string(),
-        overlap: request.overlap,
-        lease_seconds: request.lease_seconds,
-        created_at: now(),
-    };
-    with_pool!(&state.db, |pool| sqlx::query(
-        "INSERT INTO queues (id, team_id, name, overlap, lease_seconds, job_id, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)"
-    )
-    .bind(&queue.id)
-    .bind(&team)
-    .bind(&queue.name)
-    .bind(queue.overlap as i64)
-    .bind(queue.lease_seconds as i64)
-    .bind(&request.job)
-    .bind(&queue.created_at)
-    .execute(pool)
-    .await
-    .map(drop))?;
+    let queue = insert_queue(&state.db, &team, &request, name).await?;
     let items = records.into_iter().map(StoredItem::from_record).collect();
     let added = insert_items(&state.db, &queue.id, items).await?;
     audit(
@@ -268,6 +247,38 @@ pub async fn create(
     )
     .await?;
     Ok((StatusCode::CREATED, Json(queue_info(queue, added))))
+}
+
+/// Stores a new, empty queue of `team` (settings already checked).
+pub async fn insert_queue(
+    db: &Db,
+    team: &str,
+    request: &QueueRequest,
+    name: &str,
+) -> anyhow::Result<QueueRow> {
+    let queue = QueueRow {
+        id: new_id("q"),
+        team: team.to_string(),
+        name: name.to_string(),
+        overlap: request.overlap,
+        lease_seconds: request.lease_seconds,
+        created_at: now(),
+    };
+    with_pool!(db, |pool| sqlx::query(
+        "INSERT INTO queues (id, team_id, name, overlap, lease_seconds, job_id, created_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)"
+    )
+    .bind(&queue.id)
+    .bind(team)
+    .bind(&queue.name)
+    .bind(queue.overlap as i64)
+    .bind(queue.lease_seconds as i64)
+    .bind(&request.job)
+    .bind(&queue.created_at)
+    .execute(pool)
+    .await
+    .map(drop))?;
+    Ok(queue)
 }
 
 fn queue_info(queue: QueueRow, items: usize) -> Queue {
@@ -299,6 +310,7 @@ async fn job_records(db: &Db, job: &str) -> anyhow::Result<Vec<Counterfactual>> 
 }
 
 /// An item to add to a queue.
+#[derive(Debug, Clone)]
 pub struct StoredItem {
     pub original: String,
     pub label: String,
@@ -490,9 +502,50 @@ pub async fn next(
         Scope::Review,
     )
     .await?;
-    let db = &state.db;
+    let lease = lease_next(&state.db, &queue, &caller.user.id).await?;
+    Ok(Json(match lease {
+        Some(held) => Some(
+            held.view(&state.db, &queue.id, &caller.user.id, None)
+                .await?,
+        ),
+        None => None,
+    }))
+}
+
+/// A lease as handed out: its id, item and end.
+pub struct Held {
+    pub lease: String,
+    pub item: String,
+    pub expires_at: String,
+}
+
+impl Held {
+    /// The lease as the client sees it: the item with its siblings, and the person's draft.
+    pub async fn view(
+        &self,
+        db: &Db,
+        queue: &str,
+        user: &str,
+        previous: Option<Verdict>,
+    ) -> ApiResult<Lease> {
+        lease_view(
+            db,
+            queue,
+            &self.lease,
+            &self.item,
+            user,
+            &self.expires_at,
+            previous,
+        )
+        .await
+    }
+}
+
+/// Leases `user`'s next item of `queue` in one transaction, first returning the items of leases
+/// that ran out: the lease they hold, or the first item with room for another person that they
+/// have not had. `None` when nothing is left for them.
+pub async fn lease_next(db: &Db, queue: &QueueRow, user: &str) -> ApiResult<Option<Held>> {
     let (begin, lock) = dialect(db);
-    let user = &caller.user.id;
     let now = now();
     let expires = now_plus(queue.lease_seconds as i64);
     let claim = sqlx::AssertSqlSafe(format!(
@@ -568,12 +621,11 @@ pub async fn next(
         Ok::<_, sqlx::Error>(lease)
     }
     .await)?;
-    let Some((lease, item)) = lease else {
-        return Ok(Json(None));
-    };
-    Ok(Json(Some(
-        lease_view(db, &queue.id, &lease, &item, user, &expires, None).await?,
-    )))
+    Ok(lease.map(|(lease, item)| Held {
+        lease,
+        item,
+        expires_at: expires,
+    }))
 }
 
 async fn lease_view(
@@ -628,11 +680,23 @@ async fn judge(state: &AppState, text: &str, target: &str) -> ApiResult<Option<(
 /// What a verdict keeps of the item (the text and label it goes into training data with), after
 /// checking the verdict is complete and, for an accept, that the classifier agrees or the
 /// caller may override it.
-struct Checked {
+pub struct Checked {
     text: Option<String>,
     label: Option<String>,
     /// The classifier's probability of the target for a new text, and whether it flips.
     score: Option<(f32, bool)>,
+}
+
+impl Checked {
+    /// A verdict that keeps the item's own text and label (accept, reject, flag, skip) of an
+    /// item the classifier flips or did not score.
+    pub fn as_is() -> Checked {
+        Checked {
+            text: None,
+            label: None,
+            score: None,
+        }
+    }
 }
 
 async fn check_verdict(
@@ -858,6 +922,23 @@ pub async fn decide(
         role,
     )
     .await?;
+    record_verdict(db, &queue, user, &item, &request, &checked).await?;
+    Ok(Json(load_item(db, &queue.id, &item.id).await?))
+}
+
+/// Records a first-pass verdict through `request.lease` in one transaction (the lease is
+/// marked decided, the item's outcome settled, the draft dropped, the audit log appended):
+/// 409 when the lease ran out or was decided already.
+pub async fn record_verdict(
+    db: &Db,
+    queue: &QueueRow,
+    user: &str,
+    item: &ReviewItem,
+    request: &VerdictRequest,
+    checked: &Checked,
+) -> ApiResult<()> {
+    let team = &queue.team;
+    let item_id = &item.id;
     let (begin, _) = dialect(db);
     let state_after = if request.verdict == Verdict::Skip {
         "skipped"
@@ -899,7 +980,7 @@ pub async fn decide(
         .bind(new_id("v"))
         .bind(&request.lease)
         .bind(&queue.id)
-        .bind(&item_id)
+        .bind(item_id)
         .bind(user)
         .bind(&request.request_id)
         .bind(request.verdict.as_str())
@@ -911,17 +992,17 @@ pub async fn decide(
         .await?;
         if request.verdict == Verdict::Skip {
             sqlx::query("UPDATE items SET claims = claims - 1, is_full = 0 WHERE id = $1")
-                .bind(&item_id)
+                .bind(item_id)
                 .execute(&mut *tx)
                 .await?;
         }
-        if let Some(record) = written_record(&item, &request, &checked) {
+        if let Some(record) = written_record(item, request, checked) {
             // A counterfactual written for an original: the item now has it.
             sqlx::query(
                 "UPDATE items SET counterfactual = $2, method = 'human', record = $3, \
                  flipped = $4, target_probability = $5 WHERE id = $1",
             )
-            .bind(&item_id)
+            .bind(item_id)
             .bind(&record.edited)
             .bind(serde_json::json!(record).to_string())
             .bind(checked.score.map(|(_, flips)| i64::from(flips)))
@@ -929,13 +1010,13 @@ pub async fn decide(
             .execute(&mut *tx)
             .await?;
         }
-        settle_item!(tx, &item_id, queue.overlap, &item.target);
+        settle_item!(tx, item_id, queue.overlap, &item.target);
         sqlx::query("DELETE FROM drafts WHERE item_id = $1 AND user_id = $2")
-            .bind(&item_id)
+            .bind(item_id)
             .bind(user)
             .execute(&mut *tx)
             .await?;
-        audit_in!(tx, &team, &queue.id, &item_id, user, "verdict", detail);
+        audit_in!(tx, &team, &queue.id, item_id, user, "verdict", detail);
         tx.commit().await?;
         Ok(())
     }
@@ -952,7 +1033,7 @@ pub async fn decide(
         Err(Refusal::Database(sqlx::Error::Database(e))) if e.is_unique_violation() => {}
         Err(Refusal::Database(e)) => return Err(e.into()),
     }
-    Ok(Json(load_item(db, &queue.id, &item_id).await?))
+    Ok(())
 }
 
 /// The record of a counterfactual written for an original (an item that had none), with the
