@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use flipside_shared::api::{ApiError, RetrieveRequest, RetrieveResponse};
 use flipside_shared::portal::{
-    Draft, Lease, QueueStats, ReviewItem, Role, Verdict, VerdictRequest,
+    Decision, Draft, Lease, QueueStats, ReviewItem, Role, Verdict, VerdictRequest,
 };
 use flipside_shared::records::{Excerpt, Provenance};
 use leptos::prelude::*;
@@ -112,10 +112,12 @@ impl ReviewState {
         let request = VerdictRequest {
             lease: lease.id.clone(),
             request_id: format!("{}-{}", self.nonce.get_value(), verdict.as_str()),
-            verdict,
-            text,
-            label: (verdict == Verdict::Relabel).then(|| item.label.clone()),
-            override_classifier,
+            decision: Decision {
+                verdict,
+                text,
+                label: (verdict == Verdict::Relabel).then(|| item.label.clone()),
+                override_classifier,
+            },
             excerpts,
         };
         self.busy.set(true);

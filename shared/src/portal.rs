@@ -318,12 +318,10 @@ pub struct Lease {
     pub previous: Option<Verdict>,
 }
 
-/// `POST /api/teams/{team}/queues/{queue}/verdicts`: decides a leased item.
+/// What someone decided about an item: the first pass's verdicts and the second pass's reviews
+/// both carry it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct VerdictRequest {
-    pub lease: String,
-    /// Made by the client once per decision: a retried request records one verdict.
-    pub request_id: String,
+pub struct Decision {
     pub verdict: Verdict,
     /// The fixed counterfactual (fix), or a written one (for an original without one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -334,6 +332,16 @@ pub struct VerdictRequest {
     /// Accept although the classifier says the edit does not flip (reviewers and admins).
     #[serde(default)]
     pub override_classifier: bool,
+}
+
+/// `POST /api/teams/{team}/queues/{queue}/verdicts`: decides a leased item.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VerdictRequest {
+    pub lease: String,
+    /// Made by the client once per decision: a retried request records one verdict.
+    pub request_id: String,
+    #[serde(flatten)]
+    pub decision: Decision,
     /// The retrieved excerpts a written counterfactual drew on (its provenance).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excerpts: Vec<Excerpt>,
@@ -358,19 +366,14 @@ pub struct PastVerdict {
     pub override_classifier: bool,
 }
 
-/// `POST /api/teams/{team}/queues/{queue}/items/{item}/review`: the second pass.
+/// `POST /api/teams/{team}/queues/{queue}/items/{item}/review`: the second pass. The same
+/// verdict confirms the outcome; another overturns it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReviewRequest {
     /// The item's version the reviewer saw.
     pub version: i64,
-    /// The same verdict confirms; another overturns.
-    pub verdict: Verdict,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    #[serde(default)]
-    pub override_classifier: bool,
+    #[serde(flatten)]
+    pub decision: Decision,
 }
 
 /// `PUT …/leases/{lease}/draft`.

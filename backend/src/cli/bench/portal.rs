@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use flipside_shared::portal::{QueueRequest, Role, Verdict, VerdictRequest};
+use flipside_shared::portal::{Decision, QueueRequest, Role, Verdict, VerdictRequest};
 
 use super::cpu_features;
 use crate::server::db::Db;
@@ -116,10 +116,12 @@ async fn rounds(url: &str, items: usize, rounds: usize) -> Result<Vec<f64>> {
         let verdict = VerdictRequest {
             lease: held.lease.clone(),
             request_id: format!("bench-{round}"),
-            verdict: Verdict::Accept,
-            text: None,
-            label: None,
-            override_classifier: false,
+            decision: Decision {
+                verdict: Verdict::Accept,
+                text: None,
+                label: None,
+                override_classifier: false,
+            },
             excerpts: Vec::new(),
         };
         record_verdict(

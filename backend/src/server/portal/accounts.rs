@@ -10,10 +10,10 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use flipside_shared::portal::{
-    AcceptInvite, Invite, InviteRequest, Member, Role, Scope, TeamMembership, UserInfo,
+    AcceptInvite, Invite, InviteRequest, Member, Role, TeamMembership, UserInfo,
 };
 
-use super::auth::{Caller, start_session};
+use super::auth::{Caller, MANAGE, READ, start_session};
 use super::{hash_secret, new_id, new_secret};
 use crate::server::AppState;
 use crate::server::db::{Db, now, now_plus, with_pool};
@@ -221,9 +221,7 @@ pub async fn members(
     caller: Caller,
     Path(team): Path<String>,
 ) -> ApiResult<Json<Vec<Member>>> {
-    caller
-        .require(&state.db, &team, Role::Viewer, Scope::Read)
-        .await?;
+    caller.require(&state.db, &team, READ).await?;
     let rows: Vec<(String, String, String, String)> = with_pool!(&state.db, |pool| {
         sqlx::query_as(
             "SELECT u.id, u.email, u.name, m.role FROM memberships m \
@@ -253,9 +251,7 @@ pub async fn invite(
     Path(team): Path<String>,
     JsonBody(request): JsonBody<InviteRequest>,
 ) -> ApiResult<(StatusCode, Json<Invite>)> {
-    caller
-        .require(&state.db, &team, Role::Admin, Scope::Manage)
-        .await?;
+    caller.require(&state.db, &team, MANAGE).await?;
     let email =
         normalise_email(&request.email).map_err(|e| ApiError::bad_request(e.to_string()))?;
     let token = new_secret();

@@ -31,6 +31,21 @@ const THROTTLE_SECONDS: i64 = 15 * 60;
 /// API tokens start with this, so that they are easy to spot (and to scan for in leaks).
 const TOKEN_PREFIX: &str = "fst_";
 
+/// What a route needs: the least role in the team, and the scope an API token must have.
+pub type Access = (Role, Scope);
+/// Reading queues, items and the dashboard.
+pub const READ: Access = (Role::Viewer, Scope::Read);
+/// Deciding items and writing counterfactuals.
+pub const DECIDE: Access = (Role::Annotator, Scope::Review);
+/// The second pass.
+pub const REVIEW: Access = (Role::Reviewer, Scope::Review);
+/// Reading what the second pass needs.
+pub const REVIEW_READ: Access = (Role::Reviewer, Scope::Read);
+/// Downloading exports.
+pub const EXPORT: Access = (Role::Reviewer, Scope::Export);
+/// Invitations and queues.
+pub const MANAGE: Access = (Role::Admin, Scope::Manage);
+
 /// The signed-in caller of a request.
 #[derive(Debug, Clone)]
 pub struct Caller {
@@ -42,9 +57,11 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// The caller's role in `team` if it is at least `role` and the token (if any) has `scope`:
-    /// 404 when they are not a member (the team's existence is not revealed), 403 otherwise.
-    pub async fn require(&self, db: &Db, team: &str, role: Role, scope: Scope) -> ApiResult<Role> {
+    /// The caller's role in `team` if it is at least `access`'s and the token (if any) has its
+    /// scope: 404 when they are not a member (the team's existence is not revealed), 403
+    /// otherwise.
+    pub async fn require(&self, db: &Db, team: &str, access: Access) -> ApiResult<Role> {
+        let (role, scope) = access;
         let Some(actual) = role_in(db, team, &self.user.id).await? else {
             return Err(ApiError::not_found(format_args!("team {team}")));
         };

@@ -6,11 +6,11 @@
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use flipside_shared::portal::{Outcome, Role, Scope};
+use flipside_shared::portal::Outcome;
 use flipside_shared::records::{CoreProvenance, Counterfactual, Provenance};
 use serde::{Deserialize, Serialize};
 
-use super::auth::Caller;
+use super::auth::{Caller, EXPORT};
 use super::queue::queue_for;
 use crate::server::AppState;
 use crate::server::db::with_pool;
@@ -94,15 +94,7 @@ pub async fn download(
     Path((team, queue)): Path<(String, String)>,
     Query(query): Query<ExportQuery>,
 ) -> ApiResult<Response> {
-    let (queue, _) = queue_for(
-        &state.db,
-        &caller,
-        &team,
-        &queue,
-        Role::Reviewer,
-        Scope::Export,
-    )
-    .await?;
+    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, EXPORT).await?;
     if query.file == FileFormat::Csv && query.format == ExportKind::Records {
         return Err(ApiError::bad_request(
             "records are exported as JSON lines only",

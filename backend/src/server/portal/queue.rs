@@ -15,13 +15,13 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use flipside_shared::portal::{
-    Draft, HistoryEntry, Lease, NewItem, Outcome, PastVerdict, Queue, QueueRequest, ReviewItem,
-    ReviewRequest, ReviewTask, Role, Scope, Sibling, Verdict, VerdictRequest,
+    Decision, Draft, HistoryEntry, Lease, NewItem, Outcome, PastVerdict, Queue, QueueRequest,
+    ReviewItem, ReviewRequest, ReviewTask, Role, Sibling, Verdict, VerdictRequest,
 };
 use flipside_shared::records::{CoreProvenance, Counterfactual, Provenance};
 use serde::Deserialize;
 
-use super::auth::Caller;
+use super::auth::{Access, Caller, DECIDE, MANAGE, READ, REVIEW, REVIEW_READ};
 use super::{hash_secret, new_id};
 use crate::server::AppState;
 use crate::server::db::{Db, RecordFilter, now, now_plus, with_pool};
@@ -97,10 +97,9 @@ pub async fn queue_for(
     caller: &Caller,
     team: &str,
     queue: &str,
-    role: Role,
-    scope: Scope,
+    access: Access,
 ) -> ApiResult<(QueueRow, Role)> {
-    let caller_role = caller.require(db, team, role, scope).await?;
+    let caller_role = caller.require(db, team, access).await?;
     let row: Option<(String, String, i64, i64, String)> = with_pool!(db, |pool| sqlx::query_as(
         "SELECT id, name, overlap, lease_seconds, created_at FROM queues \
          WHERE id = $1 AND team_id = $2"
@@ -209,9 +208,7 @@ pub async fn create(
     Path(team): Path<String>,
     JsonBody(request): JsonBody<QueueRequest>,
 ) -> ApiResult<(StatusCode, Json<Queue>)> {
-    caller
-        .require(&state.db, &team, Role::Admin, Scope::Manage)
-        .await?;
+    caller.require(&state.db, &team, MANAGE).await?;
     let name = request.name.trim();
     if name.is_empty() || name.len() > 200 {
         return Err(ApiError::bad_request("name: 1 to 200 characters"));
@@ -380,9 +377,7 @@ pub async fn list(
     caller: Caller,
     Path(team): Path<String>,
 ) -> ApiResult<Json<Vec<Queue>>> {
-    caller
-        .require(&state.db, &team, Role::Viewer, Scope::Read)
-        .await?;
+    caller.require(&state.db, &team, READ).await?;
     let rows: Vec<(String, String, i64, i64, String, i64)> =
         with_pool!(&state.db, |pool| sqlx::query_as(
             "SELECT q.id, q.name, q.overlap, q.lease_seconds, q.created_at, \
@@ -413,8 +408,7 @@ pub async fn get(
     caller: Caller,
     Path((team, queue)): Path<(String, String)>,
 ) -> ApiResult<Json<Queue>> {
-    let (queue, _) =
-        queue_for(&state.db, &caller, &team, &queue, Role::Viewer, Scope::Read).await?;
+    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, READ).await?;
     let items: i64 = with_pool!(&state.db, |pool| sqlx::query_scalar(
         "SELECT COUNT(*) FROM items WHERE queue_id = $1"
     )
@@ -432,15 +426,7 @@ pub async fn add_items(
     Path((team, queue)): Path<(String, String)>,
     JsonBody(items): JsonBody<Vec<NewItem>>,
 ) -> ApiResult<Json<Queue>> {
-    let (queue, _) = queue_for(
-        &state.db,
-        &caller,
-        &team,
-        &queue,
-        Role::Admin,
-        Scope::Manage,
-    )
-    .await?;
+    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, MANAGE).await?;
     if items.is_empty() || items.len() > MAX_NEW_ITEMS {
         return Err(ApiError::bad_request(format!(
             "1 to {MAX_NEW_ITEMS} items per request"
@@ -493,15 +479,7 @@ pub async fn next(
     caller: Caller,
     Path((team, queue)): Path<(String, String)>,
 ) -> ApiResult<Json<Option<Lease>>> {
-    let (queue, _) = queue_for(
-        &state.db,
-        &caller,
-        &team,
-        &queue,
-        Role::Annotator,
-        Scope::Review,
-    )
-    .await?;
+    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, DECIDE).await?;
     let lease = lease_next(&state.db, &queue, &caller.user.id).await?;
     Ok(Json(match lease {
         Some(held) => Some(
@@ -702,12 +680,13 @@ impl Checked {
 async fn check_verdict(
     state: &AppState,
     item: &ReviewItem,
-    verdict: Verdict,
-    text: Option<&str>,
-    label: Option<&str>,
-    override_classifier: bool,
+    decision: &Decision,
     role: Role,
 ) -> ApiResult<Checked> {
+    let verdict = decision.verdict;
+    let override_classifier = decision.override_classifier;
+    let label = decision.label.as_deref();
+    let text = decision.text.as_deref();
     if override_classifier && role < Role::Reviewer {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -875,15 +854,7 @@ pub async fn decide(
     Path((team, queue)): Path<(String, String)>,
     JsonBody(request): JsonBody<VerdictRequest>,
 ) -> ApiResult<Json<ReviewItem>> {
-    let (queue, role) = queue_for(
-        &state.db,
-        &caller,
-        &team,
-        &queue,
-        Role::Annotator,
-        Scope::Review,
-    )
-    .await?;
+    let (queue, role) = queue_for(&state.db, &caller, &team, &queue, DECIDE).await?;
     let db = &state.db;
     let user = caller.user.id.as_str();
     if request.request_id.is_empty() || request.request_id.len() > 100 {
@@ -912,16 +883,7 @@ pub async fn decide(
         _ => return Err(lease_gone()),
     };
     let item = load_item(db, &queue.id, &item_id).await?;
-    let checked = check_verdict(
-        &state,
-        &item,
-        request.verdict,
-        request.text.as_deref(),
-        request.label.as_deref(),
-        request.override_classifier,
-        role,
-    )
-    .await?;
+    let checked = check_verdict(&state, &item, &request.decision, role).await?;
     record_verdict(db, &queue, user, &item, &request, &checked).await?;
     Ok(Json(load_item(db, &queue.id, &item.id).await?))
 }
@@ -940,14 +902,14 @@ pub async fn record_verdict(
     let team = &queue.team;
     let item_id = &item.id;
     let (begin, _) = dialect(db);
-    let state_after = if request.verdict == Verdict::Skip {
+    let state_after = if request.decision.verdict == Verdict::Skip {
         "skipped"
     } else {
         "done"
     };
     let detail = serde_json::json!({
-        "verdict": request.verdict, "text": checked.text, "label": checked.label,
-        "override_classifier": request.override_classifier,
+        "verdict": request.decision.verdict, "text": checked.text, "label": checked.label,
+        "override_classifier": request.decision.override_classifier,
         "excerpts": request.excerpts,
     });
     let outcome: Result<(), Refusal> = with_pool!(db, |pool| async {
@@ -983,14 +945,14 @@ pub async fn record_verdict(
         .bind(item_id)
         .bind(user)
         .bind(&request.request_id)
-        .bind(request.verdict.as_str())
+        .bind(request.decision.verdict.as_str())
         .bind(&checked.text)
         .bind(&checked.label)
-        .bind(i64::from(request.override_classifier))
+        .bind(i64::from(request.decision.override_classifier))
         .bind(now())
         .execute(&mut *tx)
         .await?;
-        if request.verdict == Verdict::Skip {
+        if request.decision.verdict == Verdict::Skip {
             sqlx::query("UPDATE items SET claims = claims - 1, is_full = 0 WHERE id = $1")
                 .bind(item_id)
                 .execute(&mut *tx)
@@ -1044,7 +1006,7 @@ fn written_record(
     checked: &Checked,
 ) -> Option<Counterfactual> {
     let text = checked.text.as_ref()?;
-    if item.counterfactual.is_some() || request.verdict != Verdict::Accept {
+    if item.counterfactual.is_some() || request.decision.verdict != Verdict::Accept {
         return None;
     }
     let (probability, flipped) = checked.score.unwrap_or((0.0, false));
@@ -1088,15 +1050,7 @@ pub async fn undo(
     caller: Caller,
     Path((team, queue)): Path<(String, String)>,
 ) -> ApiResult<Json<Lease>> {
-    let (queue, _) = queue_for(
-        &state.db,
-        &caller,
-        &team,
-        &queue,
-        Role::Annotator,
-        Scope::Review,
-    )
-    .await?;
+    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, DECIDE).await?;
     let db = &state.db;
     let user = caller.user.id.as_str();
     let (begin, _) = dialect(db);
@@ -1193,15 +1147,7 @@ pub async fn save_draft(
     Path((team, queue, lease)): Path<(String, String, String)>,
     JsonBody(draft): JsonBody<Draft>,
 ) -> ApiResult<StatusCode> {
-    let (queue, _) = queue_for(
-        &state.db,
-        &caller,
-        &team,
-        &queue,
-        Role::Annotator,
-        Scope::Review,
-    )
-    .await?;
+    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, DECIDE).await?;
     if draft.text.chars().count() > 20_000 {
         return Err(ApiError::bad_request(
             "a draft holds at most 20,000 characters",
@@ -1248,15 +1194,7 @@ pub async fn next_to_review(
     Path((team, queue)): Path<(String, String)>,
     Query(cursor): Query<ReviewCursor>,
 ) -> ApiResult<Json<Option<ReviewTask>>> {
-    let (queue, _) = queue_for(
-        &state.db,
-        &caller,
-        &team,
-        &queue,
-        Role::Reviewer,
-        Scope::Read,
-    )
-    .await?;
+    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, REVIEW_READ).await?;
     let item: Option<String> = with_pool!(&state.db, |pool| {
         sqlx::query_scalar(
         "SELECT id FROM items WHERE queue_id = $1 AND stage = 1 AND seq > $2 ORDER BY seq LIMIT 1"
@@ -1310,53 +1248,36 @@ pub async fn review(
     Path((team, queue, item_id)): Path<(String, String, String)>,
     JsonBody(request): JsonBody<ReviewRequest>,
 ) -> ApiResult<Json<ReviewItem>> {
-    let (queue, role) = queue_for(
-        &state.db,
-        &caller,
-        &team,
-        &queue,
-        Role::Reviewer,
-        Scope::Review,
-    )
-    .await?;
+    let (queue, role) = queue_for(&state.db, &caller, &team, &queue, REVIEW).await?;
     let db = &state.db;
-    if request.verdict == Verdict::Skip {
+    if request.decision.verdict == Verdict::Skip {
         return Err(ApiError::bad_request(
             "a review confirms or overturns: skip is not one",
         ));
     }
     let item = load_item(db, &queue.id, &item_id).await?;
-    let checked = check_verdict(
-        &state,
-        &item,
-        request.verdict,
-        request.text.as_deref(),
-        request.label.as_deref(),
-        request.override_classifier,
-        role,
-    )
-    .await?;
+    let checked = check_verdict(&state, &item, &request.decision, role).await?;
     let previous = item.outcome.as_ref().map(|o| o.verdict);
     let outcome = Outcome {
-        verdict: request.verdict,
+        verdict: request.decision.verdict,
         text: checked.text.clone().or_else(|| {
-            (request.verdict == previous.unwrap_or(Verdict::Flag))
+            (request.decision.verdict == previous.unwrap_or(Verdict::Flag))
                 .then(|| item.outcome.as_ref().and_then(|o| o.text.clone()))
                 .flatten()
         }),
         label: checked.label.clone().unwrap_or_else(|| item.target.clone()),
         reviewed: true,
     };
-    let action = if previous == Some(request.verdict) {
+    let action = if previous == Some(request.decision.verdict) {
         "confirm"
     } else {
         "overturn"
     };
     let user = caller.user.id.as_str();
     let (begin, _) = dialect(db);
-    let detail = serde_json::json!({"verdict": request.verdict, "previous": previous,
+    let detail = serde_json::json!({"verdict": request.decision.verdict, "previous": previous,
         "text": checked.text, "label": checked.label,
-        "override_classifier": request.override_classifier});
+        "override_classifier": request.decision.override_classifier});
     let saved: bool = with_pool!(db, |pool| async {
         let mut tx = pool.begin_with(begin).await?;
         let changed = sqlx::query(
@@ -1383,10 +1304,10 @@ pub async fn review(
         .bind(&item_id)
         .bind(user)
         .bind(new_id("review"))
-        .bind(request.verdict.as_str())
+        .bind(request.decision.verdict.as_str())
         .bind(&checked.text)
         .bind(&checked.label)
-        .bind(i64::from(request.override_classifier))
+        .bind(i64::from(request.decision.override_classifier))
         .bind(now())
         .execute(&mut *tx)
         .await?;
@@ -1410,8 +1331,7 @@ pub async fn item(
     caller: Caller,
     Path((team, queue, item)): Path<(String, String, String)>,
 ) -> ApiResult<Json<ReviewItem>> {
-    let (queue, _) =
-        queue_for(&state.db, &caller, &team, &queue, Role::Viewer, Scope::Read).await?;
+    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, READ).await?;
     Ok(Json(load_item(&state.db, &queue.id, &item).await?))
 }
 
@@ -1421,8 +1341,7 @@ pub async fn history(
     caller: Caller,
     Path((team, queue, item)): Path<(String, String, String)>,
 ) -> ApiResult<Json<Vec<HistoryEntry>>> {
-    let (queue, _) =
-        queue_for(&state.db, &caller, &team, &queue, Role::Viewer, Scope::Read).await?;
+    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, READ).await?;
     let rows: Vec<(String, Option<String>, String, String)> =
         with_pool!(&state.db, |pool| sqlx::query_as(
             "SELECT a.at, u.name, a.action, a.detail FROM audit_log a \

@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::{Path, State};
 use flipside_shared::metrics::agreement::{cohen_kappa, krippendorff_alpha};
-use flipside_shared::portal::{Outcome, PersonStats, QueueStats, Role, Scope, Verdict};
+use flipside_shared::portal::{Outcome, PersonStats, QueueStats, Verdict};
 
-use super::auth::Caller;
+use super::auth::{Caller, READ};
 use super::queue::queue_for;
 use crate::server::AppState;
 use crate::server::db::{now, with_pool};
@@ -28,8 +28,7 @@ pub async fn get(
     caller: Caller,
     Path((team, queue)): Path<(String, String)>,
 ) -> ApiResult<Json<QueueStats>> {
-    let (queue, _) =
-        queue_for(&state.db, &caller, &team, &queue, Role::Viewer, Scope::Read).await?;
+    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, READ).await?;
     let db = &state.db;
     let items: Vec<(Option<i64>, Option<String>, i64)> = with_pool!(db, |pool| sqlx::query_as(
         "SELECT flipped, outcome, stage FROM items WHERE queue_id = $1"
