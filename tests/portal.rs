@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::Path;
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ use reqwest::blocking::{Client, Response};
 use serde_json::{Value, json};
 
 use crate::common::{EditingSetup, ITEMS, editing_setup, flipside, success};
-use crate::server::{Postgres, Server, check_error, follow, json_of, upload};
+use crate::server::{Postgres, Server, check_error, follow, json_of, postgres_bin_dir, upload};
 
 /// The first admin's password (given on stdin, as an operator would).
 pub(crate) const ADMIN_PASSWORD: &str = "correct horse battery staple";
@@ -212,14 +212,50 @@ fn verdict(lease: &Value, verdict: &str) -> Value {
 #[test]
 fn team_portal_accounts_review_and_export_on_sqlite() {
     let setup = editing_setup();
+    let secrets = portal_scenario(&setup, &[]);
+    // The database holds no usable password, session or token.
+    let mut dump = Vec::new();
+    for entry in std::fs::read_dir(setup.dir.path().join("server")).unwrap().flatten() {
+        if entry.file_name().to_string_lossy().starts_with("flipside.db") {
+            dump.extend(std::fs::read(entry.path()).unwrap());
+        }
+    }
+    holds_none_of(&String::from_utf8_lossy(&dump), &secrets);
+}
+
+#[test]
+fn team_portal_accounts_review_and_export_on_postgres() {
+    let Some(postgres) = Postgres::start() else {
+        return;
+    };
+    let setup = editing_setup();
+    let secrets = portal_scenario(&setup, &["--database-url", &postgres.url]);
+    let dump = Command::new(postgres_bin_dir().unwrap().join("pg_dump"))
+        .args(["--dbname", &postgres.url])
+        .output()
+        .unwrap();
+    assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+    holds_none_of(&String::from_utf8_lossy(&dump.stdout), &secrets);
+}
+
+fn holds_none_of(dump: &str, secrets: &[String]) {
+    assert!(dump.contains("argon2id"), "not a dump of the portal's tables");
+    for secret in secrets {
+        assert!(!dump.contains(secret.as_str()), "the database holds {secret:?}");
+    }
+}
+
+/// The portal from the CLI-made admin to the export, on the database `extra` names; returns
+/// the passwords, token and session secret used, which the database must not hold.
+fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
     let data = setup.dir.path().join("server");
-    let said = add_user(&data, &[], "Ada@Lab.org", "lab", "admin");
+    let said = add_user(&data, extra, "Ada@Lab.org", "lab", "admin");
     assert!(
         said.contains("ada@lab.org") && said.contains("admin"),
         "{said}"
     );
-    add_user(&data, &[], "eve@other.org", "other", "admin");
-    let server = Server::start(&setup, &data, &[]);
+    add_user(&data, extra, "eve@other.org", "other", "admin");
+    let server = Server::start(setup, &data, extra);
     let ada = sign_in(&server, "ada@lab.org", ADMIN_PASSWORD);
     let team = team_of(&ada);
     let eve = sign_in(&server, "eve@other.org", ADMIN_PASSWORD);
@@ -485,26 +521,12 @@ fn team_portal_accounts_review_and_export_on_sqlite() {
 
     every_endpoint_role_and_team(&ada, &[&dan, &bob, &cleo, &ada], &eve, &team, &other_team);
 
-    // The database holds no usable password, session or token.
-    let mut dump = Vec::new();
-    for entry in std::fs::read_dir(&data).unwrap().flatten() {
-        if entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with("flipside.db")
-        {
-            dump.extend(std::fs::read(entry.path()).unwrap());
-        }
-    }
-    let dump = String::from_utf8_lossy(&dump);
-    for secret in [
-        ADMIN_PASSWORD,
-        PASSWORD,
-        &secret,
-        cookie.split('=').nth(1).unwrap(),
-    ] {
-        assert!(!dump.contains(secret), "the database holds {secret:?}");
-    }
+    vec![
+        ADMIN_PASSWORD.to_string(),
+        PASSWORD.to_string(),
+        secret,
+        cookie.split('=').nth(1).unwrap().to_string(),
+    ]
 }
 
 /// Every portal endpoint as a viewer, annotator, reviewer and admin of the team, and as the

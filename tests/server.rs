@@ -836,7 +836,7 @@ fn command_as(owner: Option<&str>, program: &Path) -> Command {
 
 /// Where `initdb` and `pg_ctl` are: on `PATH`, or in Debian's `/usr/lib/postgresql/VERSION/bin`
 /// (the newest version).
-fn postgres_bin_dir() -> Option<PathBuf> {
+pub(crate) fn postgres_bin_dir() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH")
         .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file()));
     on_path.or_else(|| {
