@@ -215,8 +215,15 @@ fn team_portal_accounts_review_and_export_on_sqlite() {
     let secrets = portal_scenario(&setup, &[]);
     // The database holds no usable password, session or token.
     let mut dump = Vec::new();
-    for entry in std::fs::read_dir(setup.dir.path().join("server")).unwrap().flatten() {
-        if entry.file_name().to_string_lossy().starts_with("flipside.db") {
+    for entry in std::fs::read_dir(setup.dir.path().join("server"))
+        .unwrap()
+        .flatten()
+    {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("flipside.db")
+        {
             dump.extend(std::fs::read(entry.path()).unwrap());
         }
     }
@@ -230,18 +237,33 @@ fn team_portal_accounts_review_and_export_on_postgres() {
     };
     let setup = editing_setup();
     let secrets = portal_scenario(&setup, &["--database-url", &postgres.url]);
-    let dump = Command::new(postgres_bin_dir().unwrap().join("pg_dump"))
+    // Beside initdb in Debian's versioned directory, else Debian's wrapper on PATH.
+    let beside = postgres_bin_dir().map(|bin| bin.join("pg_dump"));
+    let pg_dump = beside
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| "pg_dump".into());
+    let dump = Command::new(pg_dump)
         .args(["--dbname", &postgres.url])
         .output()
         .unwrap();
-    assert!(dump.status.success(), "{}", String::from_utf8_lossy(&dump.stderr));
+    assert!(
+        dump.status.success(),
+        "{}",
+        String::from_utf8_lossy(&dump.stderr)
+    );
     holds_none_of(&String::from_utf8_lossy(&dump.stdout), &secrets);
 }
 
 fn holds_none_of(dump: &str, secrets: &[String]) {
-    assert!(dump.contains("argon2id"), "not a dump of the portal's tables");
+    assert!(
+        dump.contains("argon2id"),
+        "not a dump of the portal's tables"
+    );
     for secret in secrets {
-        assert!(!dump.contains(secret.as_str()), "the database holds {secret:?}");
+        assert!(
+            !dump.contains(secret.as_str()),
+            "the database holds {secret:?}"
+        );
     }
 }
 
