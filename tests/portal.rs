@@ -53,6 +53,25 @@ impl Account {
         request.send().unwrap()
     }
 
+    /// Posts `bytes` as the multipart field `file` named `name`.
+    fn upload(&self, path: &str, name: &str, bytes: Vec<u8>) -> Response {
+        let form = reqwest::blocking::multipart::Form::new().part(
+            "file",
+            reqwest::blocking::multipart::Part::bytes(bytes).file_name(name.to_string()),
+        );
+        let mut request = self
+            .http
+            .post(format!("{}api{path}", self.base))
+            .multipart(form);
+        request = match &self.auth {
+            Auth::Session { cookie, csrf } => request
+                .header("cookie", cookie)
+                .header("x-csrf-token", csrf),
+            Auth::Token(token) => request.bearer_auth(token),
+        };
+        request.send().unwrap()
+    }
+
     pub fn get(&self, path: &str) -> Response {
         self.send(Method::GET, path, None)
     }
@@ -391,6 +410,40 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
     assert_eq!(verdicts, 2, "two people, one verdict each: {history}");
     let stats = json_of(dan.get(&format!("{q}/stats")), 200);
     assert_eq!(stats["decided"], written, "{stats}");
+
+    // Files of items: the job's records as JSON lines, and a CSV; a bad row adds nothing.
+    let records = server
+        .get(&format!("/jobs/{job_id}/records.jsonl"))
+        .bytes()
+        .unwrap()
+        .to_vec();
+    let files = new_queue(&ada, &team, json!({"name": "files"}));
+    let f = format!("/teams/{team}/queues/{files}");
+    let added = json_of(
+        ada.upload(&format!("{f}/upload"), "job.jsonl", records),
+        200,
+    );
+    assert_eq!(added["items"], written);
+    let csv = "original,label,target,counterfactual\nGood film.,positive,negative,Bad film.\n\
+               Dull plot.,negative,positive,\n";
+    let added = json_of(
+        ada.upload(&format!("{f}/upload"), "more.csv", csv.into()),
+        200,
+    );
+    assert_eq!(added["items"], written + 2);
+    let bad = "original,label,target\nGood film.,positive,negative\n,negative,positive\n";
+    let message = check_error(
+        ada.upload(&format!("{f}/upload"), "bad.csv", bad.into()),
+        400,
+        "bad_request",
+    );
+    assert!(message.contains("item 2"), "{message}");
+    assert_eq!(json_of(dan.get(&f), 200)["items"], written + 2);
+    check_error(
+        bob.upload(&format!("{f}/upload"), "more.csv", csv.into()),
+        403,
+        "forbidden",
+    );
     assert!(
         stats["krippendorff_alpha"].is_number() || written < 2,
         "{stats}"

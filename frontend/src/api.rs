@@ -109,6 +109,21 @@ fn queue_url(team: &str, queue: &str, rest: &str) -> String {
     format!("/api/teams/{team}/queues/{queue}{rest}")
 }
 
+/// `POST …/upload`: adds the items of a JSON-lines or CSV file (the form's `file`) to a queue.
+pub async fn upload_items(
+    team: &str,
+    queue: &str,
+    form: web_sys::FormData,
+) -> Result<Queue, String> {
+    let response = with_csrf(Request::post(&queue_url(team, queue, "/upload")))
+        .body(form)
+        .map_err(|e| e.to_string())?
+        .send()
+        .await
+        .map_err(network_error)?;
+    read_json(response).await
+}
+
 /// `POST …/next`: the caller's next leased item, `None` when nothing is left for them.
 pub async fn next_item(team: &str, queue: &str) -> Result<Option<Lease>, String> {
     send::<(), _>(

@@ -206,7 +206,7 @@ fn TeamHome(me: Me) -> impl IntoView {
             </div>
             {move || error.get().map(|m| view! { <ErrorMessage message=m /> })}
             <table class="queues" data-testid="queue-list">
-                <thead><tr><th>"Queue"</th><th>"Items"</th><th>"People per item"</th><th>"Made"</th><th></th></tr></thead>
+                <thead><tr><th>"Queue"</th><th>"Items"</th><th>"People per item"</th><th>"Made"</th><th></th>{admin.then(|| view! { <th>"Add items (JSONL, CSV)"</th> })}</tr></thead>
                 <tbody>
                     {move || queues.get().into_iter().map(|q| {
                         let href = Route::Portal { queue: Some((q.team.clone(), q.id.clone())) }.href();
@@ -220,6 +220,16 @@ fn TeamHome(me: Me) -> impl IntoView {
                                 <td>{can_export.then(|| view! {
                                     <a href=export data-testid="export-classifier">"Export for classifier train"</a>
                                 })}</td>
+                                {admin.then(|| {
+                                    let (team, queue) = (q.team.clone(), q.id.clone());
+                                    view! {
+                                        <td>
+                                            <input type="file" accept=".jsonl,.ndjson,.csv"
+                                                data-testid="queue-upload"
+                                                on:change=move |ev| upload(&team, &queue, &ev, reload, error) />
+                                        </td>
+                                    }
+                                })}
                             </tr>
                         }
                     }).collect::<Vec<_>>()}
@@ -232,6 +242,40 @@ fn TeamHome(me: Me) -> impl IntoView {
         })}
     }
     .into_any()
+}
+
+/// Sends the file chosen in `ev`'s input to the queue, then reloads the list.
+fn upload(
+    team: &str,
+    queue: &str,
+    ev: &leptos::ev::Event,
+    reload: impl Fn() + 'static,
+    error: RwSignal<Option<String>>,
+) {
+    let input: web_sys::HtmlInputElement = event_target(ev);
+    let Some(file) = input.files().and_then(|files| files.get(0)) else {
+        return;
+    };
+    let Ok(form) = web_sys::FormData::new() else {
+        return;
+    };
+    if form
+        .append_with_blob_and_filename("file", &file, &file.name())
+        .is_err()
+    {
+        return;
+    }
+    let (team, queue) = (team.to_string(), queue.to_string());
+    spawn_local(async move {
+        match api::upload_items(&team, &queue, form).await {
+            Ok(_) => {
+                error.set(None);
+                reload();
+            }
+            Err(message) => error.set(Some(message)),
+        }
+        input.set_value("");
+    });
 }
 
 /// A queue of a finished job's counterfactuals.

@@ -135,6 +135,14 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
       assert.ok(row.text && row.label, line);
     }
 
+    // An admin adds items to a queue from a CSV file.
+    const row = ada.page.getByTestId('queue-row').filter({ hasText: 'originals to write for' });
+    await row.getByTestId('queue-upload').setInputFiles({
+      name: 'more.csv', mimeType: 'text/csv',
+      buffer: Buffer.from('original,label,target\nA dull film.,negative,positive\n'),
+    });
+    await row.locator('td', { hasText: /^2$/ }).waitFor({ timeout: LONG });
+
     // Writing a counterfactual for an original, with label-flipped excerpts (key e).
     await ada.page.goto(`${URL}#/review/${AUTHOR_QUEUE}`);
     await current(ada.page);
@@ -144,6 +152,9 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
     await ada.page.getByTestId('demo-hand-edit').fill(WRITTEN);
     await ada.page.screenshot({ path: join(SHOTS, 'portal-author.png'), fullPage: true });
     await ada.page.keyboard.press('Control+Enter');
+    // Next, the uploaded original: skipped, and nothing is left.
+    await ada.page.getByTestId('review-original').filter({ hasText: 'A dull film.' }).waitFor({ timeout: LONG });
+    await ada.page.keyboard.press('s');
     await ada.page.getByTestId('review-finished').waitFor({ timeout: LONG });
 
     assert.deepEqual(ada.errors, []);

@@ -11,9 +11,8 @@ use flipside_shared::portal::{Decision, QueueRequest, Role, Verdict, VerdictRequ
 
 use super::cpu_features;
 use crate::server::db::Db;
-use crate::server::portal::queue::{
-    Checked, StoredItem, insert_items, insert_queue, lease_next, record_verdict,
-};
+use crate::server::portal::items::{StoredItem, insert_items};
+use crate::server::portal::queue::{Checked, insert_queue, lease_next, record_verdict};
 use crate::server::portal::{accounts, new_secret};
 
 #[derive(Debug, Args)]

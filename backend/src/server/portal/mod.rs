@@ -1,6 +1,6 @@
 //! The team portal: accounts and teams ([`accounts`]), sign-in, sessions, API tokens and the
-//! caller's rights ([`auth`]), review queues with leases and verdicts ([`queue`]), the
-//! dashboard ([`stats`]) and exports ([`export`]).
+//! caller's rights ([`auth`]), review queues with leases and verdicts ([`queue`]) and what
+//! they hold ([`items`]), the dashboard ([`stats`]) and exports ([`export`]).
 //!
 //! Every queue belongs to a team and every route names the team: a caller outside it gets 404,
 //! a member whose role is too low 403, never the data.
@@ -8,15 +8,20 @@
 pub mod accounts;
 pub mod auth;
 pub mod export;
+pub mod items;
 pub mod queue;
 pub mod stats;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{delete, get, post, put};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use super::AppState;
+
+/// The largest file of items a queue takes in one upload.
+const MAX_UPLOAD_BYTES: usize = 32 << 20;
 
 /// The portal's routes, under `/api`.
 pub fn router() -> Router<AppState> {
@@ -32,7 +37,11 @@ pub fn router() -> Router<AppState> {
         .route("/teams/{team}/invites", post(accounts::invite))
         .route("/teams/{team}/queues", post(queue::create).get(queue::list))
         .route(queue, get(queue::get))
-        .route(&format!("{queue}/items"), post(queue::add_items))
+        .route(&format!("{queue}/items"), post(items::add_items))
+        .route(
+            &format!("{queue}/upload"),
+            post(items::upload).layer(DefaultBodyLimit::max(MAX_UPLOAD_BYTES)),
+        )
         .route(&format!("{queue}/next"), post(queue::next))
         .route(&format!("{queue}/verdicts"), post(queue::decide))
         .route(&format!("{queue}/undo"), post(queue::undo))

@@ -15,23 +15,22 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use flipside_shared::portal::{
-    Decision, Draft, HistoryEntry, Lease, NewItem, Outcome, PastVerdict, Queue, QueueRequest,
-    ReviewItem, ReviewRequest, ReviewTask, Role, Sibling, Verdict, VerdictRequest,
+    Decision, Draft, HistoryEntry, Lease, Outcome, PastVerdict, Queue, QueueRequest, ReviewItem,
+    ReviewRequest, ReviewTask, Role, Sibling, Verdict, VerdictRequest,
 };
 use flipside_shared::records::{CoreProvenance, Counterfactual, Provenance};
 use serde::Deserialize;
 
 use super::auth::{Access, Caller, DECIDE, MANAGE, READ, REVIEW, REVIEW_READ};
+use super::items::{StoredItem, insert_items, job_records};
 use super::{hash_secret, new_id};
 use crate::server::AppState;
-use crate::server::db::{Db, RecordFilter, now, now_plus, with_pool};
+use crate::server::db::{Db, now, now_plus, with_pool};
 use crate::server::demo::{blocking, check_text, probabilities};
 use crate::server::error::{ApiError, ApiResult, JsonBody};
 
 /// The most people one item may need.
 const MAX_OVERLAP: usize = 10;
-/// The most items one request may add.
-const MAX_NEW_ITEMS: usize = 10_000;
 /// Other counterfactuals of the same original shown with an item, at most.
 const MAX_SIBLINGS: i64 = 20;
 
@@ -125,7 +124,7 @@ pub async fn queue_for(
 
 /// Begins a write transaction: immediate on SQLite (so that concurrent writers wait for the
 /// lock instead of failing to upgrade), and what rows to lock for a hand-out on Postgres.
-fn dialect(db: &Db) -> (&'static str, &'static str) {
+pub(super) fn dialect(db: &Db) -> (&'static str, &'static str) {
     match db {
         Db::Sqlite(_) => ("BEGIN IMMEDIATE", ""),
         Db::Postgres(_) => ("BEGIN", " FOR UPDATE SKIP LOCKED"),
@@ -278,7 +277,7 @@ pub async fn insert_queue(
     Ok(queue)
 }
 
-fn queue_info(queue: QueueRow, items: usize) -> Queue {
+pub(super) fn queue_info(queue: QueueRow, items: usize) -> Queue {
     Queue {
         id: queue.id,
         team: queue.team,
@@ -288,87 +287,6 @@ fn queue_info(queue: QueueRow, items: usize) -> Queue {
         items,
         created_at: queue.created_at,
     }
-}
-
-/// Every record of a job, in the order they were made.
-async fn job_records(db: &Db, job: &str) -> anyhow::Result<Vec<Counterfactual>> {
-    let mut records = Vec::new();
-    loop {
-        let (page, total) = db
-            .records(job, RecordFilter::All, records.len(), 1000)
-            .await?;
-        for json in &page {
-            records.push(serde_json::from_str(json).context("a job record")?);
-        }
-        if page.is_empty() || records.len() >= total {
-            return Ok(records);
-        }
-    }
-}
-
-/// An item to add to a queue.
-#[derive(Debug, Clone)]
-pub struct StoredItem {
-    pub original: String,
-    pub label: String,
-    pub counterfactual: Option<String>,
-    pub target: String,
-    pub method: String,
-    pub flipped: Option<bool>,
-    pub target_probability: Option<f32>,
-    pub record: Option<String>,
-}
-
-impl StoredItem {
-    fn from_record(record: Counterfactual) -> StoredItem {
-        StoredItem {
-            original: record.original.clone(),
-            label: record.label.clone(),
-            counterfactual: Some(record.edited.clone()),
-            target: record.target.clone(),
-            method: record.method.clone(),
-            flipped: Some(record.flipped),
-            target_probability: Some(record.target_probability),
-            record: serde_json::to_string(&record).ok(),
-        }
-    }
-}
-
-/// Appends `items` to `queue` in one transaction; returns how many the queue has now.
-pub async fn insert_items(db: &Db, queue: &str, items: Vec<StoredItem>) -> ApiResult<usize> {
-    let (begin, _) = dialect(db);
-    let total = with_pool!(db, |pool| async {
-        let mut tx = pool.begin_with(begin).await?;
-        let start: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE queue_id = $1")
-            .bind(queue)
-            .fetch_one(&mut *tx)
-            .await?;
-        for (i, item) in items.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO items (id, queue_id, seq, original, label, counterfactual, target, \
-                 method, flipped, target_probability, record, original_hash) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            )
-            .bind(new_id("it"))
-            .bind(queue)
-            .bind(start + i as i64)
-            .bind(&item.original)
-            .bind(&item.label)
-            .bind(&item.counterfactual)
-            .bind(&item.target)
-            .bind(&item.method)
-            .bind(item.flipped.map(i64::from))
-            .bind(item.target_probability.map(f64::from))
-            .bind(&item.record)
-            .bind(hash_secret(&item.original))
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok::<_, sqlx::Error>(start as usize + items.len())
-    }
-    .await)?;
-    Ok(total)
 }
 
 /// `GET /api/teams/{team}/queues`.
@@ -416,60 +334,6 @@ pub async fn get(
     .fetch_one(pool)
     .await)?;
     Ok(Json(queue_info(queue, items as usize)))
-}
-
-/// `POST …/items` (admins): originals to write counterfactuals for, or counterfactuals made
-/// elsewhere.
-pub async fn add_items(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path((team, queue)): Path<(String, String)>,
-    JsonBody(items): JsonBody<Vec<NewItem>>,
-) -> ApiResult<Json<Queue>> {
-    let (queue, _) = queue_for(&state.db, &caller, &team, &queue, MANAGE).await?;
-    if items.is_empty() || items.len() > MAX_NEW_ITEMS {
-        return Err(ApiError::bad_request(format!(
-            "1 to {MAX_NEW_ITEMS} items per request"
-        )));
-    }
-    let mut stored = Vec::with_capacity(items.len());
-    for (i, item) in items.into_iter().enumerate() {
-        let at = |e: ApiError| ApiError::bad_request(format!("item {}: {}", i + 1, e.message));
-        check_text(&item.original).map_err(at)?;
-        if let Some(text) = &item.counterfactual {
-            check_text(text).map_err(at)?;
-        }
-        if item.label.trim().is_empty() || item.target.trim().is_empty() {
-            return Err(at(ApiError::bad_request("label and target are required")));
-        }
-        stored.push(StoredItem {
-            method: if item.counterfactual.is_some() {
-                "upload"
-            } else {
-                "human"
-            }
-            .into(),
-            original: item.original,
-            label: item.label,
-            counterfactual: item.counterfactual,
-            target: item.target,
-            flipped: None,
-            target_probability: None,
-            record: None,
-        });
-    }
-    let added = stored.len();
-    let total = insert_items(&state.db, &queue.id, stored).await?;
-    audit(
-        &state.db,
-        &team,
-        Some(&queue.id),
-        Some(&caller.user.id),
-        "add items",
-        serde_json::json!({"items": added}),
-    )
-    .await?;
-    Ok(Json(queue_info(queue, total)))
 }
 
 /// `POST …/next`: the caller's next item, leased to them. Their live lease when they hold one
