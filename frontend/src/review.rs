@@ -56,6 +56,8 @@ struct ReviewState {
 
 impl ReviewState {
     fn show(self, lease: Option<Lease>) {
+        // The next item starts with the keys live, not in the text box of the last one.
+        blur_active();
         self.finished.set(lease.is_none());
         self.draft.set(lease.as_ref().map_or(String::new(), |l| {
             l.draft

@@ -152,7 +152,8 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
     await ada.page.getByTestId('demo-hand-edit').fill(WRITTEN);
     await ada.page.screenshot({ path: join(SHOTS, 'portal-author.png'), fullPage: true });
     await ada.page.keyboard.press('Control+Enter');
-    // Next, the uploaded original: skipped, and nothing is left.
+    // Next, the uploaded original (the keys are live again, not in the text box): skipped, and
+    // nothing is left.
     await ada.page.getByTestId('review-original').filter({ hasText: 'A dull film.' }).waitFor({ timeout: LONG });
     await ada.page.keyboard.press('s');
     await ada.page.getByTestId('review-finished').waitFor({ timeout: LONG });
