@@ -10,7 +10,7 @@ use flipside_shared::api::{
 };
 use flipside_shared::portal::{
     AcceptInvite, Draft, Invite, InviteRequest, Lease, LoginRequest, Me, Queue, QueueRequest,
-    QueueStats, ReviewItem, VerdictRequest,
+    QueueStats, ReviewItem, ReviewRequest, ReviewTask, VerdictRequest,
 };
 use gloo_net::http::{Request, RequestBuilder, Response};
 use serde::Serialize;
@@ -170,6 +170,27 @@ pub async fn save_draft(team: &str, queue: &str, lease: &str, draft: &Draft) -> 
         return Err(error_message(response).await.message);
     }
     Ok(())
+}
+
+/// `GET …/review/next`: the next decided item after position `after`, for the second pass.
+pub async fn next_to_review(
+    team: &str,
+    queue: &str,
+    after: Option<usize>,
+) -> Result<Option<ReviewTask>, String> {
+    let after = after.map_or(String::new(), |a| format!("?after={a}"));
+    get_json(&queue_url(team, queue, &format!("/review/next{after}"))).await
+}
+
+/// `POST …/items/{item}/review`: confirms or overturns an outcome (409 when it changed since).
+pub async fn review_item(
+    team: &str,
+    queue: &str,
+    item: &str,
+    request: &ReviewRequest,
+) -> Result<ReviewItem, ApiError> {
+    let url = queue_url(team, queue, &format!("/items/{item}/review"));
+    send(with_csrf(Request::post(&url)), Some(request)).await
 }
 
 /// `GET …/stats`.

@@ -23,6 +23,7 @@ mod retrieved;
 mod review;
 mod route;
 mod scoring;
+mod second_pass;
 mod ui;
 
 use leptos::prelude::*;

@@ -18,6 +18,7 @@ use wasm_bindgen::JsCast;
 use crate::api;
 use crate::live_edit::{EDIT_BOX_ID, LiveEdit};
 use crate::route::Route;
+use crate::second_pass::{SECOND_PASS_KEYS, SecondPass, SecondPassView};
 use crate::ui::{ErrorMessage, Spinner, format_probability};
 
 /// How long typing must pause before the draft is saved on the server.
@@ -208,8 +209,16 @@ pub fn ReviewQueue(team: String, queue: String, role: Role) -> impl IntoView {
     state.next();
     let may_override = role >= Role::Reviewer;
 
+    let second = RwSignal::new(false);
+    let pass = SecondPass::new(&state.team.get_value(), &state.queue.get_value());
     let keys = window_event_listener(leptos::ev::keydown, move |ev| {
         if ev.alt_key() || (ev.meta_key() && ev.key() != "Enter") {
+            return;
+        }
+        if second.get_untracked() {
+            if !typing(&ev) && !ev.ctrl_key() && pass.key(&ev.key()) {
+                ev.prevent_default();
+            }
             return;
         }
         if typing(&ev) {
@@ -317,23 +326,47 @@ pub fn ReviewQueue(team: String, queue: String, role: Role) -> impl IntoView {
         timer.set_value(handle.ok());
     });
 
+    let toggle = move |_| {
+        let on = !second.get_untracked();
+        second.set(on);
+        if on {
+            pass.load(None);
+        } else {
+            state.refresh_stats();
+        }
+    };
+    let keys_shown = move || {
+        let keys: &[(&str, &str)] = if second.get() {
+            &SECOND_PASS_KEYS
+        } else {
+            &KEYS
+        };
+        keys.iter()
+            .map(|(key, what)| view! { <li><kbd>{*key}</kbd>" "{*what}</li> })
+            .collect::<Vec<_>>()
+    };
     view! {
         <section class="card">
             <div class="card-head">
-                <h2>"Review"</h2>
+                <h2>{move || if second.get() { "Second pass" } else { "Review" }}</h2>
+                {may_override.then(|| view! {
+                    <button type="button" on:click=toggle data-testid="second-pass-toggle">
+                        {move || if second.get() { "Back to deciding" } else { "Second pass" }}
+                    </button>
+                })}
                 <a href=Route::Portal { queue: None }.href() class="small">"All queues"</a>
             </div>
             <QueueProgress stats=state.stats />
-            <ul class="keys small" data-testid="review-keys">
-                {KEYS.iter().map(|(key, what)| view! {
-                    <li><kbd>{*key}</kbd>" "{*what}</li>
-                }).collect::<Vec<_>>()}
-            </ul>
+            <ul class="keys small" data-testid="review-keys">{keys_shown}</ul>
         </section>
-        {move || state.error.get().map(|e| view! {
+        {move || second.get().then(|| view! { <SecondPassView pass /> })}
+        {move || (!second.get()).then(|| state.error.get()).flatten().map(|e| view! {
             <ErrorMessage message=e.message testid="review-error" />
         })}
         {move || {
+            if second.get() {
+                return ().into_any();
+            }
             if state.finished.get() {
                 return view! {
                     <section class="card" data-testid="review-finished">
@@ -350,7 +383,7 @@ pub fn ReviewQueue(team: String, queue: String, role: Role) -> impl IntoView {
     }
 }
 
-/// The queue's progress and agreement, in one line.
+/// The queue's dashboard: progress, acceptance, flip share, agreement, and each person's work.
 #[component]
 fn QueueProgress(stats: RwSignal<Option<QueueStats>>) -> impl IntoView {
     move || {
@@ -360,18 +393,39 @@ fn QueueProgress(stats: RwSignal<Option<QueueStats>>) -> impl IntoView {
                 (None, Some(a)) => format!(" · Krippendorff's α {a:.2}"),
                 _ => String::new(),
             };
+            let people = s.people.clone();
             view! {
                 <p class="small muted" data-testid="review-stats">
                     {format!(
-                        "{} of {} decided · {} kept ({:.0}%) · {} leased now{}",
+                        "{} of {} decided · {} reviewed · {} kept ({:.0}%) · the classifier flips \
+                         {:.0}% · {} leased now · {} overrides{}",
                         s.decided,
                         s.items,
+                        s.reviewed,
                         s.kept,
                         100.0 * s.acceptance_rate,
+                        100.0 * s.flip_share,
                         s.leased,
+                        s.overrides,
                         agreement,
                     )}
                 </p>
+                <details class="small">
+                    <summary>"Who did what"</summary>
+                    <table class="queues" data-testid="review-people">
+                        <thead><tr><th>"Person"</th><th>"Verdicts"</th><th>"Per hour"</th><th>"Kept"</th></tr></thead>
+                        <tbody>
+                            {people.into_iter().map(|p| view! {
+                                <tr>
+                                    <td>{p.name}</td>
+                                    <td>{p.verdicts}</td>
+                                    <td>{p.per_hour.map_or("—".to_string(), |r| format!("{r:.0}"))}</td>
+                                    <td>{format!("{:.0}%", 100.0 * p.acceptance)}</td>
+                                </tr>
+                            }).collect::<Vec<_>>()}
+                        </tbody>
+                    </table>
+                </details>
             }
         })
     }

@@ -126,11 +126,32 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
       .waitFor({ timeout: LONG });
     await ada.page.screenshot({ path: join(SHOTS, 'portal-finished.png'), fullPage: true });
 
+    // The second pass: the admin accepts every outcome (over the classifier where it disagrees),
+    // one key each.
+    await ada.page.getByTestId('second-pass-toggle').click();
+    for (let i = 0; i < decided.ada.length; i += 1) {
+      const item = ada.page.getByTestId('second-pass-item');
+      await item.waitFor({ timeout: LONG });
+      const id = await item.getAttribute('data-item-id');
+      await ada.page.keyboard.press('o');
+      await ada.page.waitForFunction((was) => {
+        const shown = document.querySelector('[data-testid="second-pass-item"]');
+        return document.querySelector('[data-testid="second-pass-finished"]')
+          || (shown && shown.getAttribute('data-item-id') !== was);
+      }, id, { timeout: LONG });
+    }
+    await ada.page.getByTestId('second-pass-finished').waitFor({ timeout: LONG });
+    await ada.page.getByTestId('second-pass-toggle').click();
+    await ada.page.getByTestId('review-stats').filter({ hasText: `${decided.ada.length} reviewed` })
+      .waitFor({ timeout: LONG });
+
     // The export the team page links to holds the kept items for `classifier train`.
     await ada.page.goto(`${URL}#/review`);
     const href = await ada.page.getByTestId('export-classifier').first().getAttribute('href');
     const exported = await ada.page.evaluate(async (url) => (await fetch(url)).text(), href);
-    for (const line of exported.trim().split('\n').filter(Boolean)) {
+    const rows = exported.trim().split('\n').filter(Boolean);
+    assert.equal(rows.length, decided.ada.length, exported);
+    for (const line of rows) {
       const row = JSON.parse(line);
       assert.ok(row.text && row.label, line);
     }
