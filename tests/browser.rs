@@ -17,8 +17,10 @@ use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding}
 use serde_json::json;
 
 use crate::common::{ITEMS, editing_setup, serve, tiny_dis_ae};
-use crate::portal::{ADMIN_PASSWORD, add_items, add_user, new_queue, sign_in, team_of};
-use crate::server::{Server, follow, json_of, upload};
+use crate::portal::{
+    ADMIN_PASSWORD, add_items, add_user, finished_job, new_queue, sign_in, team_of,
+};
+use crate::server::{Server, json_of};
 
 /// Texts the browser's Dis-AE reproduces with negative sentiment, to match the native outputs.
 const REPRODUCED: [&str; 3] = [
@@ -172,21 +174,7 @@ fn the_portal_reviews_a_job_by_keyboard_and_authors_with_excerpts() {
     add_user(&data, &[], "ada@lab.org", "lab", "admin");
     let static_dir = dist.display().to_string();
     let server = Server::start(&setup, &data, &["--static-dir", &static_dir]);
-    let dataset = json_of(upload(&server, "items.csv", ITEMS.into(), &[]), 201);
-    let job = json_of(
-        server.post(
-            "/jobs",
-            &json!({"dataset": dataset["id"], "limit": 3, "seed": 1}),
-        ),
-        202,
-    );
-    let job_id = job["id"].as_str().unwrap().to_string();
-    let events = follow(&server, &job_id, |j| j["status"] == "done");
-    let done = events.last().unwrap();
-    assert!(
-        done["written"].as_u64().unwrap() >= 1,
-        "the job wrote nothing: {done}"
-    );
+    let (job_id, _) = finished_job(&server);
     let ada = sign_in(&server, "ada@lab.org", ADMIN_PASSWORD);
     let team = team_of(&ada);
     let originals = new_queue(&ada, &team, json!({"name": "originals to write for"}));

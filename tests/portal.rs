@@ -186,6 +186,24 @@ pub(crate) fn team_of(account: &Account) -> String {
     me["teams"][0]["id"].as_str().unwrap().to_string()
 }
 
+/// A finished generation job of 3 items of [`ITEMS`]: its id and how many records it wrote
+/// (at least one).
+pub(crate) fn finished_job(server: &Server) -> (String, u64) {
+    let dataset = json_of(upload(server, "items.csv", ITEMS.into(), &[]), 201);
+    let job = json_of(
+        server.post(
+            "/jobs",
+            &json!({"dataset": dataset["id"], "limit": 3, "seed": 1}),
+        ),
+        202,
+    );
+    let job_id = job["id"].as_str().unwrap().to_string();
+    let events = follow(server, &job_id, |j| j["status"] == "done");
+    let written = events.last().unwrap()["written"].as_u64().unwrap();
+    assert!(written >= 1, "the job wrote nothing: {:?}", events.last());
+    (job_id, written)
+}
+
 /// Items made elsewhere: sentences and their flips, half of each direction.
 fn uploaded_items(n: usize) -> Value {
     Value::Array(
@@ -356,18 +374,8 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
     assert!(listed[0].get("token").is_none(), "{listed}");
 
     // A queue of a job's counterfactuals, each decided by two people.
-    let dataset = json_of(upload(&server, "items.csv", ITEMS.into(), &[]), 201);
-    let job = json_of(
-        server.post(
-            "/jobs",
-            &json!({"dataset": dataset["id"], "limit": 3, "seed": 1}),
-        ),
-        202,
-    );
-    let job_id = job["id"].as_str().unwrap();
-    let events = follow(&server, job_id, |j| j["status"] == "done");
-    let written = events.last().unwrap()["written"].as_u64().unwrap();
-    assert!(written >= 1, "the job wrote nothing: {:?}", events.last());
+    let (job_id, written) = finished_job(&server);
+    let job_id = job_id.as_str();
     let queue = new_queue(
         &ada,
         &team,

@@ -82,12 +82,7 @@ pub async fn accept_invite(request: &AcceptInvite) -> Result<Me, String> {
 
 /// `POST /api/teams/{team}/invites`.
 pub async fn invite(team: &str, request: &InviteRequest) -> Result<Invite, String> {
-    send(
-        with_csrf(Request::post(&format!("/api/teams/{team}/invites"))),
-        Some(request),
-    )
-    .await
-    .map_err(|e| e.message)
+    post_in_session(&format!("/api/teams/{team}/invites"), Some(request)).await
 }
 
 /// `GET /api/teams/{team}/queues`.
@@ -97,12 +92,7 @@ pub async fn queues(team: &str) -> Result<Vec<Queue>, String> {
 
 /// `POST /api/teams/{team}/queues`.
 pub async fn create_queue(team: &str, request: &QueueRequest) -> Result<Queue, String> {
-    send(
-        with_csrf(Request::post(&format!("/api/teams/{team}/queues"))),
-        Some(request),
-    )
-    .await
-    .map_err(|e| e.message)
+    post_in_session(&format!("/api/teams/{team}/queues"), Some(request)).await
 }
 
 fn queue_url(team: &str, queue: &str, rest: &str) -> String {
@@ -126,12 +116,7 @@ pub async fn upload_items(
 
 /// `POST …/next`: the caller's next leased item, `None` when nothing is left for them.
 pub async fn next_item(team: &str, queue: &str) -> Result<Option<Lease>, String> {
-    send::<(), _>(
-        with_csrf(Request::post(&queue_url(team, queue, "/next"))),
-        None,
-    )
-    .await
-    .map_err(|e| e.message)
+    post_in_session::<(), _>(&queue_url(team, queue, "/next"), None).await
 }
 
 /// `POST …/verdicts`; the error keeps its code (`needs_override`, `conflict`).
@@ -149,12 +134,7 @@ pub async fn decide(
 
 /// `POST …/undo`: the caller's last verdict, taken back, as a lease.
 pub async fn undo(team: &str, queue: &str) -> Result<Lease, String> {
-    send::<(), _>(
-        with_csrf(Request::post(&queue_url(team, queue, "/undo"))),
-        None,
-    )
-    .await
-    .map_err(|e| e.message)
+    post_in_session::<(), _>(&queue_url(team, queue, "/undo"), None).await
 }
 
 /// `PUT …/leases/{lease}/draft`.
@@ -206,6 +186,16 @@ pub fn export_url(team: &str, queue: &str, format: &str) -> String {
 /// `POST /api/retrieve`: label-flipped excerpts for a text, and their keywords.
 pub async fn retrieve(request: &RetrieveRequest) -> Result<RetrieveResponse, String> {
     post_json("/api/retrieve", request).await
+}
+
+/// POSTs with the session's CSRF header; the error's message on failure.
+async fn post_in_session<B: Serialize, T: DeserializeOwned>(
+    url: &str,
+    body: Option<&B>,
+) -> Result<T, String> {
+    send(with_csrf(Request::post(url)), body)
+        .await
+        .map_err(|e| e.message)
 }
 
 /// Sends `request` with an optional JSON body and reads the JSON answer.

@@ -21,6 +21,9 @@ use crate::route::Route;
 use crate::second_pass::{SECOND_PASS_KEYS, SecondPass, SecondPassView};
 use crate::ui::{ErrorMessage, Spinner, format_probability};
 
+/// How many items are shown between two refreshes of the dashboard.
+const STATS_EVERY: usize = 20;
+
 /// How long typing must pause before the draft is saved on the server.
 const DRAFT_DEBOUNCE: Duration = Duration::from_millis(800);
 
@@ -53,6 +56,8 @@ struct ReviewState {
     nonce: StoredValue<String>,
     retrieval: RwSignal<Option<Result<RetrieveResponse, String>>>,
     stats: RwSignal<Option<QueueStats>>,
+    /// Items shown so far.
+    shown: StoredValue<usize>,
 }
 
 impl ReviewState {
@@ -69,8 +74,14 @@ impl ReviewState {
         self.nonce
             .set_value(format!("{:016x}", (js_sys::Math::random() * 1e16) as u64));
         self.retrieval.set(None);
+        // The dashboard reads the whole queue: refreshed at the start, every
+        // STATS_EVERY items and at the end, not after every verdict.
+        let shown = self.shown.get_value();
+        self.shown.set_value(shown + 1);
+        if lease.is_none() || shown.is_multiple_of(STATS_EVERY) {
+            self.refresh_stats();
+        }
         self.lease.set(lease);
-        self.refresh_stats();
     }
 
     fn refresh_stats(self) {
@@ -205,6 +216,7 @@ pub fn ReviewQueue(team: String, queue: String, role: Role) -> impl IntoView {
         nonce: StoredValue::new(String::new()),
         retrieval: RwSignal::new(None),
         stats: RwSignal::new(None),
+        shown: StoredValue::new(0),
     };
     state.next();
     let may_override = role >= Role::Reviewer;

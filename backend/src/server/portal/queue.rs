@@ -679,6 +679,32 @@ macro_rules! settle_item {
     }};
 }
 
+/// Records a verdict (pass 1, through a lease) or a review (pass 2) inside a transaction.
+macro_rules! insert_verdict {
+    ($tx:expr, $lease:expr, $queue:expr, $item:expr, $user:expr, $pass:expr, $request_id:expr,
+     $decision:expr, $checked:expr) => {
+        sqlx::query(
+            "INSERT INTO verdicts (id, assignment_id, queue_id, item_id, user_id, pass, \
+             request_id, verdict, text, label, override_classifier, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+        )
+        .bind(new_id("v"))
+        .bind($lease)
+        .bind($queue)
+        .bind($item)
+        .bind($user)
+        .bind($pass as i64)
+        .bind($request_id)
+        .bind($decision.verdict.as_str())
+        .bind(&$checked.text)
+        .bind(&$checked.label)
+        .bind(i64::from($decision.override_classifier))
+        .bind(now())
+        .execute(&mut *$tx)
+        .await?
+    };
+}
+
 /// Appends to the audit log inside a transaction.
 macro_rules! audit_in {
     ($tx:expr, $team:expr, $queue:expr, $item:expr, $user:expr, $action:expr, $detail:expr) => {
@@ -798,24 +824,17 @@ pub async fn record_verdict(
                 None => Refusal::LeaseGone,
             });
         }
-        sqlx::query(
-            "INSERT INTO verdicts (id, assignment_id, queue_id, item_id, user_id, pass, \
-             request_id, verdict, text, label, override_classifier, created_at) \
-             VALUES ($1, $2, $3, $4, $5, 1, $6, $7, $8, $9, $10, $11)",
-        )
-        .bind(new_id("v"))
-        .bind(&request.lease)
-        .bind(&queue.id)
-        .bind(item_id)
-        .bind(user)
-        .bind(&request.request_id)
-        .bind(request.decision.verdict.as_str())
-        .bind(&checked.text)
-        .bind(&checked.label)
-        .bind(i64::from(request.decision.override_classifier))
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
+        insert_verdict!(
+            tx,
+            Some(&request.lease),
+            &queue.id,
+            item_id,
+            user,
+            1,
+            &request.request_id,
+            &request.decision,
+            checked
+        );
         if request.decision.verdict == Verdict::Skip {
             sqlx::query("UPDATE items SET claims = claims - 1, is_full = 0 WHERE id = $1")
                 .bind(item_id)
@@ -1158,23 +1177,17 @@ pub async fn review(
         if changed == 0 {
             return Ok::<_, sqlx::Error>(false);
         }
-        sqlx::query(
-            "INSERT INTO verdicts (id, queue_id, item_id, user_id, pass, request_id, verdict, \
-             text, label, override_classifier, created_at) \
-             VALUES ($1, $2, $3, $4, 2, $5, $6, $7, $8, $9, $10)",
-        )
-        .bind(new_id("v"))
-        .bind(&queue.id)
-        .bind(&item_id)
-        .bind(user)
-        .bind(new_id("review"))
-        .bind(request.decision.verdict.as_str())
-        .bind(&checked.text)
-        .bind(&checked.label)
-        .bind(i64::from(request.decision.override_classifier))
-        .bind(now())
-        .execute(&mut *tx)
-        .await?;
+        insert_verdict!(
+            tx,
+            None::<&str>,
+            &queue.id,
+            &item_id,
+            user,
+            2,
+            &new_id("review"),
+            &request.decision,
+            &checked
+        );
         audit_in!(tx, &team, &queue.id, &item_id, user, action, detail);
         tx.commit().await?;
         Ok(true)
