@@ -16,10 +16,9 @@ use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding}
 
 use serde_json::json;
 
+use crate::accounts::{ADMIN_PASSWORD, add_user, sign_in, team_of};
 use crate::common::{ITEMS, editing_setup, serve, tiny_dis_ae};
-use crate::portal::{
-    ADMIN_PASSWORD, add_items, add_user, finished_job, new_queue, sign_in, team_of,
-};
+use crate::portal::{add_items, finished_job, new_queue};
 use crate::server::{Server, json_of};
 
 /// Texts the browser's Dis-AE reproduces with negative sentiment, to match the native outputs.
@@ -133,9 +132,11 @@ fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
     )
     .unwrap();
     let static_dir = dist.display().to_string();
+    let data = setup.dir.path().join("server");
+    add_user(&data, &[], "ada@lab.org", "lab", "admin");
     let (mut server, url) = serve(
         &setup,
-        &setup.dir.path().join("server"),
+        &data,
         &[
             "--static-dir",
             &static_dir,
@@ -154,6 +155,8 @@ fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
             native_reproductions(&compacted.join("dis-ae")),
         ),
         ("NATIVE_SCORE", native_score(&compacted.join("classifier"))),
+        ("ADMIN_EMAIL", "ada@lab.org".into()),
+        ("ADMIN_PASSWORD", ADMIN_PASSWORD.into()),
     ];
     let result = std::panic::catch_unwind(|| run_browser_tests(&e2e, "app.test.mjs", &env));
     server.kill().unwrap();
@@ -174,9 +177,9 @@ fn the_portal_reviews_a_job_by_keyboard_and_authors_with_excerpts() {
     add_user(&data, &[], "ada@lab.org", "lab", "admin");
     let static_dir = dist.display().to_string();
     let server = Server::start(&setup, &data, &["--static-dir", &static_dir]);
-    let (job_id, _) = finished_job(&server);
     let ada = sign_in(&server, "ada@lab.org", ADMIN_PASSWORD);
     let team = team_of(&ada);
+    let (job_id, _) = finished_job(&ada, &team);
     let originals = new_queue(&ada, &team, json!({"name": "originals to write for"}));
     let original = json!([{
         "original": "The plot was dull and the jokes painful.",

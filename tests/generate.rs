@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crate::common::{EditingSetup as Setup, editing_setup as setup, failure, flipside, success};
 use serde_json::Value;
 
+use crate::accounts::{add_user, api_token};
 use crate::common::{ITEMS, MODEL};
 
 impl Setup {
@@ -104,11 +105,14 @@ fn check_core_record(record: &Value, model: &str) {
     assert!((0.0..=1.0).contains(&p));
 }
 
-/// `flipside serve` on a free port; returns the process and its API base URL.
-/// `flipside serve` with the embedded model; its OpenAI API's base URL.
-fn serve(s: &Setup) -> (Child, String) {
-    let (child, url) = common::serve(s, &s.dir.path().join("server"), &[]);
-    (child, format!("{url}v1"))
+/// `flipside serve` with the embedded model: the process, its OpenAI API's base URL, and an
+/// API token (the API's key) of a user made with `flipside users`.
+fn serve(s: &Setup) -> (Child, String, String) {
+    let data = s.dir.path().join("server");
+    let (child, url) = common::serve(s, &data, &[]);
+    add_user(&data, &[], "ada@lab.org", "lab", "reviewer");
+    let key = api_token(&data, &[], "ada@lab.org", "generate");
+    (child, format!("{url}v1"), key)
 }
 
 #[test]
@@ -137,10 +141,11 @@ fn core_edits_with_the_embedded_model_and_through_the_openai_server() {
         "{error}"
     );
 
-    let (mut server, url) = serve(&s);
+    let (mut server, url, key) = serve(&s);
     let remote = s.dir.path().join("remote.jsonl");
     let result = s
         .generate("core", &remote)
+        .env("OPENAI_API_KEY", key)
         .args(["--api-base", &url, "--concurrency", "2"])
         .output()
         .unwrap();

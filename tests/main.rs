@@ -2,6 +2,7 @@
 //! real server on loopback (SQLite and Postgres) and a real browser. They are one test binary:
 //! each further one would link the whole backend, llama.cpp included, once more.
 
+mod accounts;
 mod common;
 
 mod browser;

@@ -2,158 +2,25 @@
 //! the CLI, invitations, sessions with CSRF, throttled sign-in, scoped and revocable API
 //! tokens; review queues from a job and from uploads with leases, verdicts, replays, stale
 //! saves, drafts, undo, the second pass and classifier overrides; exports that `classifier
-//! train` reads; every endpoint × role × another team's ids; and 50 reviewers at once on
-//! SQLite and on two servers sharing Postgres.
+//! train` reads; every endpoint (datasets and jobs too) × role × another team's ids; and 50
+//! reviewers at once on SQLite and on two servers sharing Postgres.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::Method;
-use reqwest::blocking::{Client, Response};
 use serde_json::{Value, json};
 
-use crate::common::{EditingSetup, ITEMS, editing_setup, flipside, success};
-use crate::server::{Postgres, Server, check_error, follow, json_of, postgres_bin_dir, upload};
+use crate::accounts::{
+    ADMIN_PASSWORD, Account, Auth, add_user, follow, items_dataset, login, session_of, sign_in,
+    team_of,
+};
+use crate::common::{EditingSetup, editing_setup, flipside, success};
+use crate::server::{Postgres, Server, check_error, json_of, postgres_bin_dir};
 
-/// The first admin's password (given on stdin, as an operator would).
-pub(crate) const ADMIN_PASSWORD: &str = "correct horse battery staple";
 const PASSWORD: &str = "a long enough password";
-
-/// How a test client authenticates.
-#[derive(Clone)]
-enum Auth {
-    Session { cookie: String, csrf: String },
-    Token(String),
-}
-
-/// A signed-in client of one server.
-#[derive(Clone)]
-pub(crate) struct Account {
-    pub http: Client,
-    pub base: String,
-    auth: Auth,
-}
-
-impl Account {
-    pub fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Response {
-        let mut request = self.http.request(method, format!("{}api{path}", self.base));
-        request = match &self.auth {
-            Auth::Session { cookie, csrf } => request
-                .header("cookie", cookie)
-                .header("x-csrf-token", csrf),
-            Auth::Token(token) => request.bearer_auth(token),
-        };
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        request.send().unwrap()
-    }
-
-    /// Posts `bytes` as the multipart field `file` named `name`.
-    fn upload(&self, path: &str, name: &str, bytes: Vec<u8>) -> Response {
-        let form = reqwest::blocking::multipart::Form::new().part(
-            "file",
-            reqwest::blocking::multipart::Part::bytes(bytes).file_name(name.to_string()),
-        );
-        let mut request = self
-            .http
-            .post(format!("{}api{path}", self.base))
-            .multipart(form);
-        request = match &self.auth {
-            Auth::Session { cookie, csrf } => request
-                .header("cookie", cookie)
-                .header("x-csrf-token", csrf),
-            Auth::Token(token) => request.bearer_auth(token),
-        };
-        request.send().unwrap()
-    }
-
-    pub fn get(&self, path: &str) -> Response {
-        self.send(Method::GET, path, None)
-    }
-
-    pub fn post(&self, path: &str, body: &Value) -> Response {
-        self.send(Method::POST, path, Some(body))
-    }
-
-    /// The same account through another server process (the cookie is the database's).
-    fn on(&self, server: &Server) -> Account {
-        Account {
-            base: server.url.clone(),
-            ..self.clone()
-        }
-    }
-}
-
-pub(crate) fn client() -> Client {
-    Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .unwrap()
-}
-
-/// The session of a sign-in or invitation answer.
-fn session_of(base: &str, response: Response) -> Account {
-    let cookie = response
-        .headers()
-        .get("set-cookie")
-        .expect("a session cookie")
-        .to_str()
-        .unwrap()
-        .to_string();
-    assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
-        "{cookie}"
-    );
-    let me = json_of(response, 200);
-    Account {
-        http: client(),
-        base: base.to_string(),
-        auth: Auth::Session {
-            cookie: cookie.split(';').next().unwrap().to_string(),
-            csrf: me["csrf"].as_str().unwrap().to_string(),
-        },
-    }
-}
-
-fn login(server: &Server, email: &str, password: &str) -> Response {
-    server.post(
-        "/auth/login",
-        &json!({"email": email, "password": password}),
-    )
-}
-
-pub(crate) fn sign_in(server: &Server, email: &str, password: &str) -> Account {
-    session_of(&server.url, login(server, email, password))
-}
-
-/// `flipside users add` with the password on stdin; returns its stdout.
-pub(crate) fn add_user(data: &Path, extra: &[&str], email: &str, team: &str, role: &str) -> String {
-    let mut child = flipside()
-        .args([
-            "users", "add", "--email", email, "--team", team, "--role", role,
-        ])
-        .args(["--password-stdin", "--data-dir"])
-        .arg(data)
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    writeln!(child.stdin.take().unwrap(), "{ADMIN_PASSWORD}").unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "users add failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
 
 /// Invites `email` with `role` and accepts the invitation: the newcomer's session.
 fn invite(admin: &Account, team: &str, email: &str, name: &str, role: &str) -> Account {
@@ -181,24 +48,19 @@ fn invite(admin: &Account, team: &str, email: &str, name: &str, role: &str) -> A
     account
 }
 
-pub(crate) fn team_of(account: &Account) -> String {
-    let me = json_of(account.get("/auth/me"), 200);
-    me["teams"][0]["id"].as_str().unwrap().to_string()
-}
-
-/// A finished generation job of 3 items of [`ITEMS`]: its id and how many records it wrote
+/// A finished generation job of 3 items of [`ITEMS`](crate::common::ITEMS): its id and how many records it wrote
 /// (at least one).
-pub(crate) fn finished_job(server: &Server) -> (String, u64) {
-    let dataset = json_of(upload(server, "items.csv", ITEMS.into(), &[]), 201);
+pub(crate) fn finished_job(admin: &Account, team: &str) -> (String, u64) {
+    let dataset = items_dataset(admin, team);
     let job = json_of(
-        server.post(
-            "/jobs",
-            &json!({"dataset": dataset["id"], "limit": 3, "seed": 1}),
+        admin.post(
+            &format!("/teams/{team}/jobs"),
+            &json!({"dataset": dataset, "limit": 3, "seed": 1}),
         ),
         202,
     );
     let job_id = job["id"].as_str().unwrap().to_string();
-    let events = follow(server, &job_id, |j| j["status"] == "done");
+    let events = follow(admin, team, &job_id, |j| j["status"] == "done");
     let written = events.last().unwrap()["written"].as_u64().unwrap();
     assert!(written >= 1, "the job wrote nothing: {:?}", events.last());
     (job_id, written)
@@ -374,8 +236,21 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
     assert!(listed[0].get("token").is_none(), "{listed}");
 
     // A queue of a job's counterfactuals, each decided by two people.
-    let (job_id, written) = finished_job(&server);
+    let (job_id, written) = finished_job(&ada, &team);
     let job_id = job_id.as_str();
+    // Another team can neither see the job nor make a queue of it.
+    check_error(
+        eve.post(
+            &format!("/teams/{other_team}/queues"),
+            &json!({"name": "stolen", "job": job_id}),
+        ),
+        404,
+        "not_found",
+    );
+    assert_eq!(
+        json_of(eve.get(&format!("/teams/{other_team}/jobs")), 200),
+        json!([])
+    );
     let queue = new_queue(
         &ada,
         &team,
@@ -420,35 +295,35 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
     assert_eq!(stats["decided"], written, "{stats}");
 
     // Files of items: the job's records as JSON lines, and a CSV; a bad row adds nothing.
-    let records = server
-        .get(&format!("/jobs/{job_id}/records.jsonl"))
+    let records = ada
+        .get(&format!("/teams/{team}/jobs/{job_id}/records.jsonl"))
         .bytes()
         .unwrap()
         .to_vec();
     let files = new_queue(&ada, &team, json!({"name": "files"}));
     let f = format!("/teams/{team}/queues/{files}");
     let added = json_of(
-        ada.upload(&format!("{f}/upload"), "job.jsonl", records),
+        ada.upload(&format!("{f}/upload"), "job.jsonl", records, &[]),
         200,
     );
     assert_eq!(added["items"], written);
     let csv = "original,label,target,counterfactual\nGood film.,positive,negative,Bad film.\n\
                Dull plot.,negative,positive,\n";
     let added = json_of(
-        ada.upload(&format!("{f}/upload"), "more.csv", csv.into()),
+        ada.upload(&format!("{f}/upload"), "more.csv", csv.into(), &[]),
         200,
     );
     assert_eq!(added["items"], written + 2);
     let bad = "original,label,target\nGood film.,positive,negative\n,negative,positive\n";
     let message = check_error(
-        ada.upload(&format!("{f}/upload"), "bad.csv", bad.into()),
+        ada.upload(&format!("{f}/upload"), "bad.csv", bad.into(), &[]),
         400,
         "bad_request",
     );
     assert!(message.contains("item 2"), "{message}");
     assert_eq!(json_of(dan.get(&f), 200)["items"], written + 2);
     check_error(
-        bob.upload(&format!("{f}/upload"), "more.csv", csv.into()),
+        bob.upload(&format!("{f}/upload"), "more.csv", csv.into(), &[]),
         403,
         "forbidden",
     );
@@ -602,7 +477,14 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
         "unauthorized",
     );
 
-    every_endpoint_role_and_team(&ada, &[&dan, &bob, &cleo, &ada], &eve, &team, &other_team);
+    every_endpoint_role_and_team(
+        &ada,
+        &[&dan, &bob, &cleo, &ada],
+        &eve,
+        &team,
+        &other_team,
+        job_id,
+    );
 
     vec![
         ADMIN_PASSWORD.to_string(),
@@ -620,6 +502,7 @@ fn every_endpoint_role_and_team(
     outsider: &Account,
     team: &str,
     other_team: &str,
+    job: &str,
 ) {
     let queue = new_queue(admin, team, json!({"name": "matrix queue"}));
     add_items(admin, team, &queue, &uploaded_items(40));
@@ -695,6 +578,20 @@ fn every_endpoint_role_and_team(
         ),
         (Method::GET, format!("{q}/stats"), Value::Null, 0),
         (Method::GET, format!("{q}/export"), Value::Null, 2),
+        (Method::GET, "datasets".into(), Value::Null, 0),
+        (Method::POST, "datasets".into(), json!({}), 2),
+        (Method::GET, "jobs".into(), Value::Null, 0),
+        (Method::POST, "jobs".into(), json!({"dataset": "nope"}), 2),
+        (Method::GET, format!("jobs/{job}"), Value::Null, 0),
+        (Method::GET, format!("jobs/{job}/events"), Value::Null, 0),
+        (Method::GET, format!("jobs/{job}/records"), Value::Null, 0),
+        (
+            Method::GET,
+            format!("jobs/{job}/records.jsonl"),
+            Value::Null,
+            0,
+        ),
+        (Method::POST, format!("jobs/{job}/cancel"), json!({}), 2),
     ];
     for (method, path, body, least) in &endpoints {
         let body = (!body.is_null()).then_some(body);
@@ -719,7 +616,7 @@ fn every_endpoint_role_and_team(
             let status = response.status().as_u16();
             let text = response.text().unwrap();
             let creates_in_own_team = as_team == other_team
-                && (path == "invites" || path == "queues" || path == "members");
+                && ["invites", "queues", "members", "datasets", "jobs"].contains(&path.as_str());
             if creates_in_own_team {
                 continue;
             }

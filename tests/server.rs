@@ -6,16 +6,16 @@
 use crate::common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use crate::accounts::{Account, api_token, first_admin, follow, items_dataset};
 use crate::common::{EditingSetup, ITEMS, editing_setup, serve, serve_command};
 use flipside_shared::models::compact::is_compact;
-use reqwest::blocking::{Client, Response, multipart};
+use reqwest::blocking::{Client, Response};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -82,27 +82,6 @@ pub(crate) fn check_error(response: Response, status: u16, code: &str) -> String
     message
 }
 
-pub(crate) fn upload(
-    server: &Server,
-    name: &str,
-    bytes: Vec<u8>,
-    fields: &[(&str, &str)],
-) -> Response {
-    let mut form = multipart::Form::new().part(
-        "file",
-        multipart::Part::bytes(bytes).file_name(name.to_string()),
-    );
-    for (key, value) in fields {
-        form = form.text(key.to_string(), value.to_string());
-    }
-    server
-        .http
-        .post(server.url("/datasets"))
-        .multipart(form)
-        .send()
-        .unwrap()
-}
-
 #[test]
 fn demo_endpoints_errors_limits_uploads_and_openapi() {
     let setup = editing_setup();
@@ -145,6 +124,10 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     }
 
     let server = Server::start(&setup, &data_dir, &["--max-upload-mb", "1"]);
+    let (admin, team) = first_admin(&server, &data_dir, &[], "ada@lab.org", "lab");
+    let upload = |name: &str, bytes: Vec<u8>, fields: &[(&str, &str)]| {
+        admin.upload(&format!("/teams/{team}/datasets"), name, bytes, fields)
+    };
 
     assert_eq!(json_of(server.get("/health"), 200)["status"], "ok");
     let info = json_of(server.get("/info"), 200);
@@ -337,7 +320,17 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     let huge = json!({"text": "x".repeat(2 << 20), "label": "positive"});
     check_error(server.post("/edit", &huge), 413, "payload_too_large");
     check_error(server.get("/no-such-thing"), 404, "not_found");
-    check_error(server.get("/jobs/job-missing"), 404, "not_found");
+    // Datasets and jobs are a team's: nothing without an account, another team's is not found.
+    check_error(
+        server.get(&format!("/teams/{team}/jobs")),
+        401,
+        "unauthorized",
+    );
+    check_error(
+        admin.get(&format!("/teams/{team}/jobs/job-missing")),
+        404,
+        "not_found",
+    );
     check_error(server.get("/classifier/secrets.txt"), 404, "not_found");
 
     // The classifier's files, for the browser.
@@ -394,7 +387,6 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     let csv = "review,stars\nGreat fun.,positive\nDull.,negative\n\"broken,negative\n";
     let dataset = json_of(
         upload(
-            &server,
             "reviews.csv",
             csv.into(),
             &[("text_col", "review"), ("label_col", "stars")],
@@ -404,17 +396,13 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     assert_eq!(dataset["examples"], 2);
     assert_eq!(dataset["skipped"], 1);
     assert_eq!(dataset["labels"], json!(["negative", "positive"]));
-    let message = check_error(
-        upload(&server, "reviews.csv", csv.into(), &[]),
-        400,
-        "bad_request",
-    );
+    let message = check_error(upload("reviews.csv", csv.into(), &[]), 400, "bad_request");
     assert!(
         message.contains("text"),
         "names the missing column: {message}"
     );
     check_error(
-        upload(&server, "notes.txt", b"hi".to_vec(), &[]),
+        upload("notes.txt", b"hi".to_vec(), &[]),
         415,
         "unsupported_file_type",
     );
@@ -428,16 +416,12 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         big.push_str("a fine film,positive\n");
     }
     big.truncate(limit);
-    check_error(
-        upload(&server, "big.csv", big.into(), &[]),
-        413,
-        "payload_too_large",
-    );
+    check_error(upload("big.csv", big.into(), &[]), 413, "payload_too_large");
     let uploads = std::fs::read_dir(setup.dir.path().join("server/datasets"))
         .unwrap()
         .count();
     assert_eq!(uploads, 1, "refused uploads leave no file");
-    let listed = json_of(server.get("/datasets"), 200);
+    let listed = json_of(admin.get(&format!("/teams/{team}/datasets")), 200);
     let ids: Vec<&str> = listed
         .as_array()
         .unwrap()
@@ -451,10 +435,16 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     for path in [
         "/edit",
         "/retrieve",
-        "/datasets",
-        "/jobs",
-        "/jobs/{id}/events",
-        "/jobs/{id}/records",
+        "/teams/{team}/datasets",
+        "/teams/{team}/jobs",
+        "/teams/{team}/jobs/{id}/events",
+        "/teams/{team}/jobs/{id}/records",
+        "/auth/login",
+        "/tokens",
+        "/teams/{team}/invites",
+        "/teams/{team}/queues/{queue}/next",
+        "/teams/{team}/queues/{queue}/verdicts",
+        "/teams/{team}/queues/{queue}/export",
     ] {
         assert!(
             openapi["paths"][path].is_object(),
@@ -486,10 +476,29 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         ])
     );
 
-    // The embedded model's OpenAI-compatible API is served beside.
+    // Both ways to sign in are described.
+    let schemes = &openapi["components"]["securitySchemes"];
+    assert_eq!(schemes["token"]["scheme"], "bearer", "{schemes}");
+    assert_eq!(schemes["session"]["in"], "cookie", "{schemes}");
+
+    // The embedded model's OpenAI-compatible API is served beside, to API tokens with the
+    // generate scope (sent as the OpenAI API key).
+    let models_url = format!("{}v1/models", server.url);
+    let anonymous = server.http.get(&models_url).send().unwrap();
+    assert_eq!(anonymous.status(), 401);
+    let read_only = api_token(&data_dir, &[], "ada@lab.org", "read");
+    let refused = server
+        .http
+        .get(&models_url)
+        .bearer_auth(&read_only)
+        .send()
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    let key = api_token(&data_dir, &[], "ada@lab.org", "generate");
     let models: Value = server
         .http
-        .get(format!("{}v1/models", server.url))
+        .get(&models_url)
+        .bearer_auth(&key)
         .send()
         .unwrap()
         .json()
@@ -498,35 +507,10 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     server.kill();
 }
 
-/// Reads `progress` events of a job until one has `until` true; returns the events' jobs.
-pub(crate) fn follow(server: &Server, id: &str, until: impl Fn(&Value) -> bool) -> Vec<Value> {
-    let response = server.get(&format!("/jobs/{id}/events"));
-    assert_eq!(response.status(), 200);
-    assert!(
-        response.headers()["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("text/event-stream")
-    );
-    let mut jobs = Vec::new();
-    for line in BufReader::new(response).lines() {
-        let line = line.unwrap();
-        if let Some(data) = line.strip_prefix("data:") {
-            let job: Value = serde_json::from_str(data.trim()).unwrap();
-            let stop = until(&job);
-            jobs.push(job);
-            if stop {
-                break;
-            }
-        }
-    }
-    jobs
-}
-
-fn wait_for_status(server: &Server, id: &str, status: &str) -> Value {
+fn wait_for_status(account: &Account, team: &str, id: &str, status: &str) -> Value {
     let started = Instant::now();
     loop {
-        let job = json_of(server.get(&format!("/jobs/{id}")), 200);
+        let job = json_of(account.get(&format!("/teams/{team}/jobs/{id}")), 200);
         if job["status"] == status {
             return job;
         }
@@ -553,23 +537,24 @@ fn jobs_on_postgres() {
 }
 
 /// Uploads a dataset, runs a job, kills the server mid-job and checks that the restarted
-/// server finishes it with every item once; then cancels a queued job. `extra` picks the
-/// database.
+/// server (private this time) finishes it with every item once; then a second process on the
+/// same database follows and cancels a job the first one runs. `extra` picks the database.
 fn jobs_scenario(extra: &[&str]) {
     let setup = editing_setup();
     let data = setup.dir.path().join("server");
     let server = Server::start(&setup, &data, extra);
-    let dataset = json_of(upload(&server, "items.csv", ITEMS.into(), &[]), 201);
-    let dataset_id = dataset["id"].as_str().unwrap().to_string();
+    let (admin, team) = first_admin(&server, &data, extra, "ada@lab.org", "lab");
+    let jobs = format!("/teams/{team}/jobs");
+    let dataset_id = items_dataset(&admin, &team);
 
     check_error(
-        server.post("/jobs", &json!({"dataset": "nope"})),
+        admin.post(&jobs, &json!({"dataset": "nope"})),
         400,
         "bad_request",
     );
     let job = json_of(
-        server.post(
-            "/jobs",
+        admin.post(
+            &jobs,
             &json!({"dataset": dataset_id, "limit": 6, "seed": 1}),
         ),
         202,
@@ -578,7 +563,7 @@ fn jobs_scenario(extra: &[&str]) {
     assert_eq!(job["status"], "queued");
 
     // Follow the stream until two items are done, then kill the server mid-job.
-    let events = follow(&server, &id, |job| job["done"].as_u64().unwrap() >= 2);
+    let events = follow(&admin, &team, &id, |job| job["done"].as_u64().unwrap() >= 2);
     assert!(events.iter().any(|j| j["status"] == "running"));
     assert!(
         events
@@ -588,22 +573,25 @@ fn jobs_scenario(extra: &[&str]) {
     assert_eq!(events.last().unwrap()["total"], 6);
     server.kill();
 
-    // Restarted, it resumes the job and finishes it with every item exactly once.
-    let server = Server::start(&setup, &data, extra);
-    let done = follow(&server, &id, |job| {
+    // Restarted, it resumes the job at once (its claimant has exited) and finishes it with
+    // every item exactly once. This time the server is private: the demo needs an account too.
+    let private = [extra, &["--private"]].concat();
+    let server = Server::start(&setup, &data, &private);
+    let admin = admin.on(&server);
+    let done = follow(&admin, &team, &id, |job| {
         job["status"] != "running" && job["status"] != "queued"
     });
     let job = done.last().unwrap();
     assert_eq!(job["status"], "done", "{job}");
     assert_eq!(job["total"], 6);
     assert_eq!(job["done"], 6);
-    let page = json_of(server.get(&format!("/jobs/{id}/records?limit=500")), 200);
+    let page = json_of(admin.get(&format!("{jobs}/{id}/records?limit=500")), 200);
     let records = page["records"].as_array().unwrap();
     assert_eq!(page["total"], job["written"]);
     assert_eq!(records.len() as u64, job["written"].as_u64().unwrap());
     let keys: HashSet<&str> = records.iter().map(|r| r["key"].as_str().unwrap()).collect();
     assert_eq!(keys.len(), records.len(), "no record twice");
-    let flipped = json_of(server.get(&format!("/jobs/{id}/records?flipped=true")), 200);
+    let flipped = json_of(admin.get(&format!("{jobs}/{id}/records?flipped=true")), 200);
     assert_eq!(flipped["total"], job["flipped"]);
     assert!(
         flipped["records"]
@@ -612,8 +600,8 @@ fn jobs_scenario(extra: &[&str]) {
             .iter()
             .all(|r| r["flipped"] == true)
     );
-    let jsonl = server
-        .get(&format!("/jobs/{id}/records.jsonl"))
+    let jsonl = admin
+        .get(&format!("{jobs}/{id}/records.jsonl"))
         .text()
         .unwrap();
     let lines: Vec<Value> = jsonl
@@ -626,37 +614,52 @@ fn jobs_scenario(extra: &[&str]) {
             .iter()
             .all(|r| r["model"] == common::MODEL && r["provenance"]["retrieved"].is_array())
     );
-    same_edits_from_generate_and_the_demo(&setup, &server, records);
+    let text = "The film was wonderful and the cast superb.";
+    let anonymous = json!({"text": text, "label": "positive"});
+    check_error(server.post("/edit", &anonymous), 401, "unauthorized");
+    check_error(server.get("/classifier/config.json"), 401, "unauthorized");
+    assert_eq!(json_of(server.get("/info"), 200)["private"], true);
+    same_edits_from_generate_and_the_demo(&setup, &admin, records);
 
-    // Cancel: a queued job stops at once; a finished one cannot be cancelled.
+    // A second process on the same database and data directory. A job started through the
+    // first (which claims it at once, being idle and woken) is followed through the second,
+    // which reads its progress from the database, and cancelled through it: the first stops
+    // it within its heartbeat.
+    let other = Server::start(&setup, &data, &private);
     let second = json_of(
-        server.post(
-            "/jobs",
+        admin.post(
+            &jobs,
             &json!({"dataset": dataset_id, "limit": 6, "seed": 2}),
         ),
         202,
     );
     let second_id = second["id"].as_str().unwrap();
+    let through_other = admin.on(&other);
+    let seen = follow(&through_other, &team, second_id, |job| {
+        job["done"].as_u64().unwrap() >= 1 || job["status"] == "done"
+    });
+    assert!(seen.iter().any(|j| j["status"] == "running"), "{seen:?}");
     json_of(
-        server.post(&format!("/jobs/{second_id}/cancel"), &json!({})),
+        through_other.post(&format!("{jobs}/{second_id}/cancel"), &json!({})),
         200,
     );
-    let cancelled = wait_for_status(&server, second_id, "cancelled");
+    let cancelled = wait_for_status(&admin, &team, second_id, "cancelled");
     assert!(cancelled["done"].as_u64().unwrap() < 6, "{cancelled}");
     check_error(
-        server.post(&format!("/jobs/{second_id}/cancel"), &json!({})),
+        admin.post(&format!("{jobs}/{second_id}/cancel"), &json!({})),
         409,
         "conflict",
     );
-    let jobs = json_of(server.get("/jobs"), 200);
-    assert_eq!(jobs[0]["id"], second_id, "newest first");
+    let listed = json_of(through_other.get(&jobs), 200);
+    assert_eq!(listed[0]["id"], second_id, "newest first");
+    other.kill();
     server.kill();
 }
 
 /// `flipside generate` on the job's file, with the job's settings, makes the job's records; and
 /// `POST /api/edit` makes the same edit of each item with the same seed (or fails as the job
 /// did): one pipeline, one seed rule.
-fn same_edits_from_generate_and_the_demo(setup: &EditingSetup, server: &Server, job: &[Value]) {
+fn same_edits_from_generate_and_the_demo(setup: &EditingSetup, account: &Account, job: &[Value]) {
     let out = setup.dir.path().join("same.jsonl");
     common::success(
         common::flipside()
@@ -699,7 +702,7 @@ fn same_edits_from_generate_and_the_demo(setup: &EditingSetup, server: &Server, 
     for line in ITEMS.lines().skip(1) {
         let (text, label) = line.rsplit_once(',').unwrap();
         let demo = json_of(
-            server.post("/edit", &json!({"text": text, "label": label, "seed": 1})),
+            account.post("/edit", &json!({"text": text, "label": label, "seed": 1})),
             200,
         );
         let made = job.iter().find(|r| r["original"] == text);

@@ -231,16 +231,16 @@ pub async fn edit(request: &EditRequest) -> Result<EditResponse, String> {
     post_json("/api/edit", request).await
 }
 
-/// `GET /api/datasets`.
-pub async fn datasets() -> Result<Vec<DatasetInfo>, String> {
-    get_json("/api/datasets").await
+/// `GET /api/teams/{team}/datasets`: the built-ins and the team's uploads.
+pub async fn datasets(team: &str) -> Result<Vec<DatasetInfo>, String> {
+    get_json(&format!("/api/teams/{team}/datasets")).await
 }
 
-/// `POST /api/datasets`: uploads a CSV/TSV/JSONL file with the form's fields (`file`, and
-/// optionally `name`, `text_col`, `label_col`, `premise_col`).
-pub async fn upload_dataset(form: web_sys::FormData) -> Result<DatasetInfo, String> {
+/// `POST /api/teams/{team}/datasets`: uploads a CSV/TSV/JSONL file with the form's fields
+/// (`file`, and optionally `name`, `text_col`, `label_col`, `premise_col`).
+pub async fn upload_dataset(team: &str, form: web_sys::FormData) -> Result<DatasetInfo, String> {
     // No Content-Type header: the browser sets it, with the multipart boundary.
-    let response = Request::post("/api/datasets")
+    let response = with_csrf(Request::post(&format!("/api/teams/{team}/datasets")))
         .body(form)
         .map_err(|e| e.to_string())?
         .send()
@@ -249,39 +249,40 @@ pub async fn upload_dataset(form: web_sys::FormData) -> Result<DatasetInfo, Stri
     read_json(response).await
 }
 
-/// `POST /api/jobs`.
-pub async fn start_job(request: &JobRequest) -> Result<Job, String> {
-    post_json("/api/jobs", request).await
+fn job_url(team: &str, id: &str, rest: &str) -> String {
+    format!("/api/teams/{team}/jobs/{id}{rest}")
 }
 
-/// `GET /api/jobs`, newest first.
-pub async fn jobs() -> Result<Vec<Job>, String> {
-    get_json("/api/jobs").await
+/// `POST /api/teams/{team}/jobs`.
+pub async fn start_job(team: &str, request: &JobRequest) -> Result<Job, String> {
+    post_json(&format!("/api/teams/{team}/jobs"), request).await
 }
 
-/// `GET /api/jobs/{id}`.
-pub async fn job(id: &str) -> Result<Job, String> {
-    get_json(&format!("/api/jobs/{id}")).await
+/// `GET /api/teams/{team}/jobs`, newest first.
+pub async fn jobs(team: &str) -> Result<Vec<Job>, String> {
+    get_json(&format!("/api/teams/{team}/jobs")).await
 }
 
-/// `POST /api/jobs/{id}/cancel`.
-pub async fn cancel_job(id: &str) -> Result<Job, String> {
-    let response = Request::post(&format!("/api/jobs/{id}/cancel"))
-        .send()
-        .await
-        .map_err(network_error)?;
-    read_json(response).await
+/// `GET …/jobs/{id}`.
+pub async fn job(team: &str, id: &str) -> Result<Job, String> {
+    get_json(&job_url(team, id, "")).await
 }
 
-/// `GET /api/jobs/{id}/records`: one page of a job's counterfactuals, optionally only those
-/// that did (or did not) flip the label.
+/// `POST …/jobs/{id}/cancel`.
+pub async fn cancel_job(team: &str, id: &str) -> Result<Job, String> {
+    post_in_session::<(), _>(&job_url(team, id, "/cancel"), None).await
+}
+
+/// `GET …/jobs/{id}/records`: one page of a job's counterfactuals, optionally only those that
+/// did (or did not) flip the label.
 pub async fn records(
+    team: &str,
     id: &str,
     flipped: Option<bool>,
     offset: usize,
     limit: usize,
 ) -> Result<RecordPage, String> {
-    let mut url = format!("/api/jobs/{id}/records?offset={offset}&limit={limit}");
+    let mut url = job_url(team, id, &format!("/records?offset={offset}&limit={limit}"));
     if let Some(flipped) = flipped {
         url.push_str(&format!("&flipped={flipped}"));
     }
@@ -289,13 +290,13 @@ pub async fn records(
 }
 
 /// The URL of a job's Server-Sent Events (`progress` events carrying the [`Job`]).
-pub fn job_events_url(id: &str) -> String {
-    format!("/api/jobs/{id}/events")
+pub fn job_events_url(team: &str, id: &str) -> String {
+    job_url(team, id, "/events")
 }
 
 /// The URL of a job's JSONL download.
-pub fn records_download_url(id: &str) -> String {
-    format!("/api/jobs/{id}/records.jsonl")
+pub fn records_download_url(team: &str, id: &str) -> String {
+    job_url(team, id, "/records.jsonl")
 }
 
 /// Downloads a file's bytes.
@@ -313,13 +314,7 @@ async fn get_json<T: DeserializeOwned>(url: &str) -> Result<T, String> {
 }
 
 async fn post_json<B: Serialize, T: DeserializeOwned>(url: &str, body: &B) -> Result<T, String> {
-    let response = Request::post(url)
-        .json(body)
-        .map_err(|e| e.to_string())?
-        .send()
-        .await
-        .map_err(network_error)?;
-    read_json(response).await
+    post_in_session(url, Some(body)).await
 }
 
 async fn read_json<T: DeserializeOwned>(response: Response) -> Result<T, String> {

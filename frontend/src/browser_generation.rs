@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::api;
 use crate::diff_view::diff_view;
 use crate::dis_ae;
+use crate::portal;
 use crate::scoring::{self, Status, yield_to_browser};
 use crate::ui::{ErrorMessage, ProgressBar, Spinner, format_millis, format_probability};
 
@@ -38,7 +39,11 @@ pub fn BrowserGeneration() -> impl IntoView {
                 <section class="card"><ErrorMessage message=message testid="generate-error" /></section>
             }.into_any(),
             Some(Ok(info)) => match info.dis_ae.clone() {
-                Some(dis_ae) => view! { <Generator info dis_ae /> }.into_any(),
+                Some(dis_ae) => portal::unless_private(
+                    info.private,
+                    move || view! { <Generator info=info.clone() dis_ae=dis_ae.clone() /> }.into_any(),
+                )
+                .into_any(),
                 None => view! {
                     <section class="card" data-testid="no-dis-ae">
                         <h2>"Generate in your browser"</h2>

@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::api;
+use crate::portal::use_team;
 use crate::ui::{ErrorMessage, Spinner};
 
 /// `GET /api/datasets`, reloaded after an upload.
@@ -75,6 +76,7 @@ fn DatasetTable(list: Vec<DatasetInfo>) -> impl IntoView {
 /// A file input and the optional column names; shows the server's message when it refuses.
 #[component]
 fn UploadForm(on_uploaded: Callback<DatasetInfo>) -> impl IntoView {
+    let team = use_team();
     let file_input = NodeRef::<html::Input>::new();
     let name = RwSignal::new(String::new());
     let text_col = RwSignal::new(String::new());
@@ -102,8 +104,9 @@ fn UploadForm(on_uploaded: Callback<DatasetInfo>) -> impl IntoView {
         };
         uploading.set(true);
         outcome.set(None);
+        let team = team.id();
         spawn_local(async move {
-            let answer = api::upload_dataset(form).await;
+            let answer = api::upload_dataset(&team, form).await;
             if let Ok(dataset) = &answer {
                 on_uploaded.run(dataset.clone());
             }

@@ -10,6 +10,7 @@ use leptos::task::spawn_local;
 use crate::api;
 use crate::edit_result::EditResult;
 use crate::method_picker::MethodPicker;
+use crate::portal;
 use crate::retrieved::{KeywordEditor, Retrieved};
 use crate::scoring::{self, Status};
 use crate::ui::{ErrorMessage, Spinner};
@@ -18,8 +19,6 @@ use crate::ui::{ErrorMessage, Spinner};
 #[component]
 pub fn EditDemo() -> impl IntoView {
     let info = LocalResource::new(api::info);
-    // Start downloading the classifier while the user reads the page.
-    scoring::use_scoring();
     view! {
         {move || match info.get() {
             None => {
@@ -44,7 +43,17 @@ pub fn EditDemo() -> impl IntoView {
                 }
                     .into_any()
             }
-            Some(Ok(info)) => view! { <Demo info /> }.into_any(),
+            Some(Ok(info)) => {
+                portal::unless_private(
+                    info.private,
+                    move || {
+                        // Start downloading the classifier while the user reads the page.
+                        scoring::use_scoring();
+                        view! { <Demo info=info.clone() /> }.into_any()
+                    },
+                )
+                .into_any()
+            }
         }}
     }
 }

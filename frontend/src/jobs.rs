@@ -15,6 +15,7 @@ use send_wrapper::SendWrapper;
 use crate::api;
 use crate::datasets::{Datasets, DatasetsResource};
 use crate::method_picker::MethodPicker;
+use crate::portal::{CurrentTeam, use_team};
 use crate::records::Records;
 use crate::route::{Route, navigate};
 use crate::ui::{ErrorMessage, ProgressBar, Spinner, format_time};
@@ -25,6 +26,7 @@ const POLL: Duration = Duration::from_secs(3);
 /// The jobs the page knows, newest first.
 #[derive(Debug, Clone, Copy)]
 struct JobList {
+    team: CurrentTeam,
     jobs: RwSignal<Vec<Job>>,
     loaded: RwSignal<bool>,
     error: RwSignal<Option<String>>,
@@ -33,16 +35,18 @@ struct JobList {
 impl JobList {
     fn new() -> Self {
         Self {
+            team: use_team(),
             jobs: RwSignal::new(Vec::new()),
             loaded: RwSignal::new(false),
             error: RwSignal::new(None),
         }
     }
 
-    /// Reloads `GET /api/jobs`.
+    /// Reloads the team's jobs.
     fn refresh(self) {
+        let team = self.team.id();
         spawn_local(async move {
-            match api::jobs().await {
+            match api::jobs(&team).await {
                 Ok(list) => {
                     self.jobs.set(list);
                     self.error.set(None);
@@ -69,10 +73,15 @@ impl JobList {
     }
 }
 
-/// The jobs page; `selected` is the job shown in detail (from the URL, `#/jobs/{id}`).
+/// The jobs page of `team`; `selected` is the job shown in detail (from the URL,
+/// `#/jobs/{id}`).
 #[component]
-pub fn JobsPage(#[prop(into)] selected: Signal<Option<String>>) -> impl IntoView {
-    let datasets: DatasetsResource = LocalResource::new(api::datasets);
+pub fn JobsPage(team: String, #[prop(into)] selected: Signal<Option<String>>) -> impl IntoView {
+    CurrentTeam::provide(team.clone());
+    let datasets: DatasetsResource = LocalResource::new(move || {
+        let team = team.clone();
+        async move { api::datasets(&team).await }
+    });
     let dataset = RwSignal::new(String::new());
     let jobs = JobList::new();
     jobs.refresh();
@@ -140,8 +149,9 @@ fn StartJob(datasets: DatasetsResource, dataset: RwSignal<String>, jobs: JobList
         };
         starting.set(true);
         error.set(None);
+        let team = jobs.team.id();
         spawn_local(async move {
-            match api::start_job(&request).await {
+            match api::start_job(&team, &request).await {
                 Ok(job) => {
                     let route = Route::Jobs {
                         selected: Some(job.id.clone()),
@@ -379,11 +389,12 @@ fn JobDetail(id: String, jobs: JobList) -> impl IntoView {
     let cancelling = RwSignal::new(false);
     let cancel_error = RwSignal::new(None::<String>);
     let cancel_id = id.clone();
+    let team = jobs.team;
     let cancel = move |_| {
         let id = cancel_id.clone();
         cancelling.set(true);
         spawn_local(async move {
-            match api::cancel_job(&id).await {
+            match api::cancel_job(&team.id(), &id).await {
                 Ok(job) => {
                     jobs.upsert(job);
                     cancel_error.set(None);
@@ -465,10 +476,11 @@ fn JobDetail(id: String, jobs: JobList) -> impl IntoView {
     }
 }
 
-/// Follows job `id` over `GET /api/jobs/{id}/events` until it finishes (or the page moves on),
+/// Follows job `id` over `GET …/jobs/{id}/events` until it finishes (or the page moves on),
 /// putting every `progress` event into `jobs`.
 fn follow_progress(id: String, jobs: JobList, live_error: RwSignal<Option<String>>) {
-    let mut source = match EventSource::new(&api::job_events_url(&id)) {
+    let team = jobs.team.id();
+    let mut source = match EventSource::new(&api::job_events_url(&team, &id)) {
         Ok(source) => source,
         Err(e) => {
             live_error.set(Some(format!("No live progress: {e}")));
@@ -513,7 +525,7 @@ fn follow_progress(id: String, jobs: JobList, live_error: RwSignal<Option<String
                     drop(source.borrow_mut().take());
                     // The stream failed for good (the browser retries by itself otherwise):
                     // show where the job is now.
-                    match api::job(&id).await {
+                    match api::job(&team, &id).await {
                         Ok(job) => {
                             let finished = job.status.is_finished();
                             jobs.upsert(job);

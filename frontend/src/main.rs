@@ -113,7 +113,11 @@ fn App() -> impl IntoView {
                 } else if on_portal.get() {
                     view! { <PortalPage queue=open_queue /> }.into_any()
                 } else if on_jobs.get() {
-                    view! { <JobsPage selected=selected_job /> }.into_any()
+                    portal::team_page(
+                        "Sign in to run generation jobs",
+                        move |team| view! { <JobsPage team=team.id selected=selected_job /> }.into_any(),
+                    )
+                    .into_any()
                 } else if on_generate.get() {
                     view! { <BrowserGeneration /> }.into_any()
                 } else {

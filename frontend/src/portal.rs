@@ -41,6 +41,69 @@ fn use_session() -> Session {
     expect_context::<Session>()
 }
 
+/// The team whose datasets and jobs a page shows, for the components below it.
+#[derive(Debug, Clone, Copy)]
+pub struct CurrentTeam(StoredValue<String>);
+
+impl CurrentTeam {
+    /// Makes `team` the current team of the components made after this call.
+    pub fn provide(team: String) {
+        provide_context(CurrentTeam(StoredValue::new(team)));
+    }
+
+    pub fn id(self) -> String {
+        self.0.get_value()
+    }
+}
+
+pub fn use_team() -> CurrentTeam {
+    expect_context::<CurrentTeam>()
+}
+
+/// `page` for the signed-in user's team (their first); otherwise the sign-in form titled
+/// `title`, or a note that they are in no team yet.
+pub fn team_page(
+    title: &'static str,
+    page: impl Fn(TeamMembership) -> AnyView + Send + Sync + 'static,
+) -> impl IntoView {
+    let session = use_session();
+    move || {
+        if !session.loaded.get() {
+            return view! { <p><Spinner />" Loading…"</p> }.into_any();
+        }
+        let Some(me) = session.me.get() else {
+            return view! { <SignIn title /> }.into_any();
+        };
+        match me.teams.first() {
+            Some(team) => page(team.clone()),
+            None => view! {
+                <section class="card narrow">
+                    <p>"You are not in any team yet: ask an admin for an invitation."</p>
+                </section>
+            }
+            .into_any(),
+        }
+    }
+}
+
+/// `page`, unless the server is private and nobody is signed in: then the sign-in form.
+pub fn unless_private(
+    private: bool,
+    page: impl Fn() -> AnyView + Send + Sync + 'static,
+) -> impl IntoView {
+    let session = use_session();
+    move || {
+        if private && session.me.get().is_none() {
+            if !session.loaded.get() {
+                return view! { <p><Spinner />" Loading…"</p> }.into_any();
+            }
+            return view! { <SignIn title="This server's demo is for signed-in members" /> }
+                .into_any();
+        }
+        page()
+    }
+}
+
 /// The review tab: sign-in, the team's home, or one queue (`queue` = team and queue ids).
 #[component]
 pub fn PortalPage(#[prop(into)] queue: Signal<Option<(String, String)>>) -> impl IntoView {
@@ -50,7 +113,7 @@ pub fn PortalPage(#[prop(into)] queue: Signal<Option<(String, String)>>) -> impl
             return view! { <p><Spinner />" Loading…"</p> }.into_any();
         }
         let Some(me) = session.me.get() else {
-            return view! { <SignIn /> }.into_any();
+            return view! { <SignIn title="Sign in to review" /> }.into_any();
         };
         match queue.get() {
             Some((team, queue)) => {
@@ -67,7 +130,7 @@ pub fn PortalPage(#[prop(into)] queue: Signal<Option<(String, String)>>) -> impl
 }
 
 #[component]
-fn SignIn() -> impl IntoView {
+fn SignIn(title: &'static str) -> impl IntoView {
     let session = use_session();
     let email = RwSignal::new(String::new());
     let password = RwSignal::new(String::new());
@@ -90,10 +153,10 @@ fn SignIn() -> impl IntoView {
     };
     view! {
         <section class="card narrow">
-            <h2>"Sign in to review"</h2>
+            <h2>{title}</h2>
             <p class="muted small">
-                "The team portal: review and correct counterfactuals before they go into training \
-                 sets. Accounts come by invitation; the first admin is made with "
+                "Accounts belong to teams, which own their datasets, generation jobs and review \
+                 queues. Accounts come by invitation; the first admin is made with "
                 <code>"flipside users add"</code> "."
             </p>
             <form on:submit=submit class="stack">
@@ -282,8 +345,9 @@ fn upload(
 #[component]
 fn NewQueue(team: TeamMembership, on_made: Callback<()>) -> impl IntoView {
     let jobs = RwSignal::new(Vec::<Job>::new());
+    let team = StoredValue::new(team.id);
     spawn_local(async move {
-        if let Ok(list) = api::jobs().await {
+        if let Ok(list) = api::jobs(&team.get_value()).await {
             jobs.set(list.into_iter().filter(|j| j.written > 0).collect());
         }
     });
@@ -291,7 +355,6 @@ fn NewQueue(team: TeamMembership, on_made: Callback<()>) -> impl IntoView {
     let name = RwSignal::new(String::new());
     let overlap = RwSignal::new(1usize);
     let error = RwSignal::new(None::<String>);
-    let team = StoredValue::new(team.id);
     let submit = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
         let chosen = job.get_untracked();

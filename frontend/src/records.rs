@@ -5,6 +5,7 @@ use leptos::prelude::*;
 
 use crate::api;
 use crate::diff_view::diff_view;
+use crate::portal::use_team;
 use crate::ui::{ErrorMessage, Spinner, format_probability};
 
 /// Records per page.
@@ -53,12 +54,14 @@ pub fn Records(id: String, #[prop(into)] written: Signal<usize>) -> impl IntoVie
     let filter = RwSignal::new(Filter::All);
     let offset = RwSignal::new(0usize);
     let job_id = id.clone();
+    let team = use_team().id();
+    let download = api::records_download_url(&team, &id);
     let page = LocalResource::new(move || {
-        let id = job_id.clone();
+        let (team, id) = (team.clone(), job_id.clone());
         let flipped = filter.get().flipped();
         let offset = offset.get();
         written.track();
-        async move { api::records(&id, flipped, offset, PAGE_SIZE).await }
+        async move { api::records(&team, &id, flipped, offset, PAGE_SIZE).await }
     });
 
     view! {
@@ -91,7 +94,7 @@ pub fn Records(id: String, #[prop(into)] written: Signal<usize>) -> impl IntoVie
                 <a
                     class="button"
                     data-testid="download-jsonl"
-                    href=api::records_download_url(&id)
+                    href=download
                     download=format!("flipside-{id}.jsonl")
                 >
                     "Download JSONL"

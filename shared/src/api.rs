@@ -39,6 +39,10 @@ pub struct ServerInfo {
     /// The Dis-AE the browser can download to reproduce with (LASS), if the server has one.
     #[serde(default)]
     pub dis_ae: Option<DisAeInfo>,
+    /// Whether the demo needs an account (`flipside serve --private`); datasets, jobs and the
+    /// portal always do.
+    #[serde(default)]
+    pub private: bool,
 }
 
 /// The server's Dis-AE, for generating in the browser.

@@ -7,13 +7,15 @@ use crate::records::{Excerpt, Provenance};
 
 /// A member's role in a team. Each role can do what the ones after it can.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// Reads queues, items and the dashboard.
     Viewer,
     /// Decides items (first pass) and writes counterfactuals.
     Annotator,
-    /// Also confirms or overturns decisions (second pass), overrides the classifier, exports.
+    /// Also confirms or overturns decisions (second pass), overrides the classifier, exports,
+    /// uploads datasets and runs generation jobs.
     Reviewer,
     /// Also invites members and makes queues.
     Admin,
@@ -38,6 +40,7 @@ impl Role {
 
 /// What an API token may do; a token never does more than its user's role allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Reading: queues, items, the dashboard.
@@ -48,10 +51,19 @@ pub enum Scope {
     Export,
     /// Members, invites and queues.
     Manage,
+    /// Uploading datasets, starting and cancelling generation jobs, and the embedded LLM's
+    /// OpenAI-compatible endpoints.
+    Generate,
 }
 
 impl Scope {
-    pub const ALL: [Scope; 4] = [Scope::Read, Scope::Review, Scope::Export, Scope::Manage];
+    pub const ALL: [Scope; 5] = [
+        Scope::Read,
+        Scope::Review,
+        Scope::Export,
+        Scope::Manage,
+        Scope::Generate,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -59,6 +71,7 @@ impl Scope {
             Scope::Review => "review",
             Scope::Export => "export",
             Scope::Manage => "manage",
+            Scope::Generate => "generate",
         }
     }
 
@@ -69,6 +82,7 @@ impl Scope {
 
 /// `POST /api/auth/login`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LoginRequest {
     pub email: String,
     pub password: String,
@@ -76,6 +90,7 @@ pub struct LoginRequest {
 
 /// A user, as others see them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UserInfo {
     pub id: String,
     pub email: String,
@@ -84,6 +99,7 @@ pub struct UserInfo {
 
 /// A team the caller belongs to, and their role in it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TeamMembership {
     pub id: String,
     pub name: String,
@@ -92,6 +108,7 @@ pub struct TeamMembership {
 
 /// `GET /api/auth/me` (and the answer to a login): who is signed in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Me {
     pub user: UserInfo,
     pub teams: Vec<TeamMembership>,
@@ -103,6 +120,7 @@ pub struct Me {
 
 /// A member of a team.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Member {
     pub user: UserInfo,
     pub role: Role,
@@ -110,6 +128,7 @@ pub struct Member {
 
 /// `POST /api/teams/{team}/invites`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InviteRequest {
     pub email: String,
     pub role: Role,
@@ -117,6 +136,7 @@ pub struct InviteRequest {
 
 /// A new invitation. The token is shown once: only its hash is stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Invite {
     pub token: String,
     /// The page that accepts it, relative to the server: `/#/invite/TOKEN`.
@@ -128,6 +148,7 @@ pub struct Invite {
 
 /// `POST /api/invites/accept`: joins the team (making the account when it is new) and signs in.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AcceptInvite {
     pub token: String,
     pub name: String,
@@ -136,6 +157,7 @@ pub struct AcceptInvite {
 
 /// `POST /api/tokens`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TokenRequest {
     pub name: String,
     pub scopes: Vec<Scope>,
@@ -143,6 +165,7 @@ pub struct TokenRequest {
 
 /// An API token. `token` is only present in the answer that created it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApiToken {
     pub id: String,
     pub name: String,
@@ -157,6 +180,7 @@ pub struct ApiToken {
 /// `POST /api/teams/{team}/queues`: a review queue of a job's counterfactuals, or an empty one
 /// to fill by upload or by writing.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QueueRequest {
     pub name: String,
     /// How many different people decide each item.
@@ -180,6 +204,7 @@ fn ten_minutes() -> u64 {
 
 /// A review queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Queue {
     pub id: String,
     pub team: String,
@@ -192,6 +217,7 @@ pub struct Queue {
 
 /// A verdict: one key each in the browser.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Verdict {
     /// The edit is a valid counterfactual with the target label.
@@ -250,6 +276,7 @@ impl Verdict {
 /// One item of a queue: an original and its counterfactual (none yet for an original to write
 /// one for).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReviewItem {
     pub id: String,
     /// Its position in the queue.
@@ -282,6 +309,7 @@ pub struct ReviewItem {
 
 /// Another counterfactual of the same original.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Sibling {
     pub id: String,
     pub counterfactual: Option<String>,
@@ -292,6 +320,7 @@ pub struct Sibling {
 
 /// An item's decision: the majority of its first-pass verdicts, or a reviewer's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Outcome {
     pub verdict: Verdict,
     /// The counterfactual as decided (the fix, when fixed).
@@ -306,6 +335,7 @@ pub struct Outcome {
 /// An item handed to one person until `expires_at`; nobody else gets it meanwhile (unless the
 /// queue asks for overlap, and then only as many people as that).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Lease {
     pub id: String,
     pub expires_at: String,
@@ -321,6 +351,7 @@ pub struct Lease {
 /// What someone decided about an item: the first pass's verdicts and the second pass's reviews
 /// both carry it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Decision {
     pub verdict: Verdict,
     /// The fixed counterfactual (fix), or a written one (for an original without one).
@@ -336,6 +367,7 @@ pub struct Decision {
 
 /// `POST /api/teams/{team}/queues/{queue}/verdicts`: decides a leased item.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VerdictRequest {
     pub lease: String,
     /// Made by the client once per decision: a retried request records one verdict.
@@ -349,6 +381,7 @@ pub struct VerdictRequest {
 
 /// `GET …/review/next`: a decided item and the first-pass verdicts behind it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReviewTask {
     pub item: ReviewItem,
     pub verdicts: Vec<PastVerdict>,
@@ -356,6 +389,7 @@ pub struct ReviewTask {
 
 /// A verdict someone gave.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PastVerdict {
     pub user: String,
     pub verdict: Verdict,
@@ -369,6 +403,7 @@ pub struct PastVerdict {
 /// `POST /api/teams/{team}/queues/{queue}/items/{item}/review`: the second pass. The same
 /// verdict confirms the outcome; another overturns it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReviewRequest {
     /// The item's version the reviewer saw.
     pub version: i64,
@@ -378,6 +413,7 @@ pub struct ReviewRequest {
 
 /// `PUT …/leases/{lease}/draft`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Draft {
     pub text: String,
 }
@@ -385,6 +421,7 @@ pub struct Draft {
 /// `POST /api/teams/{team}/queues/{queue}/items`: originals to write counterfactuals for, or
 /// counterfactuals made elsewhere, added to a queue.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewItem {
     pub original: String,
     pub label: String,
@@ -395,6 +432,7 @@ pub struct NewItem {
 
 /// One person's work in a queue.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PersonStats {
     pub name: String,
     pub verdicts: usize,
@@ -407,6 +445,7 @@ pub struct PersonStats {
 
 /// `GET …/queues/{queue}/stats`: the dashboard.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct QueueStats {
     pub items: usize,
     /// Items with an outcome.
@@ -436,6 +475,7 @@ pub struct QueueStats {
 
 /// One line of an item's audit log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HistoryEntry {
     pub at: String,
     pub user: String,

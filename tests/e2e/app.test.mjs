@@ -13,6 +13,8 @@ const ITEMS = process.env.ITEMS_CSV;
 const NATIVE = JSON.parse(process.env.NATIVE_REPRODUCTIONS ?? 'null');
 // The native classifier's probabilities for one text, with the compact weights the page gets.
 const NATIVE_SCORE = JSON.parse(process.env.NATIVE_SCORE ?? 'null');
+// The CLI-made admin: datasets and jobs belong to teams.
+const ADMIN = { email: process.env.ADMIN_EMAIL, password: process.env.ADMIN_PASSWORD };
 const TEXT = 'The film was wonderful and the cast superb.';
 const LONG = 180_000;
 
@@ -188,9 +190,14 @@ test('the Dis-AE generates in the browser as it does natively; the page flips, h
   await page.close();
 });
 
-test('the jobs page uploads a dataset, runs a job to the end and lists its results', { timeout: 900_000 }, async () => {
-  assert.ok(ITEMS, 'ITEMS_CSV is not set');
-  const { page, errors } = await openApp('#/jobs', 'upload-file');
+test('the jobs page signs in, uploads a dataset, runs a job to the end and lists its results', { timeout: 900_000 }, async () => {
+  assert.ok(ITEMS && ADMIN.email, 'ITEMS_CSV or ADMIN_EMAIL is not set');
+  // Jobs are a team's: the page asks who you are first.
+  const { page, errors } = await openApp('#/jobs', 'login-email');
+  await page.getByTestId('login-email').fill(ADMIN.email);
+  await page.getByTestId('login-password').fill(ADMIN.password);
+  await page.getByTestId('login-submit').click();
+  await page.getByTestId('upload-file').waitFor();
   await page.getByTestId('upload-file').setInputFiles(ITEMS);
   await page.getByTestId('upload-submit').click();
   await page.getByTestId('upload-result').waitFor({ timeout: 60_000 });
@@ -205,7 +212,7 @@ test('the jobs page uploads a dataset, runs a job to the end and lists its resul
   const rows = await page.getByTestId('record-row').count();
   assert.ok(rows >= 1, 'the finished job lists its records');
   const href = await page.getByTestId('download-jsonl').getAttribute('href');
-  assert.match(href, /\/api\/jobs\/job-[0-9a-f]+\/records\.jsonl$/);
+  assert.match(href, /\/api\/teams\/team-[0-9a-f]+\/jobs\/job-[0-9a-f]+\/records\.jsonl$/);
   await page.screenshot({ path: join(SHOTS, 'jobs.png'), fullPage: true });
   assert.deepEqual(errors, []);
   await page.close();

@@ -80,6 +80,10 @@ pub struct ServeArgs {
     /// Largest dataset upload, in megabytes
     #[arg(long, default_value_t = 50, value_name = "MB")]
     pub max_upload_mb: usize,
+    /// The edit demo needs an account too. Datasets, jobs, review queues and the embedded LLM's
+    /// OpenAI-compatible API always need one (make the first admin with `flipside users add`)
+    #[arg(long)]
+    pub private: bool,
     /// Classifier that scores edits (a directory or a name under HOME/models)
     /// [default: imdb-400, trained on first run; imdb-2000 with --full]
     #[arg(long, value_name = "MODEL")]
@@ -210,6 +214,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         static_dir,
         max_upload_bytes: args.max_upload_mb << 20,
         local_llm,
+        private: args.private,
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(serve(home.clone(), config, resources, |address| {

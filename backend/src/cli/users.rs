@@ -68,7 +68,7 @@ pub struct TokenArgs {
     /// What the token is for
     #[arg(long, default_value = "cli")]
     pub name: String,
-    /// What it may do: read, review, export, manage
+    /// What it may do: read, review, export, manage, generate
     #[arg(long, value_delimiter = ',', value_parser = parse_scope, default_value = "read,export")]
     pub scopes: Vec<Scope>,
     #[command(flatten)]
@@ -80,7 +80,7 @@ fn parse_role(s: &str) -> Result<Role, String> {
 }
 
 fn parse_scope(s: &str) -> Result<Scope, String> {
-    Scope::parse(s).ok_or_else(|| "one of read, review, export, manage".into())
+    Scope::parse(s).ok_or_else(|| "one of read, review, export, manage, generate".into())
 }
 
 /// The password from stdin, or a new random one that is printed.
@@ -106,6 +106,14 @@ pub fn run(home: &Home, command: UsersCommand) -> Result<()> {
                 let user = accounts::create_user(&db, &args.email, &args.name, &password).await?;
                 let team = accounts::ensure_team(&db, &args.team).await?;
                 accounts::set_membership(&db, &team, &user.id, args.role).await?;
+                let (datasets, jobs) = db.adopt_ownerless(&team).await?;
+                if datasets + jobs > 0 {
+                    println!(
+                        "team {:?} now owns the {datasets} datasets and {jobs} jobs made \
+                         before accounts existed",
+                        args.team
+                    );
+                }
                 println!(
                     "{} ({}) is {} of team {:?}",
                     user.email,

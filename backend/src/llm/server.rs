@@ -69,13 +69,12 @@ impl IntoResponse for ApiError {
 
 type Engine = Arc<dyn LlmClient>;
 
-/// The router serving `engine` under `/v1`.
+/// The router serving `engine` under `/v1` (`flipside serve` puts its sign-in in front).
 pub fn router(engine: Engine) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(text))
         .route("/v1/models", get(models))
-        .route("/health", get(|| async { "ok" }))
         .layer(DefaultBodyLimit::max(4 << 20))
         .with_state(engine)
 }

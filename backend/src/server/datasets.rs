@@ -1,12 +1,12 @@
-//! Datasets jobs run on: the built-ins, and files uploaded as CSV, TSV or JSON lines (read by
-//! the same readers and column mapping as the command line).
+//! Datasets jobs run on: the built-ins (every team's), and files a team uploads as CSV, TSV or
+//! JSON lines (read by the same readers and column mapping as the command line).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use axum::Json;
 use axum::extract::multipart::Field;
-use axum::extract::{Multipart, State};
+use axum::extract::{Multipart, Path as UrlPath, State};
 use axum::http::StatusCode;
 use flipside_shared::api::{ApiError as ErrorBody, DatasetInfo};
 use flipside_shared::data::Dataset;
@@ -16,6 +16,7 @@ use tokio::io::AsyncWriteExt;
 use super::AppState;
 use super::db::{StoredDataset, now};
 use super::error::{ApiError, ApiResult};
+use super::portal::auth::{Caller, GENERATE, READ};
 use crate::data::{BUILTIN_SPLITS, Columns, DatasetSpec, Format, ReadOptions, read_file};
 use crate::home::Home;
 
@@ -56,10 +57,17 @@ impl UploadReading {
     }
 }
 
-/// The built-in datasets and the uploaded ones (newest first).
-#[utoipa::path(get, path = "/datasets", tag = "datasets",
-    responses((status = 200, body = Vec<DatasetInfo>)))]
-pub async fn list(State(state): State<AppState>) -> ApiResult<Json<Vec<DatasetInfo>>> {
+/// The built-in datasets and the team's uploads (newest first).
+#[utoipa::path(get, path = "/teams/{team}/datasets", tag = "datasets",
+    params(("team" = String, Path)), security(("session" = []), ("token" = ["read"])),
+    responses((status = 200, body = Vec<DatasetInfo>), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    UrlPath(team): UrlPath<String>,
+) -> ApiResult<Json<Vec<DatasetInfo>>> {
+    caller.require(&state.db, &team, READ).await?;
     let mut all: Vec<DatasetInfo> = BUILTINS
         .iter()
         .map(|name| DatasetInfo {
@@ -72,21 +80,26 @@ pub async fn list(State(state): State<AppState>) -> ApiResult<Json<Vec<DatasetIn
             created_at: None,
         })
         .collect();
-    all.extend(state.db.datasets().await?.into_iter().map(info));
+    all.extend(state.db.datasets(&team).await?.into_iter().map(info));
     Ok(Json(all))
 }
 
 /// Uploads a labelled dataset (multipart form: `file`, and optionally `name`, `text_col`
 /// [text], `label_col` [label] and `premise_col` for text pairs). Unreadable rows are skipped
 /// and counted; a file with no readable row is refused with the reason.
-#[utoipa::path(post, path = "/datasets", tag = "datasets",
+#[utoipa::path(post, path = "/teams/{team}/datasets", tag = "datasets",
+    params(("team" = String, Path)), security(("session" = []), ("token" = ["generate"])),
     request_body(content_type = "multipart/form-data", description = "file, name, text_col, label_col, premise_col"),
     responses((status = 201, body = DatasetInfo), (status = 400, body = ErrorBody),
-        (status = 413, body = ErrorBody)))]
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload(
     State(state): State<AppState>,
+    caller: Caller,
+    UrlPath(team): UrlPath<String>,
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> ApiResult<(StatusCode, Json<DatasetInfo>)> {
+    caller.require(&state.db, &team, GENERATE).await?;
     let mut multipart = multipart?;
     let id = format!("ds-{:012x}", rand::random::<u64>() >> 16);
     let dir = state.data_dir.join("datasets");
@@ -159,6 +172,7 @@ pub async fn upload(
     };
     let stored = StoredDataset {
         id: id.clone(),
+        team: Some(team),
         name: name.filter(|n| !n.is_empty()).unwrap_or_else(|| id.clone()),
         file: format!("datasets/{id}.{}", reading.format),
         read_options: serde_json::to_string(&reading).map_err(|e| ApiError::internal(e.into()))?,
@@ -200,9 +214,14 @@ pub async fn load(state: &AppState, id: &str) -> Result<Dataset> {
     Ok(dataset)
 }
 
-/// Whether a job can name `id`.
-pub async fn exists(state: &AppState, id: &str) -> Result<bool> {
-    Ok(BUILTINS.contains(&id) || state.db.dataset(id).await?.is_some())
+/// Whether a job of `team` can name `id`: a built-in or the team's upload.
+pub async fn exists(state: &AppState, team: &str, id: &str) -> Result<bool> {
+    Ok(BUILTINS.contains(&id)
+        || state
+            .db
+            .dataset(id)
+            .await?
+            .is_some_and(|d| d.team.as_deref() == Some(team)))
 }
 
 fn info(stored: StoredDataset) -> DatasetInfo {

@@ -15,12 +15,17 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, SqlSafeStr};
 
 /// The checked-in migrations, in order.
-const MIGRATIONS: [(i64, &str, &str); 2] = [
+const MIGRATIONS: [(i64, &str, &str); 3] = [
     (1, "init", include_str!("../../migrations/0001_init.sql")),
     (
         2,
         "portal",
         include_str!("../../migrations/0002_portal.sql"),
+    ),
+    (
+        3,
+        "team jobs",
+        include_str!("../../migrations/0003_team_jobs.sql"),
     ),
 ];
 
@@ -46,6 +51,8 @@ pub(crate) use with_pool;
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredDataset {
     pub id: String,
+    /// The team that owns it (`None` only for uploads made before accounts existed).
+    pub team: Option<String>,
     pub name: String,
     /// The file, relative to the server's data directory.
     pub file: String,
@@ -57,7 +64,19 @@ pub struct StoredDataset {
     pub created_at: String,
 }
 
-type DatasetRow = (String, String, String, String, i64, String, i64, String);
+type DatasetRow = (
+    String,
+    Option<String>,
+    String,
+    String,
+    String,
+    i64,
+    String,
+    i64,
+    String,
+);
+const DATASET_COLUMNS: &str =
+    "id, team_id, name, file, read_options, examples, labels, skipped, created_at";
 type JobRow = (
     String,
     String,
@@ -75,6 +94,15 @@ type JobRow = (
 
 const JOB_COLUMNS: &str = "id, request, status, total, done, written, flipped, failed_attempts, \
                            given_up, error, created_at, updated_at";
+
+/// An unfinished job and who claimed it, as read before claiming it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobClaim {
+    pub id: String,
+    /// The process running it ([`crate::server::runner::JobQueue::runner`]), if any.
+    pub runner: Option<String>,
+    pub heartbeat_at: Option<String>,
+}
 
 /// Which records of a job to list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +175,7 @@ impl Db {
         let labels = serde_json::to_string(&d.labels)?;
         with_pool!(self, |pool| sqlx::query(
             "INSERT INTO datasets (id, name, file, read_options, examples, labels, skipped, \
-             created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+             created_at, team_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
         )
         .bind(&d.id)
         .bind(&d.name)
@@ -157,42 +185,52 @@ impl Db {
         .bind(&labels)
         .bind(d.skipped)
         .bind(&d.created_at)
+        .bind(&d.team)
         .execute(pool)
         .await
         .map(drop))?;
         Ok(())
     }
 
-    /// Every uploaded dataset, newest first.
-    pub async fn datasets(&self) -> Result<Vec<StoredDataset>> {
-        let rows: Vec<DatasetRow> = with_pool!(self, |pool| sqlx::query_as(
-            "SELECT id, name, file, read_options, examples, labels, skipped, created_at \
-             FROM datasets ORDER BY created_at DESC, id"
-        )
-        .fetch_all(pool)
-        .await)?;
+    /// The team's uploaded datasets, newest first.
+    pub async fn datasets(&self, team: &str) -> Result<Vec<StoredDataset>> {
+        let sql = AssertSqlSafe(format!(
+            "SELECT {DATASET_COLUMNS} FROM datasets WHERE team_id = $1 \
+             ORDER BY created_at DESC, id"
+        ));
+        let rows: Vec<DatasetRow> = with_pool!(self, |pool| sqlx::query_as(sql)
+            .bind(team)
+            .fetch_all(pool)
+            .await)?;
         rows.into_iter().map(dataset_from_row).collect()
     }
 
     pub async fn dataset(&self, id: &str) -> Result<Option<StoredDataset>> {
-        let row: Option<DatasetRow> = with_pool!(self, |pool| sqlx::query_as(
-            "SELECT id, name, file, read_options, examples, labels, skipped, created_at \
-             FROM datasets WHERE id = $1"
-        )
-        .bind(id)
-        .fetch_optional(pool)
-        .await)?;
+        let sql = AssertSqlSafe(format!(
+            "SELECT {DATASET_COLUMNS} FROM datasets WHERE id = $1"
+        ));
+        let row: Option<DatasetRow> = with_pool!(self, |pool| sqlx::query_as(sql)
+            .bind(id)
+            .fetch_optional(pool)
+            .await)?;
         row.map(dataset_from_row).transpose()
     }
 
-    /// Adds a queued job.
-    pub async fn insert_job(&self, id: &str, request: &JobRequest, now: &str) -> Result<Job> {
+    /// Adds a queued job of `team`.
+    pub async fn insert_job(
+        &self,
+        id: &str,
+        team: &str,
+        request: &JobRequest,
+        now: &str,
+    ) -> Result<Job> {
         let request_json = serde_json::to_string(request)?;
         with_pool!(self, |pool| sqlx::query(
-            "INSERT INTO jobs (id, request, status, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $4)"
+            "INSERT INTO jobs (id, team_id, request, status, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $5)"
         )
         .bind(id)
+        .bind(team)
         .bind(&request_json)
         .bind(JobStatus::Queued.as_str())
         .bind(now)
@@ -202,6 +240,7 @@ impl Db {
         self.job(id).await?.context("the job just added is missing")
     }
 
+    /// Job `id`, whoever owns it (for the runner).
     pub async fn job(&self, id: &str) -> Result<Option<Job>> {
         let sql = AssertSqlSafe(format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"));
         let row: Option<JobRow> = with_pool!(self, |pool| sqlx::query_as(sql)
@@ -211,30 +250,128 @@ impl Db {
         row.map(job_from_row).transpose()
     }
 
-    /// Every job, newest first.
-    pub async fn jobs(&self) -> Result<Vec<Job>> {
+    /// Job `id` if `team` owns it.
+    pub async fn team_job(&self, team: &str, id: &str) -> Result<Option<Job>> {
         let sql = AssertSqlSafe(format!(
-            "SELECT {JOB_COLUMNS} FROM jobs ORDER BY created_at DESC, id DESC"
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1 AND team_id = $2"
         ));
-        let rows: Vec<JobRow> = with_pool!(self, |pool| sqlx::query_as(sql).fetch_all(pool).await)?;
+        let row: Option<JobRow> = with_pool!(self, |pool| sqlx::query_as(sql)
+            .bind(id)
+            .bind(team)
+            .fetch_optional(pool)
+            .await)?;
+        row.map(job_from_row).transpose()
+    }
+
+    /// The team's jobs, newest first.
+    pub async fn jobs(&self, team: &str) -> Result<Vec<Job>> {
+        let sql = AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE team_id = $1 ORDER BY created_at DESC, id DESC"
+        ));
+        let rows: Vec<JobRow> = with_pool!(self, |pool| sqlx::query_as(sql)
+            .bind(team)
+            .fetch_all(pool)
+            .await)?;
         rows.into_iter().map(job_from_row).collect()
     }
 
-    /// The ids of the jobs that are queued or were running, oldest first.
-    pub async fn unfinished_jobs(&self) -> Result<Vec<String>> {
-        Ok(with_pool!(self, |pool| sqlx::query_scalar(
-            "SELECT id FROM jobs WHERE status IN ('queued', 'running') ORDER BY created_at, id"
-        )
-        .fetch_all(pool)
-        .await)?)
+    /// The unfinished jobs (queued, or running) oldest first, each with the process that
+    /// claimed it and when that process last said it was alive.
+    pub async fn unfinished_jobs(&self) -> Result<Vec<JobClaim>> {
+        let rows: Vec<(String, Option<String>, Option<String>)> =
+            with_pool!(self, |pool| sqlx::query_as(
+                "SELECT id, runner, heartbeat_at FROM jobs WHERE status IN ('queued', 'running') \
+                 ORDER BY created_at, id"
+            )
+            .fetch_all(pool)
+            .await)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, runner, heartbeat_at)| JobClaim {
+                id,
+                runner,
+                heartbeat_at,
+            })
+            .collect())
     }
 
-    /// Saves a job's status, counts and error.
-    pub async fn update_job(&self, job: &Job) -> Result<()> {
+    /// Claims an unfinished job for `runner` if it is still as `seen` (one conditional
+    /// UPDATE, so of two processes racing for it one wins); true when this one did.
+    pub async fn claim_job(&self, seen: &JobClaim, runner: &str) -> Result<bool> {
+        let claimed = with_pool!(self, |pool| sqlx::query(
+            "UPDATE jobs SET runner = $2, heartbeat_at = $3 WHERE id = $1 \
+             AND status IN ('queued', 'running') AND COALESCE(runner, '') = $4 \
+             AND COALESCE(heartbeat_at, '') = $5"
+        )
+        .bind(&seen.id)
+        .bind(runner)
+        .bind(now())
+        .bind(seen.runner.as_deref().unwrap_or_default())
+        .bind(seen.heartbeat_at.as_deref().unwrap_or_default())
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))?;
+        Ok(claimed == 1)
+    }
+
+    /// `runner` is alive and still runs job `id`; returns the job's status (cancelled when
+    /// another process cancelled it).
+    pub async fn heartbeat(&self, id: &str, runner: &str) -> Result<Option<JobStatus>> {
+        let status: Option<String> = with_pool!(self, |pool| sqlx::query_scalar(
+            "UPDATE jobs SET heartbeat_at = $3 WHERE id = $1 AND runner = $2 RETURNING status"
+        )
+        .bind(id)
+        .bind(runner)
+        .bind(now())
+        .fetch_optional(pool)
+        .await)?;
+        Ok(status.as_deref().and_then(JobStatus::parse))
+    }
+
+    /// Cancels job `id` unless it has finished; returns whether it did.
+    pub async fn cancel_job(&self, id: &str) -> Result<bool> {
+        let cancelled = with_pool!(self, |pool| sqlx::query(
+            "UPDATE jobs SET status = 'cancelled', updated_at = $2 WHERE id = $1 \
+             AND status IN ('queued', 'running')"
+        )
+        .bind(id)
+        .bind(now())
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))?;
+        Ok(cancelled == 1)
+    }
+
+    /// Gives `team` the datasets and jobs made before accounts existed; returns how many of
+    /// each.
+    pub async fn adopt_ownerless(&self, team: &str) -> Result<(u64, u64)> {
+        let adopt = |table: &'static str| {
+            AssertSqlSafe(format!(
+                "UPDATE {table} SET team_id = $1 WHERE team_id IS NULL"
+            ))
+        };
+        let datasets = with_pool!(self, |pool| sqlx::query(adopt("datasets"))
+            .bind(team)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        let jobs = with_pool!(self, |pool| sqlx::query(adopt("jobs"))
+            .bind(team)
+            .execute(pool)
+            .await
+            .map(|r| r.rows_affected()))?;
+        Ok((datasets, jobs))
+    }
+
+    /// Saves a job's status, counts and error if `runner` holds its claim; a job cancelled in
+    /// the database stays cancelled (another process may have cancelled it while this one ran
+    /// it).
+    pub async fn update_job(&self, job: &Job, runner: &str) -> Result<()> {
         let count = |n: usize| n as i64;
         with_pool!(self, |pool| sqlx::query(
             "UPDATE jobs SET status = $2, total = $3, done = $4, written = $5, flipped = $6, \
-             failed_attempts = $7, given_up = $8, error = $9, updated_at = $10 WHERE id = $1"
+             failed_attempts = $7, given_up = $8, error = $9, updated_at = $10 WHERE id = $1 \
+             AND runner = $11 AND (status <> 'cancelled' OR $2 = 'cancelled')"
         )
         .bind(&job.id)
         .bind(job.status.as_str())
@@ -246,6 +383,7 @@ impl Db {
         .bind(count(job.given_up))
         .bind(&job.error)
         .bind(&job.updated_at)
+        .bind(runner)
         .execute(pool)
         .await
         .map(drop))?;
@@ -329,8 +467,9 @@ impl Db {
 }
 
 fn dataset_from_row(row: DatasetRow) -> Result<StoredDataset> {
-    let (id, name, file, read_options, examples, labels, skipped, created_at) = row;
+    let (id, team, name, file, read_options, examples, labels, skipped, created_at) = row;
     Ok(StoredDataset {
+        team,
         labels: serde_json::from_str(&labels).context("a dataset's labels in the database")?,
         id,
         name,
@@ -433,13 +572,25 @@ mod tests {
             .await
             .unwrap();
         let request: JobRequest = serde_json::from_str(r#"{"dataset": "imdb:test"}"#).unwrap();
-        let mut job = db.insert_job("j1", &request, &now()).await.unwrap();
+        sqlx_team(&db).await;
+        let mut job = db.insert_job("j1", "t1", &request, &now()).await.unwrap();
         assert_eq!(job.status, JobStatus::Queued);
         assert_eq!(job.request.limit, 20);
+        let claims = db.unfinished_jobs().await.unwrap();
+        assert_eq!(claims.len(), 1);
+        assert!(db.claim_job(&claims[0], "a").await.unwrap());
+        // The second process read the same row but lost the race, and cannot write the job.
+        assert!(!db.claim_job(&claims[0], "b").await.unwrap());
         job.status = JobStatus::Running;
         job.total = 3;
-        db.update_job(&job).await.unwrap();
-        assert_eq!(db.unfinished_jobs().await.unwrap(), ["j1"]);
+        db.update_job(&job, "b").await.unwrap();
+        assert_eq!(db.job("j1").await.unwrap().unwrap().total, 0);
+        db.update_job(&job, "a").await.unwrap();
+        assert_eq!(
+            db.heartbeat("j1", "a").await.unwrap(),
+            Some(JobStatus::Running)
+        );
+        assert_eq!(db.heartbeat("j1", "b").await.unwrap(), None);
         assert!(db.insert_record("j1", "a→b", 0, true, "{}").await.unwrap());
         assert!(!db.insert_record("j1", "a→b", 0, true, "{}").await.unwrap());
         assert!(
@@ -464,6 +615,24 @@ mod tests {
         let again = Db::connect(dir.path().join("db.sqlite").to_str().unwrap())
             .await
             .unwrap();
-        assert_eq!(again.jobs().await.unwrap().len(), 1);
+        assert_eq!(again.jobs("t1").await.unwrap().len(), 1);
+        assert!(again.jobs("t2").await.unwrap().is_empty());
+        assert!(again.team_job("t2", "j1").await.unwrap().is_none());
+        // A cancel from another process sticks: the runner's progress does not undo it.
+        assert!(again.cancel_job("j1").await.unwrap());
+        again.update_job(&stored, "a").await.unwrap();
+        let after = again.job("j1").await.unwrap().unwrap();
+        assert_eq!(after.status, JobStatus::Cancelled);
+        assert!(!again.cancel_job("j1").await.unwrap());
+    }
+
+    async fn sqlx_team(db: &Db) {
+        with_pool!(db, |pool| sqlx::query(
+            "INSERT INTO teams (id, name, created_at) VALUES ('t1', 'one', '')"
+        )
+        .execute(pool)
+        .await
+        .map(drop))
+        .unwrap();
     }
 }

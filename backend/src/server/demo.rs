@@ -19,6 +19,7 @@ use flipside_shared::models::compact::COMPACT_WEIGHTS_FILE;
 
 use super::AppState;
 use super::error::{ApiError, ApiResult, JsonBody};
+use super::portal::auth::DemoAccess;
 use super::resources::{Resources, demo_examples};
 use crate::lass::model as lass;
 use crate::methods::core::RetrievalContext;
@@ -67,6 +68,7 @@ pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
         examples: demo_examples(),
         methods: method_infos(&resources.models),
         dis_ae: resources.dis_ae.as_ref().map(|(_, info)| info.clone()),
+        private: state.private,
     })
 }
 
@@ -74,6 +76,7 @@ pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
 #[utoipa::path(post, path = "/retrieve", tag = "editing", request_body = RetrieveRequest,
     responses((status = 200, body = RetrieveResponse), (status = 400, body = ErrorBody)))]
 pub async fn retrieve(
+    _: DemoAccess,
     State(state): State<AppState>,
     JsonBody(request): JsonBody<RetrieveRequest>,
 ) -> ApiResult<Json<RetrieveResponse>> {
@@ -101,6 +104,7 @@ pub async fn retrieve(
 #[utoipa::path(post, path = "/edit", tag = "editing", request_body = EditRequest,
     responses((status = 200, body = EditResponse), (status = 400, body = ErrorBody)))]
 pub async fn edit(
+    _: DemoAccess,
     State(state): State<AppState>,
     JsonBody(request): JsonBody<EditRequest>,
 ) -> ApiResult<Json<EditResponse>> {
@@ -140,6 +144,7 @@ pub async fn edit(
 #[utoipa::path(post, path = "/classify", tag = "editing", request_body = ClassifyRequest,
     responses((status = 200, body = ClassifyResponse), (status = 400, body = ErrorBody)))]
 pub async fn classify(
+    _: DemoAccess,
     State(state): State<AppState>,
     JsonBody(request): JsonBody<ClassifyRequest>,
 ) -> ApiResult<Json<ClassifyResponse>> {
@@ -171,6 +176,7 @@ pub async fn classify(
     params(("file" = String, Path, description = "config.json, tokenizer.json or model.int8.safetensors")),
     responses((status = 200, description = "the file"), (status = 404, body = ErrorBody)))]
 pub async fn classifier_file(
+    _: DemoAccess,
     State(state): State<AppState>,
     Path(file): Path<String>,
     headers: HeaderMap,
@@ -187,6 +193,7 @@ pub async fn classifier_file(
     params(("file" = String, Path, description = "config.json, tokenizer.json, model.int8.safetensors or lass.json")),
     responses((status = 200, description = "the file"), (status = 404, body = ErrorBody)))]
 pub async fn dis_ae_file(
+    _: DemoAccess,
     State(state): State<AppState>,
     Path(file): Path<String>,
     headers: HeaderMap,

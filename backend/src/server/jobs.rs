@@ -1,5 +1,6 @@
 //! Generation jobs over HTTP: start, list, follow (Server-Sent Events), cancel, and read the
-//! results (paged JSON, or every record as JSON lines).
+//! results (paged JSON, or every record as JSON lines). Jobs belong to teams: members read
+//! them, reviewers and admins start and cancel them; a job of another team is not found.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use super::AppState;
 use super::datasets;
 use super::db::{RecordFilter, now};
 use super::error::{ApiError, ApiResult, JsonBody};
+use super::portal::auth::{Caller, GENERATE, READ};
 use super::runner::job_method;
 use crate::methods;
 
@@ -28,13 +30,22 @@ const MAX_JOB_ITEMS: usize = 10_000;
 /// Records per page, at most.
 const MAX_PAGE: usize = 500;
 
+/// How often a progress stream reads the database, for jobs run by another server process.
+const POLL: Duration = Duration::from_secs(2);
+
 /// Queues a generation job; it starts when the jobs before it are finished.
-#[utoipa::path(post, path = "/jobs", tag = "jobs", request_body = JobRequest,
-    responses((status = 202, body = Job), (status = 400, body = ErrorBody)))]
+#[utoipa::path(post, path = "/teams/{team}/jobs", tag = "jobs", request_body = JobRequest,
+    params(("team" = String, Path)), security(("session" = []), ("token" = ["generate"])),
+    responses((status = 202, body = Job), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
+    caller: Caller,
+    Path(team): Path<String>,
     JsonBody(mut request): JsonBody<JobRequest>,
 ) -> ApiResult<(StatusCode, Json<Job>)> {
+    caller.require(&state.db, &team, GENERATE).await?;
     let method = job_method(&request.method);
     methods::method(method.as_str())
         .and_then(|m| methods::check_models(m, &state.resources.models))
@@ -50,79 +61,122 @@ pub async fn create(
             "max_attempts must be between 1 and 10",
         ));
     }
-    if !datasets::exists(&state, &request.dataset).await? {
+    if !datasets::exists(&state, &team, &request.dataset).await? {
         return Err(ApiError::bad_request(format!(
-            "no dataset {:?}: GET /api/datasets lists them",
+            "no dataset {:?}: GET /api/teams/{team}/datasets lists them",
             request.dataset
         )));
     }
     let id = format!("job-{:012x}", rand::random::<u64>() >> 16);
-    let job = state.db.insert_job(&id, &request, &now()).await?;
+    let job = state.db.insert_job(&id, &team, &request, &now()).await?;
     state.jobs.wake();
     Ok((StatusCode::ACCEPTED, Json(job)))
 }
 
-/// Every job, newest first.
-#[utoipa::path(get, path = "/jobs", tag = "jobs", responses((status = 200, body = Vec<Job>)))]
-pub async fn list(State(state): State<AppState>) -> ApiResult<Json<Vec<Job>>> {
-    Ok(Json(state.db.jobs().await?))
+/// The team's jobs, newest first.
+#[utoipa::path(get, path = "/teams/{team}/jobs", tag = "jobs", params(("team" = String, Path)),
+    security(("session" = []), ("token" = ["read"])),
+    responses((status = 200, body = Vec<Job>), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(team): Path<String>,
+) -> ApiResult<Json<Vec<Job>>> {
+    caller.require(&state.db, &team, READ).await?;
+    Ok(Json(state.db.jobs(&team).await?))
 }
 
 /// One job and its progress.
-#[utoipa::path(get, path = "/jobs/{id}", tag = "jobs", params(("id" = String, Path)),
-    responses((status = 200, body = Job), (status = 404, body = ErrorBody)))]
-pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    Ok(Json(find(&state, &id).await?))
+#[utoipa::path(get, path = "/teams/{team}/jobs/{id}", tag = "jobs",
+    params(("team" = String, Path), ("id" = String, Path)),
+    security(("session" = []), ("token" = ["read"])),
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
+pub async fn get(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, id)): Path<(String, String)>,
+) -> ApiResult<Json<Job>> {
+    Ok(Json(find(&state, &caller, &team, &id).await?))
 }
 
 /// Cancels a queued job, or stops a running one after the item in progress (its records are
-/// kept).
-#[utoipa::path(post, path = "/jobs/{id}/cancel", tag = "jobs", params(("id" = String, Path)),
-    responses((status = 200, body = Job), (status = 404, body = ErrorBody),
+/// kept), in whichever server process runs it.
+#[utoipa::path(post, path = "/teams/{team}/jobs/{id}/cancel", tag = "jobs",
+    params(("team" = String, Path), ("id" = String, Path)),
+    security(("session" = []), ("token" = ["generate"])),
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, body = ErrorBody)))]
-pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Job>> {
-    let mut job = find(&state, &id).await?;
+pub async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, id)): Path<(String, String)>,
+) -> ApiResult<Json<Job>> {
+    caller.require(&state.db, &team, GENERATE).await?;
+    let job = find(&state, &caller, &team, &id).await?;
     if job.status.is_finished() {
         return Err(ApiError::conflict(format!(
             "job {id} is already {}",
             job.status.as_str()
         )));
     }
-    if !state.jobs.cancel(&id) {
-        job.status = JobStatus::Cancelled;
-        job.updated_at = now();
-        state.db.update_job(&job).await?;
+    if state.jobs.cancel(&id) {
+        // Running here: the runner saves the cancellation after the item in progress.
+        return Ok(Json(job));
+    }
+    // Queued, or running in another process (which reads the cancellation within seconds).
+    state.db.cancel_job(&id).await?;
+    let job = find(&state, &caller, &team, &id).await?;
+    if job.status == JobStatus::Cancelled {
         let _ = state.jobs.updates.send(job.clone());
     }
     Ok(Json(job))
 }
 
 /// The job's progress as Server-Sent Events: a `progress` event with the whole job on connect
-/// and on every change; the stream ends after the job finishes.
-#[utoipa::path(get, path = "/jobs/{id}/events", tag = "jobs", params(("id" = String, Path)),
+/// and on every change; the stream ends after the job finishes. Changes made by this process
+/// arrive at once, those of a job another process runs within two seconds.
+#[utoipa::path(get, path = "/teams/{team}/jobs/{id}/events", tag = "jobs",
+    params(("team" = String, Path), ("id" = String, Path)),
+    security(("session" = []), ("token" = ["read"])),
     responses((status = 200, content_type = "text/event-stream", body = Job,
-        description = "`progress` events, each a Job"), (status = 404, body = ErrorBody)))]
+        description = "`progress` events, each a Job"), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub async fn events(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    caller: Caller,
+    Path((team, id)): Path<(String, String)>,
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     // Subscribe before reading, so that no change falls in between.
     let updates = BroadcastStream::new(state.jobs.updates.subscribe());
-    let job = find(&state, &id).await?;
+    let job = find(&state, &caller, &team, &id).await?;
+    let live_id = id.clone();
     let live = updates.filter_map(move |update| {
         // A lagging client skips updates: each carries the whole state.
-        let job = update.ok().filter(|job| job.id == id);
+        let job = update.ok().filter(|job| job.id == live_id);
         std::future::ready(job)
     });
+    let db = state.db.clone();
+    let polled = tokio_stream::wrappers::IntervalStream::new(tokio::time::interval(POLL))
+        .filter_map(move |_| {
+            let (db, id) = (db.clone(), id.clone());
+            async move { db.job(&id).await.ok().flatten() }
+        });
     let jobs = stream::once(std::future::ready(job))
-        .chain(live)
-        .scan(false, |ended, job| {
-            let next = (!*ended).then(|| {
-                *ended = job.status.is_finished();
-                job
-            });
-            std::future::ready(next)
+        .chain(stream::select(live, polled))
+        .scan((false, None::<Job>), |(ended, last), job| {
+            if *ended {
+                return std::future::ready(None);
+            }
+            // Each change once (the poll finds what the broadcast already sent).
+            let fresh = last.as_ref() != Some(&job);
+            *ended = job.status.is_finished();
+            *last = Some(job.clone());
+            std::future::ready(Some(fresh.then_some(job)))
         })
+        .filter_map(std::future::ready)
         .map(|job| {
             let event = Event::default()
                 .event("progress")
@@ -147,16 +201,19 @@ pub struct RecordQuery {
 }
 
 /// A page of a job's counterfactuals, in the order they were made.
-#[utoipa::path(get, path = "/jobs/{id}/records", tag = "jobs",
-    params(("id" = String, Path), RecordQuery),
-    responses((status = 200, body = RecordPage), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/teams/{team}/jobs/{id}/records", tag = "jobs",
+    params(("team" = String, Path), ("id" = String, Path), RecordQuery),
+    security(("session" = []), ("token" = ["read"])),
+    responses((status = 200, body = RecordPage), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody)))]
 pub async fn records(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    caller: Caller,
+    Path((team, id)): Path<(String, String)>,
     query: Result<Query<RecordQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<RecordPage>> {
     let Query(query) = query?;
-    find(&state, &id).await?;
+    find(&state, &caller, &team, &id).await?;
     let filter = match query.flipped {
         None => RecordFilter::All,
         Some(flipped) => RecordFilter::Flipped(flipped),
@@ -173,14 +230,17 @@ pub async fn records(
 
 /// Every counterfactual of a job as JSON lines, with full provenance (as `flipside generate`
 /// writes them).
-#[utoipa::path(get, path = "/jobs/{id}/records.jsonl", tag = "jobs", params(("id" = String, Path)),
+#[utoipa::path(get, path = "/teams/{team}/jobs/{id}/records.jsonl", tag = "jobs",
+    params(("team" = String, Path), ("id" = String, Path)),
+    security(("session" = []), ("token" = ["read"])),
     responses((status = 200, content_type = "application/x-ndjson", description = "one record per line"),
-        (status = 404, body = ErrorBody)))]
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn download(
     State(state): State<AppState>,
-    Path(id): Path<String>,
+    caller: Caller,
+    Path((team, id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    find(&state, &id).await?;
+    find(&state, &caller, &team, &id).await?;
     let mut body = String::new();
     let mut offset = 0;
     loop {
@@ -208,10 +268,13 @@ pub async fn download(
         .into_response())
 }
 
-async fn find(state: &AppState, id: &str) -> ApiResult<Job> {
+/// Job `id` of `team`, for a caller who may read the team's jobs; another team's job is not
+/// found.
+async fn find(state: &AppState, caller: &Caller, team: &str, id: &str) -> ApiResult<Job> {
+    caller.require(&state.db, team, READ).await?;
     state
         .db
-        .job(id)
+        .team_job(team, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("job {id}")))
 }

@@ -47,6 +47,8 @@ pub struct AppState {
     pub data_dir: PathBuf,
     /// Cancelled when the server shuts down (ends the event streams).
     pub shutdown: CancellationToken,
+    /// Whether the edit demo needs an account too.
+    pub private: bool,
 }
 
 /// How to serve.
@@ -58,8 +60,10 @@ pub struct ServerConfig {
     /// The browser app (Trunk's `dist/`); without it only the API is served.
     pub static_dir: Option<PathBuf>,
     pub max_upload_bytes: usize,
-    /// Served under `/v1` (OpenAI-compatible) when the LLM is embedded.
+    /// Served under `/v1` (OpenAI-compatible, for signed-in callers) when the LLM is embedded.
     pub local_llm: Option<Arc<dyn LlmClient>>,
+    /// The edit demo needs an account too (datasets, jobs and the portal always do).
+    pub private: bool,
 }
 
 #[derive(OpenApi)]
@@ -67,18 +71,56 @@ pub struct ServerConfig {
     info(
         title = "Flipside",
         description = "Counterfactual training data: retrieve, edit with an LLM, check with a \
-                       classifier; datasets and generation jobs. Errors are JSON \
+                       classifier; a team's datasets and generation jobs; the team portal's \
+                       review queues. The edit demo is open unless the server is private; \
+                       everything else needs a session (cookie `flipside_session`, plus the \
+                       `X-CSRF-Token` header on state-changing requests) or an API token \
+                       (`Authorization: Bearer fst_…`) with the scope named. Errors are JSON \
                        `{code, message}`."
     ),
     servers((url = "/api")),
+    modifiers(&SecuritySchemes),
     tags(
         (name = "editing", description = "One edit at a time: the demo"),
-        (name = "datasets", description = "Built-in and uploaded datasets"),
-        (name = "jobs", description = "Generation jobs: progress, cancel, results"),
+        (name = "datasets", description = "Built-in datasets and a team's uploads"),
+        (name = "jobs", description = "A team's generation jobs: progress, cancel, results"),
+        (name = "accounts", description = "Sign-in, API tokens, members and invitations"),
+        (name = "review", description = "Review queues: leases, verdicts, the second pass, \
+                                         the dashboard and exports"),
         (name = "server", description = "Health")
     )
 )]
 struct ApiDoc;
+
+/// The document's two ways to sign in: the browser session and API tokens.
+struct SecuritySchemes;
+
+impl utoipa::Modify for SecuritySchemes {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "session",
+            utoipa::openapi::security::SecurityScheme::ApiKey(ApiKey::Cookie(
+                ApiKeyValue::with_description(
+                    portal::auth::SESSION_COOKIE,
+                    "From POST /api/auth/login; state-changing requests also send X-CSRF-Token",
+                ),
+            )),
+        );
+        components.add_security_scheme(
+            "token",
+            utoipa::openapi::security::SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API token (fst_…) from `flipside users token` or POST /api/tokens",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
 
 /// The `/api` router and its OpenAPI document, both from the handlers.
 pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenApi) {
@@ -100,6 +142,7 @@ pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenA
         .routes(routes!(jobs::events))
         .routes(routes!(jobs::records))
         .routes(routes!(jobs::download))
+        .merge(portal::router())
         .split_for_parts();
     enumerate_methods(&mut openapi);
     (router, openapi)
@@ -146,6 +189,7 @@ pub async fn serve(
         home,
         data_dir: config.data_dir.clone(),
         shutdown: CancellationToken::new(),
+        private: config.private,
     };
     let (api, openapi) = api(config.max_upload_bytes);
     let openapi = Arc::new(openapi);
@@ -157,14 +201,17 @@ pub async fn serve(
                 async move { axum::Json(doc.as_ref().clone()) }
             }),
         )
-        .merge(portal::router())
         .fallback(|| async {
             ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
         })
         .layer(DefaultBodyLimit::max(1 << 20));
     let mut app = Router::new().nest("/api", api.with_state(state.clone()));
     if let Some(llm) = config.local_llm {
-        app = app.merge(crate::llm::server::router(llm));
+        let sign_in =
+            axum::middleware::from_fn_with_state(state.clone(), portal::auth::require_generate);
+        app = app
+            .merge(crate::llm::server::router(llm).route_layer(sign_in))
+            .route("/health", get(|| async { "ok" }));
     }
     if let Some(dir) = &config.static_dir {
         let index = dir.join("index.html");

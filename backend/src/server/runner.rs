@@ -6,11 +6,17 @@
 //! A job's JSON-lines file (under the server's data directory) is its checkpoint, written
 //! before the database: on resume, records already in it are imported (each item key at most
 //! once) and generation continues with the items not yet done.
+//!
+//! Several server processes may share one database (and one data directory): each job is
+//! claimed by one process through a conditional UPDATE, which then beats a heartbeat every few
+//! seconds. Another process takes a job over when its claimant stops beating (or, on the same
+//! machine, has exited), and stops a job it runs when the database says it was cancelled.
 
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use flipside_shared::api::{Job, JobStatus, MethodId};
@@ -20,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::AppState;
 use super::datasets;
-use super::db::now;
+use super::db::{JobClaim, now, now_plus};
 use crate::editing::items::{Selection, Unit, select_items, task_of};
 use crate::methods::{self, EditSettings};
 use crate::pipeline::batch::{BatchRun, Summary, generate};
@@ -28,6 +34,8 @@ use crate::pipeline::store::{failures_path, read_repairing};
 
 /// Jobs waiting and running, and the channel their progress is published on.
 pub struct JobQueue {
+    /// This process, as it claims jobs: `host:pid:random`.
+    pub runner: String,
     wake: Notify,
     cancels: Mutex<Cancels>,
     /// Every change of every job.
@@ -46,6 +54,12 @@ struct Cancels {
 impl Default for JobQueue {
     fn default() -> Self {
         Self {
+            runner: format!(
+                "{}:{}:{:08x}",
+                hostname(),
+                std::process::id(),
+                rand::random::<u32>()
+            ),
             wake: Notify::new(),
             cancels: Mutex::default(),
             updates: broadcast::channel(1024).0,
@@ -93,14 +107,20 @@ impl JobQueue {
     }
 }
 
+/// How often a running job's process says it is alive (and reads whether the job was
+/// cancelled), and how often an idle runner looks for jobs queued through other processes.
+const HEARTBEAT: Duration = Duration::from_secs(3);
+/// A claim whose heartbeat is older than this is taken over.
+const STALE_SECONDS: i64 = 30;
+
 /// Runs jobs until the server stops: first the ones left unfinished by an earlier run, oldest
 /// first, then each new one.
 pub async fn run_jobs(state: AppState) {
     loop {
-        let next = match state.db.unfinished_jobs().await {
-            Ok(ids) => ids.into_iter().next(),
+        let next = match claim_next(&state).await {
+            Ok(id) => id,
             Err(error) => {
-                tracing::error!("cannot list jobs: {error:#}");
+                tracing::error!("cannot claim a job: {error:#}");
                 None
             }
         };
@@ -115,7 +135,78 @@ pub async fn run_jobs(state: AppState) {
                     }
                 }
             }
-            None => state.jobs.wake.notified().await,
+            None => {
+                let _ = tokio::time::timeout(HEARTBEAT, state.jobs.wake.notified()).await;
+            }
+        }
+    }
+}
+
+/// Claims the oldest unfinished job that no live process runs.
+async fn claim_next(state: &AppState) -> Result<Option<String>> {
+    let stale = now_plus(-STALE_SECONDS);
+    for claim in state.db.unfinished_jobs().await? {
+        let free = match (&claim.runner, &claim.heartbeat_at) {
+            (Some(runner), Some(beat)) => {
+                *runner == state.jobs.runner || *beat < stale || exited_here(runner)
+            }
+            _ => true,
+        };
+        if free && state.db.claim_job(&claim, &state.jobs.runner).await? {
+            if claim.runner.is_some() && claim.runner.as_deref() != Some(&state.jobs.runner) {
+                tracing::info!("job {}: taken over from {}", claim.id, describe(&claim));
+            }
+            return Ok(Some(claim.id));
+        }
+    }
+    Ok(None)
+}
+
+fn describe(claim: &JobClaim) -> String {
+    format!(
+        "{} (last heard of at {})",
+        claim.runner.as_deref().unwrap_or("nobody"),
+        claim.heartbeat_at.as_deref().unwrap_or("never")
+    )
+}
+
+/// This machine's name.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Whether `runner` names a process of this machine that has exited (so that a restarted
+/// server resumes its jobs at once instead of waiting for the claim to go stale). Linux only;
+/// elsewhere the claim goes stale.
+fn exited_here(runner: &str) -> bool {
+    let mut parts = runner.split(':');
+    let (Some(host), Some(Ok(pid))) = (parts.next(), parts.next().map(str::parse::<u32>)) else {
+        return false;
+    };
+    cfg!(target_os = "linux") && host == hostname() && !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Beats job `id`'s heartbeat until `token` is cancelled, and cancels it when the database
+/// says the job was cancelled or another process has taken it over.
+async fn keep_claim(state: AppState, id: String, token: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = token.cancelled() => return,
+            _ = tokio::time::sleep(HEARTBEAT) => {}
+        }
+        match state.db.heartbeat(&id, &state.jobs.runner).await {
+            Ok(Some(JobStatus::Cancelled)) => {
+                tracing::info!("job {id}: cancelled through another process");
+                token.cancel();
+            }
+            Ok(None) => {
+                tracing::warn!("job {id}: another process has taken it over; stopping here");
+                token.cancel();
+            }
+            Ok(Some(_)) => {}
+            Err(error) => tracing::warn!("job {id}: heartbeat failed: {error:#}"),
         }
     }
 }
@@ -123,7 +214,7 @@ pub async fn run_jobs(state: AppState) {
 /// Saves `job` (stamped now) and sends it to the progress streams.
 async fn publish(state: &AppState, job: &mut Job) -> Result<()> {
     job.updated_at = now();
-    state.db.update_job(job).await?;
+    state.db.update_job(job, &state.jobs.runner).await?;
     let _ = state.jobs.updates.send(job.clone());
     Ok(())
 }
@@ -150,7 +241,9 @@ async fn run_job(state: &AppState, id: &str) -> Result<()> {
         state.jobs.finish(id);
         return Ok(());
     }
+    let heartbeat = tokio::spawn(keep_claim(state.clone(), id.to_string(), token.clone()));
     let result = generate_for(state, &mut job, &token).await;
+    heartbeat.abort();
     state.jobs.finish(id);
     result
 }

@@ -9,8 +9,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use flipside_shared::api::ApiError as ErrorBody;
 use flipside_shared::portal::{
-    AcceptInvite, Invite, InviteRequest, Member, Role, TeamMembership, UserInfo,
+    AcceptInvite, Invite, InviteRequest, Me, Member, Role, TeamMembership, UserInfo,
 };
 
 use super::auth::{Caller, MANAGE, READ, start_session};
@@ -216,6 +217,7 @@ pub async fn role_in(db: &Db, team: &str, user: &str) -> Result<Option<Role>> {
 }
 
 /// `GET /api/teams/{team}/members`.
+#[utoipa::path(get, path = "/teams/{team}/members", tag = "accounts", params(("team" = String, Path)), security(("session" = []), ("token" = ["read"])), responses((status = 200, body = Vec<Member>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn members(
     State(state): State<AppState>,
     caller: Caller,
@@ -245,6 +247,7 @@ pub async fn members(
 
 /// `POST /api/teams/{team}/invites` (admins): an invitation to join with a role, valid for a
 /// week. The token is in this answer only.
+#[utoipa::path(post, path = "/teams/{team}/invites", tag = "accounts", params(("team" = String, Path)), request_body = InviteRequest, security(("session" = []), ("token" = ["manage"])), responses((status = 201, body = Invite), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn invite(
     State(state): State<AppState>,
     caller: Caller,
@@ -292,6 +295,7 @@ pub async fn invite(
 
 /// `POST /api/invites/accept`: joins the invitation's team, making the account when the email
 /// has none (an existing account must give its password), and signs in.
+#[utoipa::path(post, path = "/invites/accept", tag = "accounts", request_body = AcceptInvite, responses((status = 200, body = Me, description = "Joined and signed in"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn accept_invite(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<AcceptInvite>,

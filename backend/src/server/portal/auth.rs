@@ -3,6 +3,7 @@
 //! scripts and the CLI (`Authorization: Bearer …`: hashed, scoped, revocable), and sign-in with
 //! throttling.
 
+use flipside_shared::api::ApiError as ErrorBody;
 use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
@@ -45,6 +46,8 @@ pub const REVIEW_READ: Access = (Role::Reviewer, Scope::Read);
 pub const EXPORT: Access = (Role::Reviewer, Scope::Export);
 /// Invitations and queues.
 pub const MANAGE: Access = (Role::Admin, Scope::Manage);
+/// Uploading datasets, starting and cancelling generation jobs.
+pub const GENERATE: Access = (Role::Reviewer, Scope::Generate);
 
 /// The signed-in caller of a request.
 #[derive(Debug, Clone)]
@@ -91,6 +94,32 @@ impl Caller {
             _ => Ok(()),
         }
     }
+}
+
+/// Lets a request to the edit demo through: anyone's, unless the server is private
+/// (`flipside serve --private`), then only a signed-in caller's.
+pub struct DemoAccess;
+
+impl FromRequestParts<AppState> for DemoAccess {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        if state.private {
+            Caller::from_request_parts(parts, state).await?;
+        }
+        Ok(DemoAccess)
+    }
+}
+
+/// Guards the embedded LLM's OpenAI-compatible API: a session, or an API token with the
+/// `generate` scope (sent as the OpenAI API key).
+pub async fn require_generate(
+    caller: Caller,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> ApiResult<Response> {
+    caller.require_scope(Scope::Generate)?;
+    Ok(next.run(request).await)
 }
 
 fn unauthorized(message: &str) -> ApiError {
@@ -216,6 +245,7 @@ fn decoy_hash() -> &'static str {
 /// `POST /api/auth/login`: signs in with email and password. After
 /// [`MAX_FAILED_LOGINS`] failures for one email within 15 minutes, further attempts get 429
 /// until the oldest of them is 15 minutes old.
+#[utoipa::path(post, path = "/auth/login", tag = "accounts", request_body = LoginRequest, responses((status = 200, body = Me, description = "Signed in: sets the session cookie"), (status = 401, body = ErrorBody), (status = 429, body = ErrorBody, description = "Too many failures: see Retry-After")))]
 pub async fn login(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<LoginRequest>,
@@ -289,6 +319,7 @@ fn seconds_until_window_ends(oldest: &str) -> Option<i64> {
 }
 
 /// `POST /api/auth/logout`: ends the session.
+#[utoipa::path(post, path = "/auth/logout", tag = "accounts", responses((status = 204, description = "The session has ended")))]
 pub async fn logout(State(state): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
     if let Some(secret) = cookie(&headers, SESSION_COOKIE) {
         with_pool!(&state.db, |pool| sqlx::query(
@@ -304,6 +335,7 @@ pub async fn logout(State(state): State<AppState>, headers: HeaderMap) -> ApiRes
 }
 
 /// `GET /api/auth/me`: the caller, their teams and (for a session) the CSRF token.
+#[utoipa::path(get, path = "/auth/me", tag = "accounts", security(("session" = []), ("token" = ["read"])), responses((status = 200, body = Me), (status = 401, body = ErrorBody)))]
 pub async fn me(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Me>> {
     Ok(Json(Me {
         teams: memberships(&state.db, &caller.user.id).await?,
@@ -345,6 +377,7 @@ pub async fn create_token(db: &Db, user: &str, name: &str, scopes: &[Scope]) -> 
 
 /// `POST /api/tokens`: a token for scripts and the CLI, acting as the caller within `scopes`.
 /// Made from a browser session, or with a token that has the `manage` scope.
+#[utoipa::path(post, path = "/tokens", tag = "accounts", request_body = TokenRequest, security(("session" = []), ("token" = ["manage"])), responses((status = 201, body = ApiToken, description = "The only answer holding the secret"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -376,6 +409,7 @@ pub async fn create(
 }
 
 /// `GET /api/tokens`: the caller's tokens (without their secrets).
+#[utoipa::path(get, path = "/tokens", tag = "accounts", security(("session" = []), ("token" = ["read"])), responses((status = 200, body = Vec<ApiToken>), (status = 401, body = ErrorBody)))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<ApiToken>>> {
     let rows: Vec<(String, String, String, String, Option<String>)> =
         with_pool!(&state.db, |pool| sqlx::query_as(
@@ -403,6 +437,7 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Js
 
 /// `DELETE /api/tokens/{id}`: revokes one of the caller's tokens; it fails from the next
 /// request on.
+#[utoipa::path(delete, path = "/tokens/{id}", tag = "accounts", params(("id" = String, Path)), security(("session" = []), ("token" = ["manage"])), responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn revoke(
     State(state): State<AppState>,
     caller: Caller,

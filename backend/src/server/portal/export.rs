@@ -6,6 +6,7 @@
 use axum::extract::{Path, Query, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use flipside_shared::api::ApiError as ErrorBody;
 use flipside_shared::portal::Outcome;
 use flipside_shared::records::{CoreProvenance, Counterfactual, Provenance};
 use serde::{Deserialize, Serialize};
@@ -88,6 +89,7 @@ struct Kept {
 }
 
 /// `GET …/queues/{queue}/export` (reviewers and admins; tokens need the `export` scope).
+#[utoipa::path(get, path = "/teams/{team}/queues/{queue}/export", tag = "review", params(("team" = String, Path), ("queue" = String, Path), ("format" = Option<String>, Query, description = "classifier (default), pairs or records"), ("as" = Option<String>, Query, description = "jsonl (default) or csv"), ("originals" = Option<bool>, Query, description = "classifier format: the originals too")), security(("session" = []), ("token" = ["export"])), responses((status = 200, content_type = "application/x-ndjson", description = "One accepted item (or pair) per line"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn download(
     State(state): State<AppState>,
     caller: Caller,

@@ -5,6 +5,7 @@
 use anyhow::Context;
 use axum::Json;
 use axum::extract::{Multipart, Path, State};
+use flipside_shared::api::ApiError as ErrorBody;
 use flipside_shared::portal::{NewItem, Queue};
 use flipside_shared::records::Counterfactual;
 
@@ -102,6 +103,7 @@ pub async fn insert_items(db: &Db, queue: &str, items: Vec<StoredItem>) -> ApiRe
 
 /// `POST …/items` (admins): originals to write counterfactuals for, or counterfactuals made
 /// elsewhere.
+#[utoipa::path(post, path = "/teams/{team}/queues/{queue}/items", tag = "review", params(("team" = String, Path), ("queue" = String, Path)), request_body = Vec<NewItem>, security(("session" = []), ("token" = ["manage"])), responses((status = 200, body = Queue), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn add_items(
     State(state): State<AppState>,
     caller: Caller,
@@ -115,6 +117,7 @@ pub async fn add_items(
 
 /// `POST …/upload` (admins; multipart, one `file`): the items of a JSON-lines or CSV file, all
 /// or none — a bad line is a 400 naming it.
+#[utoipa::path(post, path = "/teams/{team}/queues/{queue}/upload", tag = "review", params(("team" = String, Path), ("queue" = String, Path)), request_body(content_type = "multipart/form-data", description = "file: JSON lines or CSV"), security(("session" = []), ("token" = ["manage"])), responses((status = 200, body = Queue), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn upload(
     State(state): State<AppState>,
     caller: Caller,

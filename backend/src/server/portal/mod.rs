@@ -12,55 +12,42 @@ pub mod items;
 pub mod queue;
 pub mod stats;
 
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post, put};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
 
 use super::AppState;
 
 /// The largest file of items a queue takes in one upload.
 const MAX_UPLOAD_BYTES: usize = 32 << 20;
 
-/// The portal's routes, under `/api`.
-pub fn router() -> Router<AppState> {
-    let queue = "/teams/{team}/queues/{queue}";
-    Router::new()
-        .route("/auth/login", post(auth::login))
-        .route("/auth/logout", post(auth::logout))
-        .route("/auth/me", get(auth::me))
-        .route("/invites/accept", post(accounts::accept_invite))
-        .route("/tokens", post(auth::create).get(auth::list))
-        .route("/tokens/{id}", delete(auth::revoke))
-        .route("/teams/{team}/members", get(accounts::members))
-        .route("/teams/{team}/invites", post(accounts::invite))
-        .route("/teams/{team}/queues", post(queue::create).get(queue::list))
-        .route(queue, get(queue::get))
-        .route(&format!("{queue}/items"), post(items::add_items))
-        .route(
-            &format!("{queue}/upload"),
-            post(items::upload).layer(DefaultBodyLimit::max(MAX_UPLOAD_BYTES)),
-        )
-        .route(&format!("{queue}/next"), post(queue::next))
-        .route(&format!("{queue}/verdicts"), post(queue::decide))
-        .route(&format!("{queue}/undo"), post(queue::undo))
-        .route(
-            &format!("{queue}/leases/{{lease}}/draft"),
-            put(queue::save_draft),
-        )
-        .route(&format!("{queue}/review/next"), get(queue::next_to_review))
-        .route(&format!("{queue}/items/{{item}}"), get(queue::item))
-        .route(
-            &format!("{queue}/items/{{item}}/review"),
-            post(queue::review),
-        )
-        .route(
-            &format!("{queue}/items/{{item}}/history"),
-            get(queue::history),
-        )
-        .route(&format!("{queue}/stats"), get(stats::get))
-        .route(&format!("{queue}/export"), get(export::download))
+/// The portal's routes, under `/api`, with their OpenAPI descriptions.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(auth::login))
+        .routes(routes!(auth::logout))
+        .routes(routes!(auth::me))
+        .routes(routes!(accounts::accept_invite))
+        .routes(routes!(auth::create, auth::list))
+        .routes(routes!(auth::revoke))
+        .routes(routes!(accounts::members))
+        .routes(routes!(accounts::invite))
+        .routes(routes!(queue::create, queue::list))
+        .routes(routes!(queue::get))
+        .routes(routes!(items::add_items))
+        .routes(routes!(items::upload).layer(DefaultBodyLimit::max(MAX_UPLOAD_BYTES)))
+        .routes(routes!(queue::next))
+        .routes(routes!(queue::decide))
+        .routes(routes!(queue::undo))
+        .routes(routes!(queue::save_draft))
+        .routes(routes!(queue::next_to_review))
+        .routes(routes!(queue::item))
+        .routes(routes!(queue::review))
+        .routes(routes!(queue::history))
+        .routes(routes!(stats::get))
+        .routes(routes!(export::download))
 }
 
 /// A new random secret: 32 bytes from the thread's CSPRNG (ChaCha, seeded by the system), as hex.

@@ -14,6 +14,7 @@ use anyhow::Context;
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use flipside_shared::api::ApiError as ErrorBody;
 use flipside_shared::portal::{
     Decision, Draft, HistoryEntry, Lease, Outcome, PastVerdict, Queue, QueueRequest, ReviewItem,
     ReviewRequest, ReviewTask, Role, Sibling, Verdict, VerdictRequest,
@@ -201,6 +202,7 @@ async fn load_item(db: &Db, queue: &str, item: &str) -> ApiResult<ReviewItem> {
 
 /// `POST /api/teams/{team}/queues` (admins): a queue, filled with a job's counterfactuals when
 /// `job` is given.
+#[utoipa::path(post, path = "/teams/{team}/queues", tag = "review", params(("team" = String, Path)), request_body = QueueRequest, security(("session" = []), ("token" = ["manage"])), responses((status = 201, body = Queue), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
@@ -222,7 +224,7 @@ pub async fn create(
     }
     let records = match &request.job {
         Some(job) => {
-            if state.db.job(job).await?.is_none() {
+            if state.db.team_job(&team, job).await?.is_none() {
                 return Err(ApiError::not_found(format_args!("job {job}")));
             }
             job_records(&state.db, job).await?
@@ -290,6 +292,7 @@ pub(super) fn queue_info(queue: QueueRow, items: usize) -> Queue {
 }
 
 /// `GET /api/teams/{team}/queues`.
+#[utoipa::path(get, path = "/teams/{team}/queues", tag = "review", params(("team" = String, Path)), security(("session" = []), ("token" = ["read"])), responses((status = 200, body = Vec<Queue>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -321,6 +324,7 @@ pub async fn list(
 }
 
 /// `GET /api/teams/{team}/queues/{queue}`.
+#[utoipa::path(get, path = "/teams/{team}/queues/{queue}", tag = "review", params(("team" = String, Path), ("queue" = String, Path)), security(("session" = []), ("token" = ["read"])), responses((status = 200, body = Queue), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
@@ -338,6 +342,7 @@ pub async fn get(
 
 /// `POST …/next`: the caller's next item, leased to them. Their live lease when they hold one
 /// (a reload gets the same item); `null` when nothing is left for them.
+#[utoipa::path(post, path = "/teams/{team}/queues/{queue}/next", tag = "review", params(("team" = String, Path), ("queue" = String, Path)), security(("session" = []), ("token" = ["review"])), responses((status = 200, body = Option<Lease>, description = "null when nothing is left for the caller"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn next(
     State(state): State<AppState>,
     caller: Caller,
@@ -738,6 +743,7 @@ impl From<sqlx::Error> for Refusal {
 
 /// `POST …/verdicts`: decides the item of one of the caller's leases. The same `request_id`
 /// again answers as the first time and records nothing more.
+#[utoipa::path(post, path = "/teams/{team}/queues/{queue}/verdicts", tag = "review", params(("team" = String, Path), ("queue" = String, Path)), request_body = VerdictRequest, security(("session" = []), ("token" = ["review"])), responses((status = 200, body = ReviewItem), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "The lease was lost")))]
 pub async fn decide(
     State(state): State<AppState>,
     caller: Caller,
@@ -928,6 +934,7 @@ fn lease_gone() -> ApiError {
 
 /// `POST …/undo`: takes back the caller's latest verdict in the queue (while no reviewer has
 /// confirmed the item) and leases the item to them again.
+#[utoipa::path(post, path = "/teams/{team}/queues/{queue}/undo", tag = "review", params(("team" = String, Path), ("queue" = String, Path)), security(("session" = []), ("token" = ["review"])), responses((status = 200, body = Lease), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn undo(
     State(state): State<AppState>,
     caller: Caller,
@@ -1024,6 +1031,7 @@ pub async fn undo(
 
 /// `PUT …/leases/{lease}/draft`: keeps what the caller is writing for a leased item, so that a
 /// closed tab loses nothing.
+#[utoipa::path(put, path = "/teams/{team}/queues/{queue}/leases/{lease}/draft", tag = "review", params(("team" = String, Path), ("queue" = String, Path), ("lease" = String, Path)), request_body = Draft, security(("session" = []), ("token" = ["review"])), responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn save_draft(
     State(state): State<AppState>,
     caller: Caller,
@@ -1071,6 +1079,7 @@ pub struct ReviewCursor {
 
 /// `GET …/review/next` (reviewers): the next decided item no reviewer has confirmed yet, with
 /// the verdicts behind it; `null` when none is left.
+#[utoipa::path(get, path = "/teams/{team}/queues/{queue}/review/next", tag = "review", params(("team" = String, Path), ("queue" = String, Path), ("after" = Option<i64>, Query, description = "The first item after this position")), security(("session" = []), ("token" = ["read"])), responses((status = 200, body = Option<ReviewTask>, description = "null when none is left"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn next_to_review(
     State(state): State<AppState>,
     caller: Caller,
@@ -1125,6 +1134,7 @@ async fn past_verdicts(db: &Db, item: &str) -> ApiResult<Vec<PastVerdict>> {
 /// `POST …/items/{item}/review` (reviewers): confirms (same verdict) or overturns an item's
 /// outcome. `version` must be the item's current one: a save from a stale copy gets 409 and
 /// changes nothing.
+#[utoipa::path(post, path = "/teams/{team}/queues/{queue}/items/{item}/review", tag = "review", params(("team" = String, Path), ("queue" = String, Path), ("item" = String, Path)), request_body = ReviewRequest, security(("session" = []), ("token" = ["review"])), responses((status = 200, body = ReviewItem), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody, description = "Stale: the item changed")))]
 pub async fn review(
     State(state): State<AppState>,
     caller: Caller,
@@ -1203,6 +1213,7 @@ pub async fn review(
 }
 
 /// `GET …/items/{item}`: one item with its siblings.
+#[utoipa::path(get, path = "/teams/{team}/queues/{queue}/items/{item}", tag = "review", params(("team" = String, Path), ("queue" = String, Path), ("item" = String, Path)), security(("session" = []), ("token" = ["read"])), responses((status = 200, body = ReviewItem), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn item(
     State(state): State<AppState>,
     caller: Caller,
@@ -1213,6 +1224,7 @@ pub async fn item(
 }
 
 /// `GET …/items/{item}/history`: the item's audit log, oldest first.
+#[utoipa::path(get, path = "/teams/{team}/queues/{queue}/items/{item}/history", tag = "review", params(("team" = String, Path), ("queue" = String, Path), ("item" = String, Path)), security(("session" = []), ("token" = ["read"])), responses((status = 200, body = Vec<HistoryEntry>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn history(
     State(state): State<AppState>,
     caller: Caller,

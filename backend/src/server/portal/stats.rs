@@ -1,6 +1,7 @@
 //! A queue's dashboard: progress, verdicts, per-person throughput and acceptance, the share the
 //! classifier says flips, and agreement on the items several people decided.
 
+use flipside_shared::api::ApiError as ErrorBody;
 use std::collections::BTreeMap;
 
 use axum::Json;
@@ -23,6 +24,7 @@ struct Given {
 }
 
 /// `GET …/queues/{queue}/stats`.
+#[utoipa::path(get, path = "/teams/{team}/queues/{queue}/stats", tag = "review", params(("team" = String, Path), ("queue" = String, Path)), security(("session" = []), ("token" = ["read"])), responses((status = 200, body = QueueStats), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
