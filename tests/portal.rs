@@ -737,12 +737,50 @@ fn fifty_reviewers(servers: &[&Server], admin: &Account, team: &str) {
 fn crowd(setup: &EditingSetup, extra: &[&str], processes: usize) {
     let data = setup.dir.path().join("server");
     add_user(&data, extra, "ada@lab.org", "lab", "admin");
+    let proxied = [extra, &["--behind-proxy"]].concat();
     let servers: Vec<Server> = (0..processes)
-        .map(|_| Server::start(setup, &data, extra))
+        .map(|_| Server::start(setup, &data, &proxied))
         .collect();
+    behind_a_proxy(&servers);
     let admin = sign_in(&servers[0], "ada@lab.org", ADMIN_PASSWORD);
     let team = team_of(&admin);
     fifty_reviewers(&servers.iter().collect::<Vec<_>>(), &admin, &team);
+}
+
+/// Servers behind a TLS proxy: the session cookie is `Secure` when the proxy says the client
+/// came over HTTPS, and sign-in failures count per client address as the proxy saw it (one
+/// address spraying many emails is stopped; another address is not), across processes.
+fn behind_a_proxy(servers: &[Server]) {
+    let login_from = |server: &Server, address: &str, email: &str, password: &str| {
+        server
+            .http
+            .post(server.url("/auth/login"))
+            .header("x-forwarded-for", format!("198.51.100.1, {address}"))
+            .header("x-forwarded-proto", "https")
+            .json(&json!({"email": email, "password": password}))
+            .send()
+            .unwrap()
+    };
+    let signed_in = login_from(&servers[0], "203.0.113.9", "ada@lab.org", ADMIN_PASSWORD);
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    for i in 0..30 {
+        let server = &servers[i % servers.len()];
+        let email = format!("nobody{i}@lab.org");
+        check_error(
+            login_from(server, "203.0.113.7", &email, "guess"),
+            401,
+            "unauthorized",
+        );
+    }
+    let server = servers.last().unwrap();
+    let refused = login_from(server, "203.0.113.7", "ada@lab.org", ADMIN_PASSWORD);
+    assert!(check_error(refused, 429, "throttled").contains("your address"));
+    let other = login_from(server, "203.0.113.8", "ada@lab.org", ADMIN_PASSWORD);
+    assert_eq!(other.status(), 200);
 }
 
 #[test]

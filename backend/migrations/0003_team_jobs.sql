@@ -8,5 +8,9 @@ ALTER TABLE jobs ADD COLUMN team_id TEXT REFERENCES teams (id) ON DELETE CASCADE
 ALTER TABLE jobs ADD COLUMN runner TEXT;
 ALTER TABLE jobs ADD COLUMN heartbeat_at TEXT;
 
+-- Failed sign-ins are also counted per client address (password spraying across emails).
+ALTER TABLE login_failures ADD COLUMN address TEXT;
+CREATE INDEX login_failures_by_address ON login_failures (address, at);
+
 CREATE INDEX datasets_by_team ON datasets (team_id, created_at);
 CREATE INDEX jobs_by_team ON jobs (team_id, created_at);

@@ -84,6 +84,11 @@ pub struct ServeArgs {
     /// OpenAI-compatible API always need one (make the first admin with `flipside users add`)
     #[arg(long)]
     pub private: bool,
+    /// A proxy in front (terminating TLS) sets X-Forwarded-For and X-Forwarded-Proto: sign-in
+    /// limits count the client's address from it, and session cookies are marked Secure when the
+    /// client came over HTTPS. Do not set it when clients reach the server directly
+    #[arg(long)]
+    pub behind_proxy: bool,
     /// Classifier that scores edits (a directory or a name under HOME/models)
     /// [default: imdb-400, trained on first run; imdb-2000 with --full]
     #[arg(long, value_name = "MODEL")]
@@ -215,6 +220,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         max_upload_bytes: args.max_upload_mb << 20,
         local_llm,
         private: args.private,
+        behind_proxy: args.behind_proxy,
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(serve(home.clone(), config, resources, |address| {

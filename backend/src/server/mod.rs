@@ -49,6 +49,8 @@ pub struct AppState {
     pub shutdown: CancellationToken,
     /// Whether the edit demo needs an account too.
     pub private: bool,
+    /// Whether a proxy in front sets `X-Forwarded-For` and `X-Forwarded-Proto`.
+    pub behind_proxy: bool,
 }
 
 /// How to serve.
@@ -64,6 +66,8 @@ pub struct ServerConfig {
     pub local_llm: Option<Arc<dyn LlmClient>>,
     /// The edit demo needs an account too (datasets, jobs and the portal always do).
     pub private: bool,
+    /// Trust `X-Forwarded-For` and `X-Forwarded-Proto` from a proxy in front.
+    pub behind_proxy: bool,
 }
 
 #[derive(OpenApi)]
@@ -190,6 +194,7 @@ pub async fn serve(
         data_dir: config.data_dir.clone(),
         shutdown: CancellationToken::new(),
         private: config.private,
+        behind_proxy: config.behind_proxy,
     };
     let (api, openapi) = api(config.max_upload_bytes);
     let openapi = Arc::new(openapi);
@@ -232,14 +237,17 @@ pub async fn serve(
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     on_ready(listener.local_addr()?);
     let shutdown = state.shutdown.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = tokio::signal::ctrl_c().await;
-            tracing::info!("shutting down; running jobs resume on the next start");
-            shutdown.cancel();
-        })
-        .await
-        .context("the server failed")?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutting down; running jobs resume on the next start");
+        shutdown.cancel();
+    })
+    .await
+    .context("the server failed")?;
     runner.abort();
     Ok(())
 }

@@ -14,7 +14,7 @@ use flipside_shared::portal::{
     AcceptInvite, Invite, InviteRequest, Me, Member, Role, TeamMembership, UserInfo,
 };
 
-use super::auth::{Caller, MANAGE, READ, start_session};
+use super::auth::{Caller, Client, MANAGE, READ, start_session};
 use super::{hash_secret, new_id, new_secret};
 use crate::server::AppState;
 use crate::server::db::{Db, now, now_plus, with_pool};
@@ -298,6 +298,7 @@ pub async fn invite(
 #[utoipa::path(post, path = "/invites/accept", tag = "accounts", request_body = AcceptInvite, responses((status = 200, body = Me, description = "Joined and signed in"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn accept_invite(
     State(state): State<AppState>,
+    client: Client,
     JsonBody(request): JsonBody<AcceptInvite>,
 ) -> ApiResult<Response> {
     let db = &state.db;
@@ -347,7 +348,7 @@ pub async fn accept_invite(
         serde_json::json!({"role": role}),
     )
     .await?;
-    Ok(start_session(db, user).await?.into_response())
+    Ok(start_session(db, user, client.https).await?.into_response())
 }
 
 /// Opens an invitation again after an acceptance that failed.

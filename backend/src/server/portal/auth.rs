@@ -28,6 +28,9 @@ pub const CSRF_HEADER: &str = "x-csrf-token";
 const SESSION_SECONDS: i64 = 7 * 24 * 3600;
 /// Failed sign-ins of one email within [`THROTTLE_SECONDS`] before it is refused for a while.
 pub const MAX_FAILED_LOGINS: i64 = 5;
+/// Failed sign-ins from one client address (of any emails) within [`THROTTLE_SECONDS`] before
+/// that address is refused for a while.
+pub const MAX_FAILED_LOGINS_PER_ADDRESS: i64 = 30;
 const THROTTLE_SECONDS: i64 = 15 * 60;
 /// API tokens start with this, so that they are easy to spot (and to scan for in leaks).
 const TOKEN_PREFIX: &str = "fst_";
@@ -208,7 +211,7 @@ async fn token_caller(db: &Db, token: &str) -> Result<Option<Caller>> {
 
 /// Opens a session for `user`: the answer sets the cookie and carries [`Me`] with the CSRF
 /// token.
-pub async fn start_session(db: &Db, user: UserInfo) -> Result<Response> {
+pub async fn start_session(db: &Db, user: UserInfo, secure: bool) -> Result<Response> {
     let secret = new_secret();
     let csrf = new_secret();
     with_pool!(db, |pool| sqlx::query(
@@ -225,7 +228,8 @@ pub async fn start_session(db: &Db, user: UserInfo) -> Result<Response> {
     .map(drop))?;
     let teams = memberships(db, &user.id).await?;
     let cookie = format!(
-        "{SESSION_COOKIE}={secret}; HttpOnly; SameSite=Strict; Path=/; Max-Age={SESSION_SECONDS}"
+        "{SESSION_COOKIE}={secret}; HttpOnly; SameSite=Strict; Path=/; Max-Age={SESSION_SECONDS}{}",
+        if secure { "; Secure" } else { "" }
     );
     let me = Me {
         user,
@@ -242,33 +246,106 @@ fn decoy_hash() -> &'static str {
     HASH.get_or_init(|| hash_password("not anybody's password").unwrap_or_default())
 }
 
+/// The client of a request: its address, and whether it reached the server over HTTPS. Behind
+/// a proxy (`flipside serve --behind-proxy`) both come from the proxy's `X-Forwarded-For` (its
+/// last entry: the address the proxy saw) and `X-Forwarded-Proto`; otherwise from the
+/// connection.
+#[derive(Debug, Clone)]
+pub struct Client {
+    pub address: String,
+    pub https: bool,
+}
+
+impl FromRequestParts<AppState> for Client {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> ApiResult<Self> {
+        let peer = parts
+            .extensions
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|info| info.0.ip().to_string())
+            .unwrap_or_default();
+        if !state.behind_proxy {
+            return Ok(Client {
+                address: peer,
+                https: false,
+            });
+        }
+        let header = |name: &str| {
+            parts
+                .headers
+                .get_all(name)
+                .iter()
+                .filter_map(|v| v.to_str().ok())
+                .flat_map(|v| v.split(','))
+                .map(str::trim)
+                .rfind(|v| !v.is_empty())
+                .map(str::to_string)
+        };
+        Ok(Client {
+            address: header("x-forwarded-for").unwrap_or(peer),
+            https: header("x-forwarded-proto").is_some_and(|p| p.eq_ignore_ascii_case("https")),
+        })
+    }
+}
+
+/// Why sign-in is refused for now, and for how many seconds: too many recent failures for
+/// `email`, or from `address`.
+pub async fn throttled(db: &Db, email: &str, address: &str) -> Result<Option<(String, i64)>> {
+    let since = now_plus(-THROTTLE_SECONDS);
+    let (of_email, email_oldest, of_address, address_oldest): (
+        i64,
+        Option<String>,
+        i64,
+        Option<String>,
+    ) = with_pool!(db, |pool| sqlx::query_as(
+        "SELECT COUNT(CASE WHEN email = $1 THEN 1 END), MIN(CASE WHEN email = $1 THEN at END), \
+         COUNT(CASE WHEN address = $2 THEN 1 END), MIN(CASE WHEN address = $2 THEN at END) \
+         FROM login_failures WHERE (email = $1 OR address = $2) AND at > $3"
+    )
+    .bind(email)
+    .bind(address)
+    .bind(&since)
+    .fetch_one(pool)
+    .await)?;
+    let wait = |oldest: Option<String>| {
+        oldest
+            .as_deref()
+            .and_then(seconds_until_window_ends)
+            .unwrap_or(THROTTLE_SECONDS)
+    };
+    Ok(if of_email >= MAX_FAILED_LOGINS {
+        Some((
+            format!("too many failed sign-ins for {email}"),
+            wait(email_oldest),
+        ))
+    } else if of_address >= MAX_FAILED_LOGINS_PER_ADDRESS {
+        Some((
+            "too many failed sign-ins from your address".to_string(),
+            wait(address_oldest),
+        ))
+    } else {
+        None
+    })
+}
+
 /// `POST /api/auth/login`: signs in with email and password. After
-/// [`MAX_FAILED_LOGINS`] failures for one email within 15 minutes, further attempts get 429
-/// until the oldest of them is 15 minutes old.
+/// [`MAX_FAILED_LOGINS`] failures for one email, or [`MAX_FAILED_LOGINS_PER_ADDRESS`] from one
+/// client address, within 15 minutes, further attempts get 429 until the oldest of them is 15
+/// minutes old. The session cookie is `Secure` when the client came over HTTPS.
 #[utoipa::path(post, path = "/auth/login", tag = "accounts", request_body = LoginRequest, responses((status = 200, body = Me, description = "Signed in: sets the session cookie"), (status = 401, body = ErrorBody), (status = 429, body = ErrorBody, description = "Too many failures: see Retry-After")))]
 pub async fn login(
     State(state): State<AppState>,
+    client: Client,
     JsonBody(request): JsonBody<LoginRequest>,
 ) -> ApiResult<Response> {
     let db = &state.db;
     let email = request.email.trim().to_lowercase();
-    let since = now_plus(-THROTTLE_SECONDS);
-    let (failures, oldest): (i64, Option<String>) = with_pool!(db, |pool| sqlx::query_as(
-        "SELECT COUNT(*), MIN(at) FROM login_failures WHERE email = $1 AND at > $2"
-    )
-    .bind(&email)
-    .bind(&since)
-    .fetch_one(pool)
-    .await)?;
-    if failures >= MAX_FAILED_LOGINS {
-        let wait = oldest
-            .as_deref()
-            .and_then(seconds_until_window_ends)
-            .unwrap_or(THROTTLE_SECONDS);
+    if let Some((why, wait)) = throttled(db, &email, &client.address).await? {
         let mut response = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "throttled",
-            format!("too many failed sign-ins for {email}: try again in {wait} s"),
+            format!("{why}: try again in {wait} s"),
         )
         .into_response();
         response
@@ -290,14 +367,15 @@ pub async fn login(
             .execute(pool)
             .await
             .map(drop))?;
-            Ok(start_session(db, user.info).await?)
+            Ok(start_session(db, user.info, client.https).await?)
         }
         _ => {
             with_pool!(db, |pool| sqlx::query(
-                "INSERT INTO login_failures (email, at) VALUES ($1, $2)"
+                "INSERT INTO login_failures (email, at, address) VALUES ($1, $2, $3)"
             )
             .bind(&email)
             .bind(now())
+            .bind(&client.address)
             .execute(pool)
             .await
             .map(drop))?;
@@ -459,4 +537,63 @@ pub async fn revoke(
         )));
     }
     Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn fail(db: &Db, email: &str, address: &str) {
+        with_pool!(db, |pool| sqlx::query(
+            "INSERT INTO login_failures (email, at, address) VALUES ($1, $2, $3)"
+        )
+        .bind(email)
+        .bind(now())
+        .bind(address)
+        .execute(pool)
+        .await
+        .map(drop))
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn sign_in_is_throttled_per_email_and_per_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::connect(dir.path().join("db.sqlite").to_str().unwrap())
+            .await
+            .unwrap();
+        for _ in 0..MAX_FAILED_LOGINS - 1 {
+            fail(&db, "ada@lab.org", "10.0.0.1").await;
+        }
+        assert_eq!(
+            throttled(&db, "ada@lab.org", "10.0.0.9").await.unwrap(),
+            None
+        );
+        fail(&db, "ada@lab.org", "10.0.0.2").await;
+        let (why, wait) = throttled(&db, "ada@lab.org", "10.0.0.9")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(why.contains("ada@lab.org") && (1..=THROTTLE_SECONDS).contains(&wait));
+
+        // Spraying: one address trying many emails, each only once.
+        for i in 0..MAX_FAILED_LOGINS_PER_ADDRESS - MAX_FAILED_LOGINS {
+            fail(&db, &format!("user{i}@lab.org"), "10.0.0.1").await;
+        }
+        assert_eq!(
+            throttled(&db, "bob@lab.org", "10.0.0.1").await.unwrap(),
+            None
+        );
+        fail(&db, "cleo@lab.org", "10.0.0.1").await;
+        let (why, _) = throttled(&db, "bob@lab.org", "10.0.0.1")
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(why.contains("your address"), "{why}");
+        // Other addresses are not affected.
+        assert_eq!(
+            throttled(&db, "bob@lab.org", "10.0.0.3").await.unwrap(),
+            None
+        );
+    }
 }
