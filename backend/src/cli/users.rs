@@ -106,14 +106,6 @@ pub fn run(home: &Home, command: UsersCommand) -> Result<()> {
                 let user = accounts::create_user(&db, &args.email, &args.name, &password).await?;
                 let team = accounts::ensure_team(&db, &args.team).await?;
                 accounts::set_membership(&db, &team, &user.id, args.role).await?;
-                let (datasets, jobs) = db.adopt_ownerless(&team).await?;
-                if datasets + jobs > 0 {
-                    println!(
-                        "team {:?} now owns the {datasets} datasets and {jobs} jobs made \
-                         before accounts existed",
-                        args.team
-                    );
-                }
                 println!(
                     "{} ({}) is {} of team {:?}",
                     user.email,
@@ -121,6 +113,14 @@ pub fn run(home: &Home, command: UsersCommand) -> Result<()> {
                     args.role.as_str(),
                     args.team
                 );
+                let (datasets, jobs) = db.adopt_ownerless(&team).await?;
+                if datasets + jobs > 0 {
+                    println!(
+                        "team {:?} now owns what was made before accounts existed: {datasets} \
+                         uploaded dataset(s), {jobs} job(s)",
+                        args.team
+                    );
+                }
                 if made {
                     println!("password (shown once): {password}");
                 }
