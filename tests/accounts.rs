@@ -73,6 +73,22 @@ impl Account {
         request.send().unwrap()
     }
 
+    /// The session's cookie (`name=value`).
+    pub fn cookie(&self) -> &str {
+        match &self.auth {
+            Auth::Session { cookie, .. } => cookie,
+            Auth::Token(_) => panic!("not a session"),
+        }
+    }
+
+    /// The session's CSRF token.
+    pub fn csrf(&self) -> &str {
+        match &self.auth {
+            Auth::Session { csrf, .. } => csrf,
+            Auth::Token(_) => panic!("not a session"),
+        }
+    }
+
     pub fn get(&self, path: &str) -> Response {
         self.send(Method::GET, path, None)
     }

@@ -147,6 +147,21 @@ fn the_app_edits_scores_in_the_browser_and_runs_a_job() {
             "0",
         ],
     );
+    // The page is `/`; any other path that is not one of the app's files is 404, never the page.
+    let page = reqwest::blocking::get(&url).unwrap();
+    assert_eq!(page.status(), 200);
+    let policy = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        policy.contains("'sha256-") && policy.contains("'wasm-unsafe-eval'"),
+        "the inline bootstrap is allowed by its hash: {policy}"
+    );
+    for path in [".git/config", "jobs", "../../etc/passwd"] {
+        let response = reqwest::blocking::get(format!("{url}{path}")).unwrap();
+        assert_eq!(response.status(), 404, "{path}");
+    }
     let env = [
         ("FLIPSIDE_URL", url),
         ("ITEMS_CSV", items.display().to_string()),

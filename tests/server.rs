@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::accounts::{Account, api_token, first_admin, follow, items_dataset};
 use crate::common::{EditingSetup, ITEMS, editing_setup, serve, serve_command};
 use flipside_shared::models::compact::is_compact;
-use reqwest::blocking::{Client, Response};
+use reqwest::blocking::{Client, Response, multipart};
 use serde_json::{Value, json};
 use tempfile::TempDir;
 
@@ -49,6 +49,14 @@ impl Server {
 
     pub fn post(&self, path: &str, body: &Value) -> Response {
         self.http.post(self.url(path)).json(body).send().unwrap()
+    }
+
+    /// Sends SIGTERM and waits for the process to end; its exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success());
+        self.child.wait().unwrap()
     }
 
     /// Kills the process at once, as a crash would.
@@ -320,6 +328,15 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     let huge = json!({"text": "x".repeat(2 << 20), "label": "positive"});
     check_error(server.post("/edit", &huge), 413, "payload_too_large");
     check_error(server.get("/no-such-thing"), 404, "not_found");
+    let wrong_method = server.http.delete(server.url("/edit")).send().unwrap();
+    assert_eq!(wrong_method.headers()["x-content-type-options"], "nosniff");
+    assert!(
+        wrong_method.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("frame-ancestors 'none'")
+    );
+    check_error(wrong_method, 405, "method_not_allowed");
     // Datasets and jobs are a team's: nothing without an account, another team's is not found.
     check_error(
         server.get(&format!("/teams/{team}/jobs")),
@@ -421,6 +438,38 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         .unwrap()
         .count();
     assert_eq!(uploads, 1, "refused uploads leave no file");
+    // One file per upload; labels the classifier does not know are refused at once; an error
+    // quoting a huge broken line quotes only its start.
+    let two_files = admin
+        .http
+        .post(format!("{}api/teams/{team}/datasets", admin.base))
+        .header("cookie", admin.cookie())
+        .header("x-csrf-token", admin.csrf())
+        .multipart(
+            multipart::Form::new()
+                .part(
+                    "file",
+                    multipart::Part::bytes(csv.as_bytes().to_vec()).file_name("a.csv"),
+                )
+                .part(
+                    "file",
+                    multipart::Part::bytes(csv.as_bytes().to_vec()).file_name("b.csv"),
+                ),
+        )
+        .send()
+        .unwrap();
+    assert!(check_error(two_files, 400, "bad_request").contains("one file"));
+    let stars = "text,label\nGreat fun.,5 stars\nDull.,1 star\n";
+    let message = check_error(upload("stars.csv", stars.into(), &[]), 400, "bad_request");
+    assert!(
+        message.contains("5 stars") && message.contains("classifier"),
+        "{message}"
+    );
+    let broken = format!("{{\"text\": \"{}", "a".repeat(900_000));
+    let answer = upload("broken.jsonl", broken.into(), &[]);
+    assert_eq!(answer.status(), 400);
+    let body = answer.text().unwrap();
+    assert!(body.len() < 2_000, "{} bytes of error", body.len());
     let listed = json_of(admin.get(&format!("/teams/{team}/datasets")), 200);
     let ids: Vec<&str> = listed
         .as_array()
@@ -504,7 +553,27 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         .json()
         .unwrap();
     assert_eq!(models["data"][0]["id"], common::MODEL);
-    server.kill();
+    // Unknown roles are refused, and so is a max_tokens that would overflow the context check.
+    let chat = |body: Value| {
+        server
+            .http
+            .post(format!("{}v1/chat/completions", server.url))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+            .unwrap()
+    };
+    let odd_role = chat(json!({"messages": [{"role": "root", "content": "hi"}]}));
+    assert_eq!(odd_role.status(), 400);
+    assert!(odd_role.text().unwrap().contains("unknown role"));
+    let huge =
+        chat(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": u64::MAX}));
+    assert_eq!(huge.status(), 400);
+    assert!(huge.text().unwrap().contains("exceeds the context"));
+
+    // SIGTERM (what systemd and Kubernetes send) takes the graceful path: exit status 0.
+    let status = server.terminate();
+    assert!(status.success(), "{status:?}");
 }
 
 fn wait_for_status(account: &Account, team: &str, id: &str, status: &str) -> Value {
@@ -586,6 +655,11 @@ fn jobs_scenario(extra: &[&str]) {
     assert_eq!(job["total"], 6);
     assert_eq!(job["done"], 6);
     let page = json_of(admin.get(&format!("{jobs}/{id}/records?limit=500")), 200);
+    check_error(
+        admin.get(&format!("{jobs}/{id}/records?offset={}", u64::MAX)),
+        400,
+        "bad_request",
+    );
     let records = page["records"].as_array().unwrap();
     assert_eq!(page["total"], job["written"]);
     assert_eq!(records.len() as u64, job["written"].as_u64().unwrap());

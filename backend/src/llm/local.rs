@@ -236,7 +236,7 @@ impl LocalEngine {
         let mut guard = self.session.lock().unwrap();
         let session = &mut *guard;
         let limit = session.context.n_ctx() as usize;
-        if tokens.len() + request.sampling.max_tokens > limit {
+        if tokens.len().saturating_add(request.sampling.max_tokens) > limit {
             return Err(Rejected(format!(
                 "the prompt has {} tokens; with max_tokens {} that exceeds the context of {limit}",
                 tokens.len(),

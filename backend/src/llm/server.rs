@@ -93,6 +93,15 @@ async fn chat(State(engine): State<Engine>, body: Bytes) -> Result<Json<Value>, 
         .clone()
         .filter(|m| !m.is_empty())
         .ok_or_else(|| ApiError::bad_request("'messages' must be a non-empty array"))?;
+    if let Some(odd) = messages
+        .iter()
+        .find(|m| !["system", "user", "assistant"].contains(&m.role.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "unknown role {:?}: use system, user or assistant",
+            odd.role.chars().take(40).collect::<String>()
+        )));
+    }
     let completion = run(engine.clone(), request(&body, Prompt::Chat(messages))?).await?;
     Ok(Json(json!({
         "id": format!("chatcmpl-{}", now_nanos()),

@@ -117,6 +117,9 @@ pub async fn upload(
     let result = async {
         while let Some(field) = multipart.next_field().await? {
             match field.name().unwrap_or_default() {
+                "file" if file.is_some() => {
+                    return Err(ApiError::bad_request("one file per upload"));
+                }
                 "file" => {
                     let original = field.file_name().unwrap_or_default().to_string();
                     reading.format = format_of(&original)?;
@@ -150,7 +153,26 @@ pub async fn upload(
             .map_err(|e| ApiError::bad_request(format!("{e:#}")))
     }
     .await;
-    // Nothing half-read is kept.
+    // Nothing half-read is kept; nor a dataset the server's classifier cannot score.
+    let classifier = &state.resources.classifier_info;
+    let result = result.and_then(|report| {
+        let unknown: Vec<&String> = report
+            .dataset
+            .labels
+            .names()
+            .iter()
+            .filter(|label| !classifier.labels.contains(label))
+            .collect();
+        if unknown.is_empty() {
+            Ok(report)
+        } else {
+            Err(ApiError::bad_request(format!(
+                "the labels {unknown:?} are not the classifier's ({}): jobs could not tell \
+                 whether an edit flips them",
+                classifier.labels.join(", ")
+            )))
+        }
+    });
     let report = match result {
         Ok(report) if !report.dataset.examples.is_empty() => report,
         outcome => {

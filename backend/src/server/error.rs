@@ -53,11 +53,26 @@ impl ApiError {
     }
 }
 
+/// The longest message sent: a message quoting the client's input (a broken line of an upload)
+/// is cut here rather than echoing megabytes back.
+const MAX_MESSAGE_CHARS: usize = 500;
+
+/// `message`, cut to [`MAX_MESSAGE_CHARS`] characters with a note of how much was left out.
+fn shortened(message: String) -> String {
+    match message.char_indices().nth(MAX_MESSAGE_CHARS) {
+        Some((end, _)) => {
+            let left_out = message[end..].chars().count();
+            format!("{}… ({left_out} more characters)", &message[..end])
+        }
+        None => message,
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = api::ApiError {
             code: self.code.to_string(),
-            message: self.message,
+            message: shortened(self.message),
         };
         (self.status, Json(body)).into_response()
     }
@@ -114,3 +129,21 @@ impl From<axum::extract::multipart::MultipartRejection> for ApiError {
 #[derive(Debug, Clone, Copy, Default, axum::extract::FromRequest)]
 #[from_request(via(axum::Json), rejection(ApiError))]
 pub struct JsonBody<T>(pub T);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_cut_on_a_character_boundary() {
+        assert_eq!(shortened("short".into()), "short");
+        let long = format!("line 1: {}", "é".repeat(2_000_000));
+        let cut = shortened(long);
+        assert!(
+            cut.chars().count() < MAX_MESSAGE_CHARS + 40,
+            "{}",
+            cut.len()
+        );
+        assert!(cut.starts_with("line 1: é") && cut.ends_with("(1999508 more characters)"));
+    }
+}

@@ -29,6 +29,8 @@ use crate::methods;
 const MAX_JOB_ITEMS: usize = 10_000;
 /// Records per page, at most.
 const MAX_PAGE: usize = 500;
+/// The largest `offset` a page may start at (far beyond any job; keeps it a valid SQL number).
+const MAX_OFFSET: usize = 1 << 40;
 
 /// How often a progress stream reads the database, for jobs run by another server process.
 const POLL: Duration = Duration::from_secs(2);
@@ -214,6 +216,11 @@ pub async fn records(
 ) -> ApiResult<Json<RecordPage>> {
     let Query(query) = query?;
     find(&state, &caller, &team, &id).await?;
+    if query.offset > MAX_OFFSET {
+        return Err(ApiError::bad_request(format!(
+            "offset: at most {MAX_OFFSET}"
+        )));
+    }
     let filter = match query.flipped {
         None => RecordFilter::All,
         Some(flipped) => RecordFilter::Flipped(flipped),

@@ -11,6 +11,7 @@ pub mod jobs;
 pub mod portal;
 pub mod resources;
 pub mod runner;
+pub mod security;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,7 +25,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::services::{ServeDir, ServeFile};
+use tower_http::services::ServeDir;
 use utoipa::OpenApi;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
@@ -152,6 +153,25 @@ pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenA
     (router, openapi)
 }
 
+/// Waits for Ctrl-C or, on Unix, SIGTERM (what `kill`, systemd and Kubernetes send).
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+                return;
+            }
+            Err(error) => tracing::warn!("cannot listen for SIGTERM: {error}"),
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
 /// Makes the document's `MethodId` schema the enum of the registered methods.
 fn enumerate_methods(openapi: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
@@ -210,7 +230,17 @@ pub async fn serve(
             ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
         })
         .layer(DefaultBodyLimit::max(1 << 20));
-    let mut app = Router::new().nest("/api", api.with_state(state.clone()));
+    let mut app = Router::new().nest(
+        "/api",
+        api.method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not take that method (see /api/openapi.json)",
+            )
+        })
+        .with_state(state.clone()),
+    );
     if let Some(llm) = config.local_llm {
         let sign_in =
             axum::middleware::from_fn_with_state(state.clone(), portal::auth::require_generate);
@@ -218,18 +248,26 @@ pub async fn serve(
             .merge(crate::llm::server::router(llm).route_layer(sign_in))
             .route("/health", get(|| async { "ok" }));
     }
+    // The app's files, `/` its page (it routes by the URL's hash); anything else is 404.
     if let Some(dir) = &config.static_dir {
-        let index = dir.join("index.html");
-        app = app.fallback_service(ServeDir::new(dir).fallback(ServeFile::new(index)));
+        app = app.fallback_service(ServeDir::new(dir).not_found_service(get(|| async {
+            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such file")
+        })));
     }
-    let app = app.layer(CatchPanicLayer::custom(|_| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "the server failed; see its log",
-        )
-        .into_response()
-    }));
+    let headers = security::SecurityHeaders::for_app(config.static_dir.as_deref())?;
+    let app = app
+        .layer(axum::middleware::from_fn_with_state(
+            headers,
+            security::add_headers,
+        ))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the server failed; see its log",
+            )
+            .into_response()
+        }));
 
     let runner = tokio::spawn(runner::run_jobs(state.clone()));
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -242,7 +280,7 @@ pub async fn serve(
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(async move {
-        let _ = tokio::signal::ctrl_c().await;
+        stop_signal().await;
         tracing::info!("shutting down; running jobs resume on the next start");
         shutdown.cancel();
     })
