@@ -571,6 +571,47 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     assert_eq!(huge.status(), 400);
     assert!(huge.text().unwrap().contains("exceeds the context"));
 
+    // A burst beyond the server's turns (one per core, four waiting per core) is refused at once
+    // with 503 and Retry-After rather than queued; the rest are answered; health stays quick.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let burst = 6 * cores + 4;
+    let (statuses, health) = std::thread::scope(|scope| {
+        let requests: Vec<_> = (0..burst)
+            .map(|i| {
+                let chat = &chat;
+                scope.spawn(move || {
+                    let answer = chat(json!({
+                        "messages": [{"role": "user", "content": format!("Say {i} twice.")}],
+                        "max_tokens": 24,
+                    }));
+                    let retry = answer.headers().get("retry-after").is_some();
+                    (answer.status().as_u16(), retry)
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let started = Instant::now();
+        json_of(server.get("/health"), 200);
+        let health = started.elapsed();
+        let statuses: Vec<(u16, bool)> = requests.into_iter().map(|r| r.join().unwrap()).collect();
+        (statuses, health)
+    });
+    let refused = statuses.iter().filter(|(s, _)| *s == 503).count();
+    assert!(
+        statuses
+            .iter()
+            .all(|&(s, retry)| s == 200 || (s == 503 && retry)),
+        "{statuses:?}"
+    );
+    assert!(
+        refused >= burst - 5 * cores,
+        "{refused} of {burst} refused: {statuses:?}"
+    );
+    assert!(
+        health < Duration::from_secs(1),
+        "health took {health:?} under load"
+    );
+
     // SIGTERM (what systemd and Kubernetes send) takes the graceful path: exit status 0.
     let status = server.terminate();
     assert!(status.success(), "{status:?}");

@@ -80,6 +80,7 @@ pub async fn retrieve(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<RetrieveRequest>,
 ) -> ApiResult<Json<RetrieveResponse>> {
+    let _turn = state.admission.enter().await?;
     let item = item(
         &state.resources,
         &request.text,
@@ -108,6 +109,7 @@ pub async fn edit(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<EditRequest>,
 ) -> ApiResult<Json<EditResponse>> {
+    let _turn = state.admission.enter().await?;
     let item = item(
         &state.resources,
         &request.text,
@@ -148,6 +150,7 @@ pub async fn classify(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<ClassifyRequest>,
 ) -> ApiResult<Json<ClassifyResponse>> {
+    let _turn = state.admission.enter().await?;
     if request.texts.is_empty() || request.texts.len() > MAX_CLASSIFY_TEXTS {
         return Err(ApiError::bad_request(format!(
             "texts: 1 to {MAX_CLASSIFY_TEXTS} texts"

@@ -13,6 +13,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds the client should wait before trying again (sent as `Retry-After`).
+    pub retry_after: Option<u64>,
 }
 
 /// The result of a handler.
@@ -24,6 +26,15 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// The same error, telling the client to try again in `seconds`.
+    pub fn retry_after(self, seconds: u64) -> Self {
+        Self {
+            retry_after: Some(seconds.max(1)),
+            ..self
         }
     }
 
@@ -74,7 +85,13 @@ impl IntoResponse for ApiError {
             code: self.code.to_string(),
             message: shortened(self.message),
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 

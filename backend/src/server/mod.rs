@@ -2,6 +2,7 @@
 //! OpenAI-compatible endpoints and an OpenAPI document), the browser app's files, and the
 //! database behind them.
 
+pub mod admission;
 pub mod datasets;
 pub mod db;
 pub mod demo;
@@ -52,6 +53,8 @@ pub struct AppState {
     pub private: bool,
     /// Whether a proxy in front sets `X-Forwarded-For` and `X-Forwarded-Proto`.
     pub behind_proxy: bool,
+    /// Turns for the expensive endpoints.
+    pub admission: Arc<admission::Admission>,
 }
 
 /// How to serve.
@@ -215,6 +218,7 @@ pub async fn serve(
         shutdown: CancellationToken::new(),
         private: config.private,
         behind_proxy: config.behind_proxy,
+        admission: Arc::new(admission::Admission::for_this_machine()),
     };
     let (api, openapi) = api(config.max_upload_bytes);
     let openapi = Arc::new(openapi);
@@ -244,8 +248,13 @@ pub async fn serve(
     if let Some(llm) = config.local_llm {
         let sign_in =
             axum::middleware::from_fn_with_state(state.clone(), portal::auth::require_generate);
+        let admit = axum::middleware::from_fn_with_state(state.admission.clone(), admission::admit);
         app = app
-            .merge(crate::llm::server::router(llm).route_layer(sign_in))
+            .merge(
+                crate::llm::server::router(llm)
+                    .route_layer(admit)
+                    .route_layer(sign_in),
+            )
             .route("/health", get(|| async { "ok" }));
     }
     // The app's files, `/` its page (it routes by the URL's hash); anything else is 404.

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use axum::Json;
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flipside_shared::portal::{ApiToken, LoginRequest, Me, Role, Scope, TokenRequest, UserInfo};
 
@@ -342,16 +342,12 @@ pub async fn login(
     let db = &state.db;
     let email = request.email.trim().to_lowercase();
     if let Some((why, wait)) = throttled(db, &email, &client.address).await? {
-        let mut response = ApiError::new(
+        return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "throttled",
             format!("{why}: try again in {wait} s"),
         )
-        .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(wait.max(1)));
-        return Ok(response);
+        .retry_after(wait.max(1) as u64));
     }
     let user = user_by_email(db, &email).await?;
     let hash = user
