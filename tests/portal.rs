@@ -592,6 +592,8 @@ fn every_endpoint_role_and_team(
             0,
         ),
         (Method::POST, format!("jobs/{job}/cancel"), json!({}), 2),
+        (Method::DELETE, "jobs/job-0".into(), Value::Null, 2),
+        (Method::DELETE, "datasets/ds-0".into(), Value::Null, 2),
     ];
     for (method, path, body, least) in &endpoints {
         let body = (!body.is_null()).then_some(body);

@@ -131,7 +131,11 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         assert!(stderr.contains(reason), "{prompt}: {stderr}");
     }
 
-    let server = Server::start(&setup, &data_dir, &["--max-upload-mb", "1"]);
+    let server = Server::start(
+        &setup,
+        &data_dir,
+        &["--max-upload-mb", "1", "--team-quota-mb", "1"],
+    );
     let (admin, team) = first_admin(&server, &data_dir, &[], "ada@lab.org", "lab");
     let upload = |name: &str, bytes: Vec<u8>, fields: &[(&str, &str)]| {
         admin.upload(&format!("/teams/{team}/datasets"), name, bytes, fields)
@@ -479,6 +483,37 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         .collect();
     assert!(ids.contains(&"imdb:test") && ids.contains(&dataset["id"].as_str().unwrap()));
 
+    // A team keeps at most its quota of uploads (1 MB here); deleting one makes room again.
+    let mut rows = String::from("text,label\n");
+    while rows.len() < 600_000 {
+        rows.push_str("a fine film,positive\n");
+    }
+    let first = json_of(upload("first.csv", rows.clone().into(), &[]), 201);
+    let message = check_error(
+        upload("second.csv", rows.clone().into(), &[]),
+        413,
+        "quota_exceeded",
+    );
+    assert!(message.contains("delete some"), "{message}");
+    let first_url = format!("/teams/{team}/datasets/{}", first["id"].as_str().unwrap());
+    let deleted = admin.send(reqwest::Method::DELETE, &first_url, None);
+    assert_eq!(deleted.status(), 204);
+    check_error(
+        admin.send(reqwest::Method::DELETE, &first_url, None),
+        404,
+        "not_found",
+    );
+    check_error(
+        admin.send(
+            reqwest::Method::DELETE,
+            &format!("/teams/{team}/datasets/imdb:test"),
+            None,
+        ),
+        400,
+        "bad_request",
+    );
+    json_of(upload("second.csv", rows.into(), &[]), 201);
+
     // The OpenAPI document comes from the handlers.
     let openapi = json_of(server.get("/openapi.json"), 200);
     for path in [
@@ -753,6 +788,14 @@ fn jobs_scenario(extra: &[&str]) {
     let seen = follow(&through_other, &team, second_id, |job| {
         job["done"].as_u64().unwrap() >= 1 || job["status"] == "done"
     });
+    // Neither the running job nor the dataset it reads can be deleted.
+    let delete = |path: String| admin.send(reqwest::Method::DELETE, &path, None);
+    check_error(delete(format!("{jobs}/{second_id}")), 409, "conflict");
+    check_error(
+        delete(format!("/teams/{team}/datasets/{dataset_id}")),
+        409,
+        "conflict",
+    );
     assert!(seen.iter().any(|j| j["status"] == "running"), "{seen:?}");
     json_of(
         through_other.post(&format!("{jobs}/{second_id}/cancel"), &json!({})),
@@ -767,6 +810,10 @@ fn jobs_scenario(extra: &[&str]) {
     );
     let listed = json_of(through_other.get(&jobs), 200);
     assert_eq!(listed[0]["id"], second_id, "newest first");
+    // A finished job is deleted with its records and checkpoint.
+    assert_eq!(delete(format!("{jobs}/{second_id}")).status(), 204);
+    check_error(admin.get(&format!("{jobs}/{second_id}")), 404, "not_found");
+    assert!(!data.join(format!("jobs/{second_id}.jsonl")).exists());
     other.kill();
     server.kill();
 }

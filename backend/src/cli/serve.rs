@@ -84,6 +84,10 @@ pub struct ServeArgs {
     /// OpenAI-compatible API always need one (make the first admin with `flipside users add`)
     #[arg(long)]
     pub private: bool,
+    /// The most a team's uploaded datasets may take on disk, in megabytes (delete some to upload
+    /// more)
+    #[arg(long, default_value_t = 1024, value_name = "MB")]
+    pub team_quota_mb: u64,
     /// A proxy in front (terminating TLS) sets X-Forwarded-For and X-Forwarded-Proto: sign-in
     /// limits count the client's address from it, and session cookies are marked Secure when the
     /// client came over HTTPS. Do not set it when clients reach the server directly
@@ -218,6 +222,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         data_dir,
         static_dir,
         max_upload_bytes: args.max_upload_mb << 20,
+        team_quota_bytes: args.team_quota_mb << 20,
         local_llm,
         private: args.private,
         behind_proxy: args.behind_proxy,

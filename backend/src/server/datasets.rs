@@ -146,6 +146,23 @@ pub async fn upload(
         let Some(path) = file.clone() else {
             return Err(ApiError::bad_request("no file: send it in the form field `file`"));
         };
+        let size = tokio::fs::metadata(&path)
+            .await
+            .map_err(|e| ApiError::internal(e.into()))?
+            .len();
+        let used = team_bytes(&state, &team).await?;
+        if used + size > state.team_quota_bytes {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "quota_exceeded",
+                format!(
+                    "the team's uploads would take {} MB, more than its {} MB: delete some \
+                     (DELETE /api/teams/{team}/datasets/ID)",
+                    (used + size) >> 20,
+                    state.team_quota_bytes >> 20
+                ),
+            ));
+        }
         let options = reading.options()?;
         tokio::task::spawn_blocking(move || read_file(&path, &options))
             .await
@@ -205,6 +222,59 @@ pub async fn upload(
     };
     state.db.insert_dataset(&stored).await?;
     Ok((StatusCode::CREATED, Json(info(stored))))
+}
+
+/// Deletes one of the team's uploads and its file (not while a queued or running job reads it:
+/// 409).
+#[utoipa::path(delete, path = "/teams/{team}/datasets/{id}", tag = "datasets",
+    params(("team" = String, Path), ("id" = String, Path)),
+    security(("session" = []), ("token" = ["generate"])),
+    responses((status = 204), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    UrlPath((team, id)): UrlPath<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.require(&state.db, &team, GENERATE).await?;
+    if BUILTINS.contains(&id.as_str()) {
+        return Err(ApiError::bad_request("built-in datasets cannot be deleted"));
+    }
+    let stored = state
+        .db
+        .dataset(&id)
+        .await?
+        .filter(|d| d.team.as_deref() == Some(team.as_str()))
+        .ok_or_else(|| ApiError::not_found(format_args!("dataset {id}")))?;
+    let in_use = state
+        .db
+        .jobs(&team)
+        .await?
+        .into_iter()
+        .find(|job| !job.status.is_finished() && job.request.dataset == id);
+    if let Some(job) = in_use {
+        return Err(ApiError::conflict(format!(
+            "job {} is using it: cancel it or wait for it to finish",
+            job.id
+        )));
+    }
+    state.db.delete_dataset(&id).await?;
+    if let Err(error) = tokio::fs::remove_file(state.data_dir.join(&stored.file)).await {
+        tracing::warn!("cannot remove dataset {id}'s file: {error}");
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Bytes of the team's uploads on disk.
+async fn team_bytes(state: &AppState, team: &str) -> Result<u64> {
+    let mut total = 0;
+    for stored in state.db.datasets(team).await? {
+        if let Ok(meta) = tokio::fs::metadata(state.data_dir.join(&stored.file)).await {
+            total += meta.len();
+        }
+    }
+    Ok(total)
 }
 
 /// Loads a dataset by its id: a built-in spec or an upload.

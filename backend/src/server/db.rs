@@ -216,6 +216,30 @@ impl Db {
         row.map(dataset_from_row).transpose()
     }
 
+    /// Deletes dataset `id`'s row; whether there was one.
+    pub async fn delete_dataset(&self, id: &str) -> Result<bool> {
+        let deleted = with_pool!(self, |pool| sqlx::query(
+            "DELETE FROM datasets WHERE id = $1"
+        )
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))?;
+        Ok(deleted == 1)
+    }
+
+    /// Deletes job `id` and its records if it has finished; whether it did.
+    pub async fn delete_finished_job(&self, id: &str) -> Result<bool> {
+        let deleted = with_pool!(self, |pool| sqlx::query(
+            "DELETE FROM jobs WHERE id = $1 AND status NOT IN ('queued', 'running')"
+        )
+        .bind(id)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))?;
+        Ok(deleted == 1)
+    }
+
     /// Adds a queued job of `team`.
     pub async fn insert_job(
         &self,

@@ -22,8 +22,9 @@ use super::datasets;
 use super::db::{RecordFilter, now};
 use super::error::{ApiError, ApiResult, JsonBody};
 use super::portal::auth::{Caller, GENERATE, READ};
-use super::runner::job_method;
+use super::runner::{checkpoint, job_method};
 use crate::methods;
+use crate::pipeline::store::failures_path;
 
 /// The largest `limit` a job may have.
 const MAX_JOB_ITEMS: usize = 10_000;
@@ -135,6 +136,36 @@ pub async fn cancel(
         let _ = state.jobs.updates.send(job.clone());
     }
     Ok(Json(job))
+}
+
+/// Deletes a finished job, its records and its checkpoint (a queued or running one must be
+/// cancelled first: 409). Review queues made of it keep their items.
+#[utoipa::path(delete, path = "/teams/{team}/jobs/{id}", tag = "jobs",
+    params(("team" = String, Path), ("id" = String, Path)),
+    security(("session" = []), ("token" = ["generate"])),
+    responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn delete(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, id)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    caller.require(&state.db, &team, GENERATE).await?;
+    find(&state, &caller, &team, &id).await?;
+    if !state.db.delete_finished_job(&id).await? {
+        return Err(ApiError::conflict(format!(
+            "job {id} has not finished: cancel it first"
+        )));
+    }
+    let checkpoint = checkpoint(&state, &id);
+    for file in [failures_path(&checkpoint), checkpoint] {
+        if let Err(error) = tokio::fs::remove_file(&file).await
+            && error.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!("cannot remove {}: {error}", file.display());
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// The job's progress as Server-Sent Events: a `progress` event with the whole job on connect

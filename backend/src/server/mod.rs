@@ -55,6 +55,8 @@ pub struct AppState {
     pub behind_proxy: bool,
     /// Turns for the expensive endpoints.
     pub admission: Arc<admission::Admission>,
+    /// The most bytes of uploaded datasets a team may keep.
+    pub team_quota_bytes: u64,
 }
 
 /// How to serve.
@@ -66,6 +68,8 @@ pub struct ServerConfig {
     /// The browser app (Trunk's `dist/`); without it only the API is served.
     pub static_dir: Option<PathBuf>,
     pub max_upload_bytes: usize,
+    /// The most bytes of uploaded datasets a team may keep.
+    pub team_quota_bytes: u64,
     /// Served under `/v1` (OpenAI-compatible, for signed-in callers) when the LLM is embedded.
     pub local_llm: Option<Arc<dyn LlmClient>>,
     /// The edit demo needs an account too (datasets, jobs and the portal always do).
@@ -141,11 +145,12 @@ pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenA
         .routes(routes!(demo::classifier_file))
         .routes(routes!(demo::dis_ae_file))
         .routes(routes!(datasets::list))
+        .routes(routes!(datasets::delete))
         .routes(
             routes!(datasets::upload).layer(DefaultBodyLimit::max(max_upload_bytes + (64 << 10))),
         )
         .routes(routes!(jobs::create, jobs::list))
-        .routes(routes!(jobs::get))
+        .routes(routes!(jobs::get, jobs::delete))
         .routes(routes!(jobs::cancel))
         .routes(routes!(jobs::events))
         .routes(routes!(jobs::records))
@@ -219,6 +224,7 @@ pub async fn serve(
         private: config.private,
         behind_proxy: config.behind_proxy,
         admission: Arc::new(admission::Admission::for_this_machine()),
+        team_quota_bytes: config.team_quota_bytes,
     };
     let (api, openapi) = api(config.max_upload_bytes);
     let openapi = Arc::new(openapi);

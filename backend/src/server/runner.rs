@@ -220,7 +220,7 @@ async fn publish(state: &AppState, job: &mut Job) -> Result<()> {
 }
 
 /// The job's checkpoint file.
-fn checkpoint(state: &AppState, id: &str) -> PathBuf {
+pub fn checkpoint(state: &AppState, id: &str) -> PathBuf {
     state.data_dir.join("jobs").join(format!("{id}.jsonl"))
 }
 
