@@ -249,6 +249,19 @@ pub async fn upload_dataset(team: &str, form: web_sys::FormData) -> Result<Datas
     read_json(response).await
 }
 
+/// `DELETE /api/teams/{team}/datasets/{id}`: deletes one of the team's uploads.
+pub async fn delete_dataset(team: &str, id: &str) -> Result<(), String> {
+    let response = with_csrf(Request::delete(&format!("/api/teams/{team}/datasets/{id}")))
+        .send()
+        .await
+        .map_err(network_error)?;
+    if response.ok() {
+        Ok(())
+    } else {
+        Err(error_message(response).await.message)
+    }
+}
+
 fn job_url(team: &str, id: &str, rest: &str) -> String {
     format!("/api/teams/{team}/jobs/{id}{rest}")
 }

@@ -10,8 +10,13 @@ use crate::api;
 use crate::portal::use_team;
 use crate::ui::{ErrorMessage, Spinner};
 
-/// `GET /api/datasets`, reloaded after an upload.
+/// The team's datasets, reloaded after an upload or a deletion.
 pub type DatasetsResource = LocalResource<Result<Vec<DatasetInfo>, String>>;
+
+/// Datasets listed before "show all".
+const SHOWN: usize = 8;
+/// Labels listed per dataset before "+N more".
+const SHOWN_LABELS: usize = 6;
 
 /// The list of datasets and the upload form.
 #[component]
@@ -34,43 +39,103 @@ pub fn Datasets(
                     }
                         .into_any()
                 }
-                Some(Ok(list)) => view! { <DatasetTable list /> }.into_any(),
+                Some(Ok(list)) => view! { <DatasetTable list datasets /> }.into_any(),
             }}
             <UploadForm on_uploaded />
         </section>
     }
 }
 
+/// The datasets, the first [`SHOWN`] unless all are asked for; uploads can be deleted.
 #[component]
-fn DatasetTable(list: Vec<DatasetInfo>) -> impl IntoView {
+fn DatasetTable(list: Vec<DatasetInfo>, datasets: DatasetsResource) -> impl IntoView {
     if list.is_empty() {
         return view! { <p class="muted">"No datasets yet: upload one below."</p> }.into_any();
     }
+    let team = use_team();
+    let show_all = RwSignal::new(false);
+    let error = RwSignal::new(None::<String>);
+    let total = list.len();
+    let list = StoredValue::new(list);
+    let delete = move |id: String| {
+        let team = team.id();
+        spawn_local(async move {
+            match api::delete_dataset(&team, &id).await {
+                Ok(()) => {
+                    error.set(None);
+                    datasets.refetch();
+                }
+                Err(message) => error.set(Some(message)),
+            }
+        });
+    };
     view! {
         <ul class="dataset-list" data-testid="dataset-list">
-            {list
-                .into_iter()
-                .map(|d| {
-                    let examples = d
-                        .examples
-                        .map_or("? examples".to_string(), |n| format!("{n} examples"));
-                    let skipped = (d.skipped > 0).then(|| format!(" · {}", rows_skipped(d.skipped)));
-                    view! {
-                        <li class="dataset" data-testid="dataset-item" data-dataset-id=d.id.clone()>
-                            <span class="dataset-name">{d.name.clone()}</span>
-                            <span class="tag">{if d.builtin { "built-in" } else { "uploaded" }}</span>
-                            <span class="small muted">
-                                <code>{d.id.clone()}</code>
-                                {format!(" · {examples} · labels: {}", d.labels.join(", "))}
-                                {skipped}
-                            </span>
-                        </li>
-                    }
-                })
-                .collect_view()}
+            {move || {
+                let shown = if show_all.get() { total } else { SHOWN };
+                list.get_value()
+                    .into_iter()
+                    .take(shown)
+                    .map(|d| dataset_row(d, delete))
+                    .collect_view()
+            }}
         </ul>
+        <Show when=move || { total > SHOWN && !show_all.get() }>
+            <button type="button" class="link" on:click=move |_| show_all.set(true)>
+                {format!("Show all {total}")}
+            </button>
+        </Show>
+        {move || error.get().map(|message| view! { <ErrorMessage message testid="dataset-delete-error" /> })}
     }
     .into_any()
+}
+
+fn dataset_row(
+    d: DatasetInfo,
+    delete: impl Fn(String) + Copy + Send + Sync + 'static,
+) -> impl IntoView {
+    let examples = d
+        .examples
+        .map_or("? examples".to_string(), |n| format!("{n} examples"));
+    let skipped = (d.skipped > 0).then(|| format!(" · {}", rows_skipped(d.skipped)));
+    let more = d.labels.len().saturating_sub(SHOWN_LABELS);
+    let labels = d
+        .labels
+        .iter()
+        .take(SHOWN_LABELS)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ")
+        + &(if more > 0 {
+            format!(" +{more} more")
+        } else {
+            String::new()
+        });
+    let id = d.id.clone();
+    view! {
+        <li class="dataset" data-testid="dataset-item" data-dataset-id=d.id.clone()>
+            <span class="dataset-name" title=d.name.clone()>{d.name.clone()}</span>
+            <span class="tag">{if d.builtin { "built-in" } else { "uploaded" }}</span>
+            <span class="small muted">
+                <code>{d.id.clone()}</code>
+                {format!(" · {examples} · labels: {labels}")}
+                {skipped}
+            </span>
+            <Show when=move || !d.builtin>
+                <button
+                    type="button"
+                    class="link small"
+                    data-testid="dataset-delete"
+                    on:click={
+                        let id = id.clone();
+                        move |_| delete(id.clone())
+                    }
+                >
+                    "Delete"
+                </button>
+            </Show>
+        </li>
+    }
 }
 
 /// A file input and the optional column names; shows the server's message when it refuses.

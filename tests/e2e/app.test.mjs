@@ -214,6 +214,11 @@ test('the jobs page signs in, uploads a dataset, runs a job to the end and lists
   const href = await page.getByTestId('download-jsonl').getAttribute('href');
   assert.match(href, /\/api\/teams\/team-[0-9a-f]+\/jobs\/job-[0-9a-f]+\/records\.jsonl$/);
   await page.screenshot({ path: join(SHOTS, 'jobs.png'), fullPage: true });
+  // The job has finished, so its dataset can go.
+  const datasetId = await uploaded.getAttribute('value');
+  const row = page.locator(`[data-testid=dataset-item][data-dataset-id="${datasetId}"]`);
+  await row.getByTestId('dataset-delete').click();
+  await row.waitFor({ state: 'detached', timeout: 30_000 });
   assert.deepEqual(errors, []);
   await page.close();
 });
