@@ -392,6 +392,35 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         bytes.len()
     };
     assert!(gzipped("model.int8.safetensors") < compact_weights.len());
+    // A browser revalidating its copy downloads nothing while the model is the same.
+    let weights_url = server.url("/classifier/model.int8.safetensors");
+    let first = server
+        .http
+        .get(&weights_url)
+        .header("accept-encoding", "gzip")
+        .send()
+        .unwrap();
+    let etag = first.headers()["etag"].to_str().unwrap().to_string();
+    let again = server
+        .http
+        .get(&weights_url)
+        .header("accept-encoding", "gzip")
+        .header("if-none-match", &etag)
+        .send()
+        .unwrap();
+    assert_eq!(again.status(), 304);
+    assert!(again.bytes().unwrap().is_empty());
+    let plain_again = server
+        .http
+        .get(&weights_url)
+        .header("if-none-match", &etag)
+        .send()
+        .unwrap();
+    assert_eq!(
+        plain_again.status(),
+        200,
+        "the uncompressed copy has another tag"
+    );
     let info = json_of(server.get("/info"), 200);
     let over_the_wire: usize = ["config.json", "tokenizer.json", "model.int8.safetensors"]
         .map(gzipped)
@@ -421,6 +450,10 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     assert!(
         message.contains("text"),
         "names the missing column: {message}"
+    );
+    assert!(
+        !message.contains(data_dir.to_str().unwrap()),
+        "the server's paths stay on the server: {message}"
     );
     check_error(
         upload("notes.txt", b"hi".to_vec(), &[]),
@@ -647,9 +680,18 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         "health took {health:?} under load"
     );
 
-    // SIGTERM (what systemd and Kubernetes send) takes the graceful path: exit status 0.
+    // SIGTERM (what systemd and Kubernetes send) takes the graceful path: exit status 0, within
+    // the grace of a few seconds even though a client stalls mid-download (it never reads the
+    // weights it asked for above).
+    let started = Instant::now();
     let status = server.terminate();
     assert!(status.success(), "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "stopping took {:?}",
+        started.elapsed()
+    );
+    drop(first);
 }
 
 fn wait_for_status(account: &Account, team: &str, id: &str, status: &str) -> Value {

@@ -164,10 +164,13 @@ pub async fn upload(
             ));
         }
         let options = reading.options()?;
+        // Messages name the file as the client sent it, not where the server keeps it.
+        let saved = path.display().to_string();
+        let sent = name.clone().unwrap_or_else(|| "the file".into());
         tokio::task::spawn_blocking(move || read_file(&path, &options))
             .await
             .map_err(|e| ApiError::internal(e.into()))?
-            .map_err(|e| ApiError::bad_request(format!("{e:#}")))
+            .map_err(|e| ApiError::bad_request(format!("{e:#}").replace(&saved, &sent)))
     }
     .await;
     // Nothing half-read is kept; nor a dataset the server's classifier cannot score.

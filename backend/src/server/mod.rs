@@ -161,6 +161,9 @@ pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenA
     (router, openapi)
 }
 
+/// How long requests in flight may take to finish after the stop signal.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Waits for Ctrl-C or, on Unix, SIGTERM (what `kill`, systemd and Kubernetes send).
 async fn stop_signal() {
     #[cfg(unix)]
@@ -290,7 +293,7 @@ pub async fn serve(
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     on_ready(listener.local_addr()?);
     let shutdown = state.shutdown.clone();
-    axum::serve(
+    let server = axum::serve(
         listener,
         app.into_make_service_with_connect_info::<SocketAddr>(),
     )
@@ -298,9 +301,20 @@ pub async fn serve(
         stop_signal().await;
         tracing::info!("shutting down; running jobs resume on the next start");
         shutdown.cancel();
-    })
-    .await
-    .context("the server failed")?;
+    });
+    // Requests in flight get a few seconds to finish; a client that stalls does not hold the
+    // server up for longer.
+    let stalled = async {
+        state.shutdown.cancelled().await;
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    tokio::select! {
+        result = server => result.context("the server failed")?,
+        _ = stalled => tracing::warn!(
+            "connections still open {} s after the signal; stopping anyway",
+            SHUTDOWN_GRACE.as_secs()
+        ),
+    }
     runner.abort();
     Ok(())
 }

@@ -130,7 +130,7 @@ pub async fn run_jobs(state: AppState) {
                     tracing::error!("job {id}: {error:#}");
                     if let Ok(Some(mut job)) = state.db.job(&id).await {
                         job.status = JobStatus::Failed;
-                        job.error = Some(format!("{error:#}"));
+                        job.error = Some(without_server_paths(&state, &format!("{error:#}")));
                         let _ = publish(&state, &mut job).await;
                     }
                 }
@@ -168,6 +168,14 @@ fn describe(claim: &JobClaim) -> String {
         claim.runner.as_deref().unwrap_or("nobody"),
         claim.heartbeat_at.as_deref().unwrap_or("never")
     )
+}
+
+/// `message` with the server's data directory and Flipside home written as `<data>` and
+/// `<home>`: job errors are shown to the team, the server's layout is not theirs to see.
+fn without_server_paths(state: &AppState, message: &str) -> String {
+    message
+        .replace(&state.data_dir.display().to_string(), "<data>")
+        .replace(&state.home.root().display().to_string(), "<home>")
 }
 
 /// This machine's name.
@@ -378,7 +386,7 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
         }
         Err(error) => {
             job.status = JobStatus::Failed;
-            job.error = Some(format!("{error:#}"));
+            job.error = Some(without_server_paths(state, &format!("{error:#}")));
         }
     }
     tracing::info!(
