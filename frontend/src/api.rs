@@ -105,7 +105,13 @@ pub async fn upload_items(
     queue: &str,
     form: web_sys::FormData,
 ) -> Result<Queue, String> {
-    let response = with_csrf(Request::post(&queue_url(team, queue, "/upload")))
+    post_form(&queue_url(team, queue, "/upload"), form).await
+}
+
+/// POSTs a multipart form with the session's CSRF header and reads the JSON answer. No
+/// Content-Type header: the browser sets it, with the multipart boundary.
+async fn post_form<T: DeserializeOwned>(url: &str, form: web_sys::FormData) -> Result<T, String> {
+    let response = with_csrf(Request::post(url))
         .body(form)
         .map_err(|e| e.to_string())?
         .send()
@@ -239,14 +245,7 @@ pub async fn datasets(team: &str) -> Result<Vec<DatasetInfo>, String> {
 /// `POST /api/teams/{team}/datasets`: uploads a CSV/TSV/JSONL file with the form's fields
 /// (`file`, and optionally `name`, `text_col`, `label_col`, `premise_col`).
 pub async fn upload_dataset(team: &str, form: web_sys::FormData) -> Result<DatasetInfo, String> {
-    // No Content-Type header: the browser sets it, with the multipart boundary.
-    let response = with_csrf(Request::post(&format!("/api/teams/{team}/datasets")))
-        .body(form)
-        .map_err(|e| e.to_string())?
-        .send()
-        .await
-        .map_err(network_error)?;
-    read_json(response).await
+    post_form(&format!("/api/teams/{team}/datasets"), form).await
 }
 
 /// `DELETE /api/teams/{team}/datasets/{id}`: deletes one of the team's uploads.

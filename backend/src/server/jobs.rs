@@ -21,7 +21,7 @@ use super::AppState;
 use super::datasets;
 use super::db::{RecordFilter, now};
 use super::error::{ApiError, ApiResult, JsonBody};
-use super::portal::auth::{Caller, GENERATE, READ};
+use super::portal::auth::{Access, Caller, GENERATE, READ};
 use super::runner::{checkpoint, job_method};
 use crate::methods;
 use crate::pipeline::store::failures_path;
@@ -101,7 +101,7 @@ pub async fn get(
     caller: Caller,
     Path((team, id)): Path<(String, String)>,
 ) -> ApiResult<Json<Job>> {
-    Ok(Json(find(&state, &caller, &team, &id).await?))
+    Ok(Json(find(&state, &caller, &team, &id, READ).await?))
 }
 
 /// Cancels a queued job, or stops a running one after the item in progress (its records are
@@ -117,8 +117,7 @@ pub async fn cancel(
     caller: Caller,
     Path((team, id)): Path<(String, String)>,
 ) -> ApiResult<Json<Job>> {
-    caller.require(&state.db, &team, GENERATE).await?;
-    let job = find(&state, &caller, &team, &id).await?;
+    let job = find(&state, &caller, &team, &id, GENERATE).await?;
     if job.status.is_finished() {
         return Err(ApiError::conflict(format!(
             "job {id} is already {}",
@@ -131,7 +130,11 @@ pub async fn cancel(
     }
     // Queued, or running in another process (which reads the cancellation within seconds).
     state.db.cancel_job(&id).await?;
-    let job = find(&state, &caller, &team, &id).await?;
+    let job = state
+        .db
+        .team_job(&team, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("job {id}")))?;
     if job.status == JobStatus::Cancelled {
         let _ = state.jobs.updates.send(job.clone());
     }
@@ -150,8 +153,7 @@ pub async fn delete(
     caller: Caller,
     Path((team, id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    caller.require(&state.db, &team, GENERATE).await?;
-    find(&state, &caller, &team, &id).await?;
+    find(&state, &caller, &team, &id, GENERATE).await?;
     if !state.db.delete_finished_job(&id).await? {
         return Err(ApiError::conflict(format!(
             "job {id} has not finished: cancel it first"
@@ -184,7 +186,7 @@ pub async fn events(
 ) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
     // Subscribe before reading, so that no change falls in between.
     let updates = BroadcastStream::new(state.jobs.updates.subscribe());
-    let job = find(&state, &caller, &team, &id).await?;
+    let job = find(&state, &caller, &team, &id, READ).await?;
     let live_id = id.clone();
     let live = updates.filter_map(move |update| {
         // A lagging client skips updates: each carries the whole state.
@@ -246,7 +248,7 @@ pub async fn records(
     query: Result<Query<RecordQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<RecordPage>> {
     let Query(query) = query?;
-    find(&state, &caller, &team, &id).await?;
+    find(&state, &caller, &team, &id, READ).await?;
     if query.offset > MAX_OFFSET {
         return Err(ApiError::bad_request(format!(
             "offset: at most {MAX_OFFSET}"
@@ -278,7 +280,7 @@ pub async fn download(
     caller: Caller,
     Path((team, id)): Path<(String, String)>,
 ) -> ApiResult<Response> {
-    find(&state, &caller, &team, &id).await?;
+    find(&state, &caller, &team, &id, READ).await?;
     let mut body = String::new();
     let mut offset = 0;
     loop {
@@ -306,10 +308,16 @@ pub async fn download(
         .into_response())
 }
 
-/// Job `id` of `team`, for a caller who may read the team's jobs; another team's job is not
-/// found.
-async fn find(state: &AppState, caller: &Caller, team: &str, id: &str) -> ApiResult<Job> {
-    caller.require(&state.db, team, READ).await?;
+/// Job `id` of `team`, for a caller with `access` to the team's jobs; another team's job is
+/// not found.
+async fn find(
+    state: &AppState,
+    caller: &Caller,
+    team: &str,
+    id: &str,
+    access: Access,
+) -> ApiResult<Job> {
+    caller.require(&state.db, team, access).await?;
     state
         .db
         .team_job(team, id)
