@@ -10,7 +10,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{EditingSetup as Setup, editing_setup as setup, failure, flipside, success};
+use crate::common::{
+    EditingSetup as Setup, editing_setup as setup, failure, flipside, limit_file_size, success,
+};
 use serde_json::Value;
 
 use crate::accounts::{add_user, api_token};
@@ -209,6 +211,40 @@ fn core_edits_with_the_embedded_model_and_through_the_openai_server() {
     );
     let svg = std::fs::read_to_string(s.dir.path().join("local.zstat.svg")).unwrap();
     assert!(svg.starts_with("<svg"));
+}
+
+#[test]
+fn a_run_stopped_by_a_full_disk_leaves_no_partial_line_and_resumes() {
+    let s = setup();
+    let out = s.dir.path().join("full.jsonl");
+    // A limit of 2,500 bytes per file stands in for a disk that fills after a record or two.
+    let mut command = s.generate("llm-only", &out);
+    limit_file_size(&mut command, 2500);
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("is the disk full?"), "{stderr}");
+    let mut name = out.file_name().unwrap().to_os_string();
+    name.push(".failures.jsonl");
+    for path in [out.clone(), out.with_file_name(name)] {
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        assert!(
+            bytes.is_empty() || bytes.ends_with(b"\n"),
+            "a partial line in {}",
+            path.display()
+        );
+    }
+    let before = lines(&out);
+    let resumed = s.generate("llm-only", &out).output().unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let records = check_complete(&out, 6);
+    for earlier in before {
+        assert!(records.contains(&earlier), "a record was lost: {earlier}");
+    }
 }
 
 #[test]

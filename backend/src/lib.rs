@@ -28,3 +28,17 @@ pub mod progress;
 pub mod retrieval;
 pub mod server;
 pub mod train;
+
+/// The property tests' settings: `cases` generated inputs, or `PROPTEST_CASES` when set
+/// (`scripts/fuzz` runs them for minutes); failures are printed, not saved beside the sources.
+#[cfg(test)]
+pub(crate) fn property_config(cases: u32) -> proptest::test_runner::Config {
+    proptest::test_runner::Config {
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(cases),
+        failure_persistence: None,
+        ..Default::default()
+    }
+}

@@ -3,6 +3,7 @@
 //! error message as `Err(String)`, ready to show in place.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 
 use flipside_shared::api::{
     ApiError, DatasetInfo, EditRequest, EditResponse, Job, JobRequest, RecordPage, RetrieveRequest,
@@ -285,6 +286,11 @@ pub async fn cancel_job(team: &str, id: &str) -> Result<Job, String> {
     post_in_session::<(), _>(&job_url(team, id, "/cancel"), None).await
 }
 
+/// `POST …/jobs/{id}/resume`: runs a failed or cancelled job again from where it stopped.
+pub async fn resume_job(team: &str, id: &str) -> Result<Job, String> {
+    post_in_session::<(), _>(&job_url(team, id, "/resume"), None).await
+}
+
 /// `GET …/jobs/{id}/records`: one page of a job's counterfactuals, optionally only those that
 /// did (or did not) flip the label.
 pub async fn records(
@@ -312,6 +318,31 @@ pub fn records_download_url(team: &str, id: &str) -> String {
 }
 
 /// Downloads a file's bytes.
+/// A model file's URL: the content-addressed one in `files` (as `GET /api/info` lists them;
+/// the browser keeps it for a year), else `plain` (revalidated on each visit).
+fn model_file_url(files: &BTreeMap<String, String>, plain: &str) -> String {
+    let name = plain.rsplit('/').next().unwrap_or(plain);
+    files
+        .get(name)
+        .cloned()
+        .unwrap_or_else(|| plain.to_string())
+}
+
+/// Downloads a model's config, tokenizer and weights, at the URLs `files` lists for them (see
+/// [`model_file_url`]).
+pub async fn get_model_files(
+    files: &BTreeMap<String, String>,
+    [config, tokenizer, weights]: [&str; 3],
+) -> Result<(Vec<u8>, Vec<u8>, Vec<u8>), String> {
+    let [config, tokenizer, weights] =
+        [config, tokenizer, weights].map(|plain| model_file_url(files, plain));
+    futures::try_join!(
+        get_bytes(&config),
+        get_bytes(&tokenizer),
+        get_bytes(&weights)
+    )
+}
+
 pub async fn get_bytes(url: &str) -> Result<Vec<u8>, String> {
     let response = Request::get(url).send().await.map_err(network_error)?;
     if !response.ok() {

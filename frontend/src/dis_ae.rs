@@ -88,12 +88,20 @@ pub fn use_dis_ae() -> RwSignal<Status> {
 }
 
 async fn load(status: RwSignal<Status>) -> Result<Reproducer<Flex>, String> {
-    let (config, tokenizer, weights) = futures::try_join!(
-        api::get_bytes(api::DIS_AE_CONFIG),
-        api::get_bytes(api::DIS_AE_VOCABULARY),
-        api::get_bytes(api::DIS_AE_WEIGHTS),
-    )
-    .map_err(|e| format!("could not download the Dis-AE: {e}"))?;
+    let files = api::info()
+        .await
+        .ok()
+        .and_then(|info| info.dis_ae)
+        .map(|dis_ae| dis_ae.files)
+        .unwrap_or_default();
+    let plain = [
+        api::DIS_AE_CONFIG,
+        api::DIS_AE_VOCABULARY,
+        api::DIS_AE_WEIGHTS,
+    ];
+    let (config, tokenizer, weights) = api::get_model_files(&files, plain)
+        .await
+        .map_err(|e| format!("could not download the Dis-AE: {e}"))?;
     status.set(Status::Loading(format!(
         "Building the Dis-AE ({:.1} MB of weights)…",
         weights.len() as f64 / 1e6

@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Duration;
 
-use flipside_shared::api::{DatasetInfo, Job, JobRequest, MethodId};
+use flipside_shared::api::{DatasetInfo, Job, JobRequest, JobStatus, MethodId};
 use futures::StreamExt;
 use gloo_net::eventsource::futures::EventSource;
 use leptos::prelude::*;
@@ -386,29 +386,45 @@ fn JobDetail(id: String, jobs: JobList) -> impl IntoView {
     let live_error = RwSignal::new(None::<String>);
     follow_progress(id.clone(), jobs, live_error);
 
-    let cancelling = RwSignal::new(false);
-    let cancel_error = RwSignal::new(None::<String>);
-    let cancel_id = id.clone();
+    // Cancel while it runs; resume once it failed or was cancelled.
+    let acting = RwSignal::new(false);
+    let action_error = RwSignal::new(None::<String>);
+    let action_id = id.clone();
     let team = jobs.team;
-    let cancel = move |_| {
-        let id = cancel_id.clone();
-        cancelling.set(true);
+    let act = move |resume: bool| {
+        let id = action_id.clone();
+        acting.set(true);
         spawn_local(async move {
-            match api::cancel_job(&team.id(), &id).await {
+            let answer = if resume {
+                api::resume_job(&team.id(), &id).await
+            } else {
+                api::cancel_job(&team.id(), &id).await
+            };
+            match answer {
                 Ok(job) => {
                     jobs.upsert(job);
-                    cancel_error.set(None);
+                    action_error.set(None);
+                    if resume {
+                        follow_progress(id, jobs, live_error);
+                    }
                 }
-                Err(message) => cancel_error.set(Some(message)),
+                Err(message) => action_error.set(Some(message)),
             }
-            cancelling.set(false);
+            acting.set(false);
         });
     };
+    let cancel = {
+        let act = act.clone();
+        move |_| act(false)
+    };
+    let resume = move |_| act(true);
 
     let field =
         move |f: fn(&Job) -> usize| Signal::derive(move || job.with(|j| j.as_ref().map_or(0, f)));
     let status = move || job.with(|j| j.as_ref().map(|j| j.status));
     let running = move || status().is_some_and(|s| !s.is_finished());
+    let resumable =
+        move || status().is_some_and(|s| matches!(s, JobStatus::Failed | JobStatus::Cancelled));
     let status_name = move || status().map_or("loading", |s| s.as_str());
 
     view! {
@@ -427,10 +443,21 @@ fn JobDetail(id: String, jobs: JobList) -> impl IntoView {
                         type="button"
                         class="danger"
                         data-testid="job-cancel"
-                        disabled=move || cancelling.get()
+                        disabled=move || acting.get()
                         on:click=cancel.clone()
                     >
-                        {move || if cancelling.get() { "Cancelling…" } else { "Cancel" }}
+                        {move || if acting.get() { "Cancelling…" } else { "Cancel" }}
+                    </button>
+                </Show>
+                <Show when=resumable>
+                    <button
+                        type="button"
+                        data-testid="job-resume"
+                        title="Edit the items it has not done yet; its records are kept"
+                        disabled=move || acting.get()
+                        on:click=resume.clone()
+                    >
+                        {move || if acting.get() { "Resuming…" } else { "Resume" }}
                     </button>
                 </Show>
             </div>
@@ -468,7 +495,7 @@ fn JobDetail(id: String, jobs: JobList) -> impl IntoView {
                 <div><dt>"given up"</dt><dd>{field(|j| j.given_up)}</dd></div>
             </dl>
             {move || job.get().and_then(|j| j.error).map(|message| view! { <ErrorMessage message=format!("The job failed: {message}") testid="job-failure" /> })}
-            {move || cancel_error.get().map(|message| view! { <ErrorMessage message /> })}
+            {move || action_error.get().map(|message| view! { <ErrorMessage message /> })}
             {move || live_error.get().map(|message| view! { <p class="warning small">{message}</p> })}
             <Records id=records_id.clone() written=field(|j| j.written) />
             </Show>

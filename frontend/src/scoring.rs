@@ -184,12 +184,18 @@ fn forced_device() -> Option<Device> {
 }
 
 async fn load(forced: Option<Device>, status: RwSignal<Status>) -> Result<Scorer, String> {
-    let (config, tokenizer, weights) = futures::try_join!(
-        api::get_bytes(api::CLASSIFIER_CONFIG),
-        api::get_bytes(api::CLASSIFIER_TOKENIZER),
-        api::get_bytes(api::CLASSIFIER_WEIGHTS),
-    )
-    .map_err(|e| format!("could not download the classifier: {e}"))?;
+    let files = api::info()
+        .await
+        .map(|info| info.classifier.files)
+        .unwrap_or_default();
+    let plain = [
+        api::CLASSIFIER_CONFIG,
+        api::CLASSIFIER_TOKENIZER,
+        api::CLASSIFIER_WEIGHTS,
+    ];
+    let (config, tokenizer, weights) = api::get_model_files(&files, plain)
+        .await
+        .map_err(|e| format!("could not download the classifier: {e}"))?;
     let files = CheckpointFiles {
         config,
         tokenizer,

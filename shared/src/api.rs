@@ -2,6 +2,8 @@
 //! that both sides agree on every field. With the `openapi` feature each type also describes
 //! itself for the server's OpenAPI document.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::records::{Counterfactual, Excerpt, FailedAttempt, Timing};
@@ -56,6 +58,9 @@ pub struct DisAeInfo {
     /// Bytes of its files over the wire (compact weights, compressed): what the browser
     /// downloads to generate itself.
     pub download_bytes: u64,
+    /// Each file's content-addressed URL (`…?v=TAG`), which browsers may cache for a year.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
 }
 
 /// A counterfactual method.
@@ -111,6 +116,9 @@ pub struct ClassifierInfo {
     /// Bytes of its files over the wire (compact weights, compressed): what the browser
     /// downloads to score texts itself.
     pub download_bytes: u64,
+    /// Each file's content-addressed URL (`…?v=TAG`), which browsers may cache for a year.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
 }
 
 /// The corpus helpers are retrieved from, and its index.

@@ -172,4 +172,36 @@ mod tests {
         let spans = sentence_spans(text);
         assert_eq!(spans, vec![2..6, 8..12]);
     }
+
+    /// Generated texts: sentences are trimmed, in order, non-overlapping slices, and no
+    /// character but whitespace falls between them.
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig {
+                cases: std::env::var("PROPTEST_CASES").ok().and_then(|c| c.parse().ok())
+                    .unwrap_or(3000),
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            })]
+
+            #[test]
+            fn sentences_cover_the_text_in_order(
+                text in "([A-Za-z]{1,6}|[.!?…]{1,3}|[\"'”)\\]]|Mr\\.|U\\.S\\.|[ \n\r\t]|é|😀|.){0,60}",
+            ) {
+                let spans = sentence_spans(&text);
+                let mut end = 0;
+                for span in &spans {
+                    prop_assert!(span.start >= end && span.start < span.end, "{spans:?}");
+                    let sentence = &text[span.clone()];
+                    prop_assert_eq!(sentence, sentence.trim());
+                    prop_assert!(text[end..span.start].trim().is_empty(), "{spans:?}");
+                    end = span.end;
+                }
+                prop_assert!(text[end..].trim().is_empty(), "{spans:?}");
+            }
+        }
+    }
 }

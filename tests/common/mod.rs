@@ -289,11 +289,12 @@ fn shared_editing_models() -> PathBuf {
 /// Starts `flipside serve` on a free loopback port with the setup's corpus and classifier, the
 /// embedded [`MODEL`] and `data_dir`; returns the process and the base URL (`http://…/`).
 pub fn serve(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> (Child, String) {
-    let mut child = serve_command(setup, data_dir, extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    spawn_server(serve_command(setup, data_dir, extra).stderr(Stdio::null()))
+}
+
+/// Starts a `flipside serve` command (its stdout is read here) and waits for its address.
+pub fn spawn_server(command: &mut Command) -> (Child, String) {
+    let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     // Preparation steps print first; the address comes last.
     let url = loop {
@@ -316,19 +317,37 @@ pub fn serve_command(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> C
     let mut command = flipside();
     command
         .env("FLIPSIDE_HOME", home_without_models())
-        .args([
-            "serve",
-            "--model",
-            MODEL,
-            "--listen",
-            "127.0.0.1:0",
-            "--corpus",
-        ])
+        .args(["serve", "--model", MODEL, "--corpus"])
         .arg(&setup.corpus)
         .arg("--classifier")
         .arg(&setup.classifier)
         .arg("--data-dir")
         .arg(data_dir)
         .args(extra);
+    // A free port, unless the test picks one (to restart a server at the same address).
+    if !extra.contains(&"--listen") {
+        command.args(["--listen", "127.0.0.1:0"]);
+    }
     command
+}
+
+/// Makes `command`'s process fail writes past `bytes` in any one file, as a full disk fails
+/// them (EFBIG where a full disk gives ENOSPC; the signal such a write raises is ignored, so
+/// that the write returns the error).
+pub fn limit_file_size(command: &mut Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only async-signal-safe calls run between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            Ok(())
+        });
+    }
 }

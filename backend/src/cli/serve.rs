@@ -21,6 +21,7 @@ use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::prepare::{SMALL_CORPUS, corpus_with_index, fetch_assets, imdb_classifier};
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::index_dir;
+use crate::server::connections::CONNECTIONS_PER_CLIENT;
 use crate::server::resources::{ResourceConfig, Resources};
 use crate::server::{ServerConfig, serve};
 
@@ -93,6 +94,10 @@ pub struct ServeArgs {
     /// client came over HTTPS. Do not set it when clients reach the server directly
     #[arg(long)]
     pub behind_proxy: bool,
+    /// Connections one client address may hold open; more are answered 429 and closed (not
+    /// counted with --behind-proxy: limit clients in the proxy then)
+    #[arg(long, default_value_t = CONNECTIONS_PER_CLIENT, value_name = "N")]
+    pub max_connections_per_client: usize,
     /// Classifier that scores edits (a directory or a name under HOME/models)
     /// [default: imdb-400, trained on first run; imdb-2000 with --full]
     #[arg(long, value_name = "MODEL")]
@@ -138,6 +143,8 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         method.check(&settings)?;
     }
     let static_dir = browser_app_dir(args.static_dir.as_deref())?;
+    // Model work yields the CPU to request handling (before anything starts rayon's pool).
+    crate::server::priority::lower_rayon_pool();
     println!("Flipside home: {}", home.root().display());
     println!("1. Assets");
     let mut assets = vec!["minilm", "movie-reviews", "lexicons", "pos-lexicon"];
@@ -226,8 +233,14 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         local_llm,
         private: args.private,
         behind_proxy: args.behind_proxy,
+        connections_per_client: args.max_connections_per_client,
     };
-    let runtime = tokio::runtime::Runtime::new()?;
+    // The I/O driver is polled every few tasks rather than every 61 (tokio's default): tasks
+    // that write large downloads take long, and a new request would wait behind dozens of them.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .event_interval(4)
+        .build()?;
     runtime.block_on(serve(home.clone(), config, resources, |address| {
         // One line on stdout, so scripts and tests can find the port.
         println!("listening on http://{address}/");

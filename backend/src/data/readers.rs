@@ -773,4 +773,106 @@ mod tests {
             vec!["b"]
         );
     }
+
+    /// Generated files: whatever the bytes, a clear error or a valid dataset; and every text
+    /// written by a standard writer reads back exactly, with its label.
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Bytes that often look like a dataset: a header, then cells with quotes, separators
+        /// and line breaks in odd places; or anything at all.
+        fn dataset_like() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..300),
+                "(text,label|text\tlabel|\\{\"text\":)?[a-z0-9 ,\"\t\n\r{}:\\\\é€]{0,200}"
+                    .prop_map(String::into_bytes),
+            ]
+        }
+
+        /// A text a reader must keep as it is: not blank, any characters.
+        fn text() -> impl Strategy<Value = String> {
+            "[^\\x00]{0,40}[a-zA-Z0-9é€😀][^\\x00]{0,40}"
+        }
+
+        fn write_temp(suffix: &str, bytes: &[u8]) -> tempfile::NamedTempFile {
+            let mut file = tempfile::Builder::new().suffix(suffix).tempfile().unwrap();
+            file.write_all(bytes).unwrap();
+            file
+        }
+
+        fn read_back(report: &ReadReport) -> Vec<(String, String)> {
+            report
+                .dataset
+                .examples
+                .iter()
+                .map(|e| {
+                    let label = report.dataset.labels.name(e.label).to_string();
+                    (e.input.texts()[0].to_string(), label)
+                })
+                .collect()
+        }
+
+        proptest! {
+            #![proptest_config(crate::property_config(1500))]
+
+            #[test]
+            fn any_bytes_give_a_dataset_or_an_error_naming_the_file(
+                bytes in dataset_like(),
+                suffix in prop_oneof![Just(".csv"), Just(".tsv"), Just(".jsonl")],
+                skip_bad: bool,
+            ) {
+                let file = write_temp(suffix, &bytes);
+                let options = ReadOptions { skip_bad, ..ReadOptions::default() };
+                match read_file(file.path(), &options) {
+                    Ok(report) => prop_assert!(report.dataset.validate().is_ok()),
+                    Err(error) => {
+                        let message = format!("{error:#}");
+                        let name = file.path().file_name().unwrap().to_string_lossy();
+                        prop_assert!(message.contains(name.as_ref()), "{message}");
+                    }
+                }
+            }
+
+            #[test]
+            fn csv_and_jsonl_read_back_what_was_written(
+                rows in proptest::collection::vec((text(), "[a-z]{1,6}"), 1..12),
+            ) {
+                let mut csv = csv::Writer::from_writer(Vec::new());
+                csv.write_record(["text", "label"]).unwrap();
+                let mut jsonl = String::new();
+                for (text, label) in &rows {
+                    csv.write_record([text, label]).unwrap();
+                    jsonl += &serde_json::json!({"text": text, "label": label}).to_string();
+                    jsonl.push('\n');
+                }
+                for (suffix, bytes) in [
+                    (".csv", csv.into_inner().unwrap()),
+                    (".jsonl", jsonl.into_bytes()),
+                ] {
+                    let file = write_temp(suffix, &bytes);
+                    let report = read_file(file.path(), &ReadOptions::default());
+                    prop_assert!(report.is_ok(), "{suffix}: {:#}", report.unwrap_err());
+                    prop_assert_eq!(read_back(&report.unwrap()), rows.clone());
+                }
+            }
+
+            #[test]
+            fn tsv_reads_back_texts_without_tabs_or_line_breaks(
+                rows in proptest::collection::vec(
+                    ("[^\\x00\t\n\r]{0,30}[a-z][^\\x00\t\n\r]{0,30}", "[a-z]{1,6}"),
+                    1..12,
+                ),
+            ) {
+                let mut tsv = String::from("text\tlabel\n");
+                for (text, label) in &rows {
+                    tsv += &format!("{text}\t{label}\n");
+                }
+                let file = write_temp(".tsv", tsv.as_bytes());
+                let report = read_file(file.path(), &ReadOptions::default());
+                prop_assert!(report.is_ok(), "{:#}", report.unwrap_err());
+                prop_assert_eq!(read_back(&report.unwrap()), rows);
+            }
+        }
+    }
 }

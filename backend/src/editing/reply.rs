@@ -45,13 +45,16 @@ const ANNOUNCEMENTS: [&str; 5] = ["here is", "here's", "edited", "revised", "cou
 /// label ("Edited Review:"); `original` is the text that was to be edited.
 pub fn parse_edit(reply: &str, answer_prefix: &str, original: &str) -> Result<String, String> {
     let reply = reply.replace("\r\n", "\n");
-    let lower = reply.to_lowercase();
     let prefix = answer_prefix.trim().to_lowercase();
     // After the answer label, when the model repeated it.
-    let body = match (!prefix.is_empty()).then(|| lower.find(&prefix)).flatten() {
-        Some(at) => &reply[at + prefix.len()..],
-        None => reply.as_str(),
-    };
+    let after_label = (!prefix.is_empty())
+        .then(|| {
+            reply
+                .char_indices()
+                .find_map(|(at, _)| strip_prefix_ignoring_case(&reply[at..], &prefix))
+        })
+        .flatten();
+    let body = after_label.unwrap_or(&reply);
     let mut lines: Vec<&str> = body.lines().map(str::trim).collect();
     while lines.first().is_some_and(|l| l.is_empty()) {
         lines.remove(0);
@@ -64,11 +67,12 @@ pub fn parse_edit(reply: &str, answer_prefix: &str, original: &str) -> Result<St
         }
     }
     // The model may label its answer like the template's lines ("Review: …").
-    if let Some(first) = lines.first_mut() {
-        let lower = first.to_lowercase();
-        if let Some(label) = ANSWER_LABELS.iter().find(|l| lower.starts_with(*l)) {
-            *first = first[label.len()..].trim_start();
-        }
+    if let Some(first) = lines.first_mut()
+        && let Some(rest) = ANSWER_LABELS
+            .iter()
+            .find_map(|label| strip_prefix_ignoring_case(first, label))
+    {
+        *first = rest.trim_start();
     }
     let mut answer = Vec::new();
     for line in lines {
@@ -132,6 +136,24 @@ pub fn copied_demonstration<'a>(edit: &str, demonstrations: &[&'a str]) -> Optio
         .iter()
         .copied()
         .find(|demo| self_bleu(edit, demo) > COPY_BLEU)
+}
+
+/// `text` after `prefix` (lower case) when `text` starts with it in any case. Compares
+/// character by character, since lower-casing can change a text's length in bytes ("İ").
+fn strip_prefix_ignoring_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    let mut wanted = prefix.chars();
+    for (at, c) in text.char_indices() {
+        let rest = wanted.as_str();
+        if rest.is_empty() {
+            return Some(&text[at..]);
+        }
+        for lower in c.to_lowercase() {
+            if wanted.next() != Some(lower) {
+                return None;
+            }
+        }
+    }
+    wanted.as_str().is_empty().then_some("")
 }
 
 /// A line before the answer that is talk, not text: it ends with a colon, is an opener
@@ -271,5 +293,69 @@ mod tests {
                 .unwrap_err()
                 .starts_with("too long")
         );
+    }
+
+    /// Generated replies: reading one never fails but with a reason, and an edit wrapped in
+    /// chatter, labels and odd letters ("İ", whose lower case is longer) comes out whole.
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Reply-like text: template labels, chatter, quotes, markdown and line breaks.
+        fn reply() -> impl Strategy<Value = String> {
+            let marks = proptest::sample::select(vec![
+                "Edited Review:",
+                "EDITED REVIEW:",
+                "Review: ",
+                "Label: Negative",
+                "Sure! Here is the edited review:",
+                "\n",
+                "\r\n",
+                "**",
+                "\"",
+                "“",
+                "> ",
+                "İ",
+                "ẞ",
+            ]);
+            let piece = prop_oneof![marks.prop_map(String::from), ".{0,12}"];
+            proptest::collection::vec(piece, 0..12).prop_map(|pieces| pieces.concat())
+        }
+
+        proptest! {
+            #![proptest_config(crate::property_config(1500))]
+
+            #[test]
+            fn any_reply_gives_an_edit_or_a_reason(
+                reply in reply(),
+                prefix in prop_oneof![Just("Edited Review:".to_string()), ".{0,10}"],
+                original in prop_oneof![Just(ORIGINAL.to_string()), ".{0,40}"],
+            ) {
+                match parse_edit(&reply, &prefix, &original) {
+                    Ok(edit) => {
+                        prop_assert!(!edit.trim().is_empty());
+                        prop_assert!(!edit.contains('\n'), "{edit:?}");
+                        prop_assert!(words(&edit) != words(&original));
+                    }
+                    Err(reason) => prop_assert!(!reason.is_empty()),
+                }
+            }
+
+            #[test]
+            fn an_edit_after_chatter_and_its_label_is_read_whole(
+                tokens in proptest::collection::vec("[a-z]{2,8}", 3..12),
+                at in any::<proptest::sample::Index>(),
+                before in "[İẞé a-zA-Z!]{0,20}",
+                label_case in any::<bool>(),
+            ) {
+                let original = tokens.join(" ") + ".";
+                let mut edited = tokens.clone();
+                edited[at.index(tokens.len())] = "qqwooden".to_string();
+                let edit = edited.join(" ") + ".";
+                let label = if label_case { "EDITED review:" } else { "Edited Review:" };
+                let reply = format!("{before}\n{label} {edit}\nLabel: negative");
+                prop_assert_eq!(parse_edit(&reply, PREFIX, &original), Ok(edit));
+            }
+        }
     }
 }

@@ -22,7 +22,10 @@ use llama_cpp_2::sampling::LlamaSampler;
 use llama_cpp_2::token::LlamaToken;
 use serde::Serialize;
 
-use super::{Completion, FinishReason, Fluency, LlmClient, Prompt, Rejected, Request, cut_at_stop};
+use super::{
+    Abandoned, Completion, FinishReason, Fluency, LlmClient, Message, Prompt, Rejected, Request,
+    cut_at_stop,
+};
 
 /// Engine settings.
 #[derive(Debug, Clone, Copy)]
@@ -149,6 +152,45 @@ impl LocalEngine {
         }
     }
 
+    /// The prompt's tokens. A chat's messages are read as plain text, and only the chat
+    /// template's own markup becomes control tokens: a message holding `<|im_start|>system`
+    /// cannot open a turn of another role. A text prompt is the caller's whole input, control
+    /// tokens included.
+    pub fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<LlamaToken>> {
+        let Prompt::Chat(messages) = prompt else {
+            return Ok(self.tokenize(&self.render(prompt)?, true));
+        };
+        // The template applied to placeholders shows where each message's text goes.
+        let placeholders: Vec<String> = (0..messages.len())
+            .map(|i| format!("\u{F8F0}{i}\u{F8F1}"))
+            .collect();
+        let skeleton = self.render(&Prompt::Chat(
+            messages
+                .iter()
+                .zip(&placeholders)
+                .map(|(message, placeholder)| Message::new(&message.role, placeholder.as_str()))
+                .collect(),
+        ))?;
+        let vocab = self.model.vocab();
+        let mut tokens = Vec::new();
+        let mut rest = skeleton.as_str();
+        for (message, placeholder) in messages.iter().zip(&placeholders) {
+            let at = rest.find(placeholder.as_str()).ok_or_else(|| {
+                anyhow!(
+                    "{}: the chat template rewrites messages, so their text cannot be kept \
+                     apart from control tokens",
+                    self.name
+                )
+            })?;
+            let add_bos = tokens.is_empty() && vocab.should_add_bos();
+            tokens.extend(vocab.tokenize(&rest.as_bytes()[..at], add_bos, true));
+            tokens.extend(vocab.tokenize(message.content.as_bytes(), false, false));
+            rest = &rest[at + placeholder.len()..];
+        }
+        tokens.extend(vocab.tokenize(rest.as_bytes(), false, true));
+        Ok(tokens)
+    }
+
     /// Token ids of `text` (with the model's start token when it wants one).
     pub fn tokenize(&self, text: &str, parse_special: bool) -> Vec<LlamaToken> {
         let vocab = self.model.vocab();
@@ -230,8 +272,7 @@ impl LocalEngine {
     }
 
     fn generate(&self, request: &Request) -> Result<Completion> {
-        let text = self.render(&request.prompt)?;
-        let tokens = self.tokenize(&text, true);
+        let tokens = self.prompt_tokens(&request.prompt)?;
         ensure!(!tokens.is_empty(), "empty prompt");
         let mut guard = self.session.lock().unwrap();
         let session = &mut *guard;
@@ -255,6 +296,7 @@ impl LocalEngine {
         let mut batch = LlamaBatch::new(self.batch, 1);
         let pending = &tokens[shared..];
         for (chunk_index, chunk) in pending.chunks(self.batch).enumerate() {
+            ensure!(!request.abandon.is_abandoned(), Abandoned);
             batch.clear();
             for (offset, &token) in chunk.iter().enumerate() {
                 let position = shared + chunk_index * self.batch + offset;
@@ -281,6 +323,7 @@ impl LocalEngine {
         let mut finish = FinishReason::Length;
         let mut generated = 0;
         while generated < sampling.max_tokens {
+            ensure!(!request.abandon.is_abandoned(), Abandoned);
             let token = sampler.sample(&session.context, -1);
             if vocab.is_eog(token) {
                 finish = FinishReason::Stop;

@@ -6,6 +6,9 @@ pub mod local;
 pub mod openai;
 pub mod server;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
@@ -17,7 +20,7 @@ pub use openai::{Api, OpenAiClient};
 pub const DEFAULT_EDITOR_MODEL: &str = "qwen2.5-coder-1.5b";
 
 /// One chat message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Message {
     /// `system`, `user` or `assistant`.
     pub role: String,
@@ -41,13 +44,57 @@ pub enum Prompt {
 }
 
 /// A completion request.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Request {
     pub prompt: Prompt,
     pub sampling: Sampling,
     /// Generation stops before the first occurrence of any of these.
     pub stop: Vec<String>,
+    /// Lets the caller give up on it (the embedded engine stops at the next token).
+    pub abandon: Abandon,
 }
+
+/// A caller's way to give up on a completion: once its [`GiveUp`] is dropped, an engine that can
+/// stop between tokens does so and answers [`Abandoned`]. The default can never be abandoned.
+#[derive(Debug, Clone, Default)]
+pub struct Abandon(Option<Arc<AtomicBool>>);
+
+/// Abandons its requests when dropped: held by a server's handler, whose future is dropped when
+/// its client leaves or its deadline passes.
+#[derive(Debug)]
+pub struct GiveUp(Arc<AtomicBool>);
+
+impl Abandon {
+    /// An `Abandon` that is abandoned when the returned [`GiveUp`] is dropped.
+    pub fn on_drop() -> (Abandon, GiveUp) {
+        let flag = Arc::new(AtomicBool::new(false));
+        (Abandon(Some(flag.clone())), GiveUp(flag))
+    }
+
+    pub fn is_abandoned(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|flag| flag.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for GiveUp {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The error of a completion whose caller gave up on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Abandoned;
+
+impl std::fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the caller gave up on the completion")
+    }
+}
+
+impl std::error::Error for Abandoned {}
 
 /// Why generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -14,30 +14,66 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Completion, LlmClient, Message, Prompt, Request, Sampling};
+use super::{Abandon, Completion, LlmClient, Message, Prompt, Request, Sampling};
 
 /// The body of a chat or text completion request: the fields Flipside honours (any `model`
 /// name is accepted, since one model is served).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 struct CompletionBody {
+    /// Chat completions: the conversation (roles system, user and assistant). Message text is
+    /// never read as the model's control tokens.
     #[serde(default)]
     messages: Option<Vec<Message>>,
+    /// Text completions: a string, or an array of one string.
     #[serde(default)]
+    #[schema(value_type = Value)]
     prompt: Option<Value>,
+    /// In [0, 2] [default: 1].
     #[serde(default)]
     temperature: Option<f32>,
+    /// In [0, 1] [default: 1].
     #[serde(default)]
     top_p: Option<f32>,
+    /// Also read as `max_completion_tokens`; prompt plus completion must fit the context.
     #[serde(default, alias = "max_completion_tokens")]
     max_tokens: Option<usize>,
     #[serde(default)]
     seed: Option<u64>,
+    /// A string or an array of strings.
     #[serde(default)]
+    #[schema(value_type = Value)]
     stop: Option<Value>,
+    /// Must be false: streaming is not supported.
     #[serde(default)]
     stream: Option<bool>,
+    /// Must be 1.
     #[serde(default)]
     n: Option<usize>,
+}
+
+/// The `/v1` routes for the OpenAPI document (served from the root, beside `/api`).
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    paths(chat, text, models),
+    components(schemas(CompletionBody, Message))
+)]
+struct V1Doc;
+
+/// Adds the `/v1` routes to `openapi`, each with the server's root as its base.
+pub fn describe(openapi: &mut utoipa::openapi::OpenApi) {
+    use utoipa::OpenApi;
+    let v1 = V1Doc::openapi();
+    for (path, mut item) in v1.paths.paths {
+        item.servers = Some(vec![utoipa::openapi::Server::new("/")]);
+        openapi.paths.paths.insert(path, item);
+    }
+    if let Some(components) = v1.components {
+        openapi
+            .components
+            .get_or_insert_with(Default::default)
+            .schemas
+            .extend(components.schemas);
+    }
 }
 
 /// An OpenAI-style error reply.
@@ -69,6 +105,9 @@ impl IntoResponse for ApiError {
 
 type Engine = Arc<dyn LlmClient>;
 
+/// The longest one completion may run; the engine then stops and the client gets 503.
+pub const GENERATION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The router serving `engine` under `/v1` (`flipside serve` puts its sign-in in front).
 pub fn router(engine: Engine) -> Router {
     Router::new()
@@ -79,6 +118,11 @@ pub fn router(engine: Engine) -> Router {
         .with_state(engine)
 }
 
+/// The one model served.
+#[utoipa::path(get, path = "/v1/models", tag = "llm",
+    security(("session" = []), ("token" = ["generate"])),
+    responses((status = 200, description = "An OpenAI model list of one model"),
+        (status = 401, description = "No session or token with the generate scope")))]
 async fn models(State(engine): State<Engine>) -> Json<Value> {
     Json(json!({
         "object": "list",
@@ -86,6 +130,14 @@ async fn models(State(engine): State<Engine>) -> Json<Value> {
     }))
 }
 
+/// An OpenAI chat completion (no streaming, n = 1). Runs at most five minutes; when the client
+/// leaves, generation stops.
+#[utoipa::path(post, path = "/v1/chat/completions", tag = "llm", request_body = CompletionBody,
+    security(("session" = []), ("token" = ["generate"])),
+    responses((status = 200, description = "An OpenAI chat.completion"),
+        (status = 400, description = "An OpenAI error: the request is invalid or too long"),
+        (status = 401, description = "No session or token with the generate scope"),
+        (status = 503, description = "Busy (with Retry-After), or past the deadline")))]
 async fn chat(State(engine): State<Engine>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let body = parse(&body)?;
     let messages = body
@@ -117,6 +169,14 @@ async fn chat(State(engine): State<Engine>, body: Bytes) -> Result<Json<Value>, 
     })))
 }
 
+/// An OpenAI text completion of `prompt` (no streaming, n = 1); control tokens in the prompt
+/// are read as such.
+#[utoipa::path(post, path = "/v1/completions", tag = "llm", request_body = CompletionBody,
+    security(("session" = []), ("token" = ["generate"])),
+    responses((status = 200, description = "An OpenAI text_completion"),
+        (status = 400, description = "An OpenAI error: the request is invalid or too long"),
+        (status = 401, description = "No session or token with the generate scope"),
+        (status = 503, description = "Busy (with Retry-After), or past the deadline")))]
 async fn text(State(engine): State<Engine>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let body = parse(&body)?;
     let prompt = match &body.prompt {
@@ -183,12 +243,27 @@ fn request(body: &CompletionBody, prompt: Prompt) -> Result<Request, ApiError> {
         prompt,
         sampling,
         stop,
+        abandon: Abandon::default(),
     })
 }
 
-async fn run(engine: Engine, request: Request) -> Result<Completion, ApiError> {
-    tokio::task::spawn_blocking(move || engine.complete(&request))
-        .await
+/// Runs a completion on a blocking thread. The engine stops at the next token when this future
+/// is dropped (the client left) or [`GENERATION_DEADLINE`] passes.
+async fn run(engine: Engine, mut request: Request) -> Result<Completion, ApiError> {
+    let (abandon, _give_up) = Abandon::on_drop();
+    request.abandon = abandon;
+    let work = crate::server::priority::spawn_compute(move || engine.complete(&request));
+    let Ok(joined) = tokio::time::timeout(GENERATION_DEADLINE, work).await else {
+        return Err(ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: format!(
+                "the model did not finish within {} s: ask for fewer max_tokens, or retry when \
+                 the server is less busy",
+                GENERATION_DEADLINE.as_secs()
+            ),
+        });
+    };
+    joined
         .map_err(|e| ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             message: format!("the model failed: {e}"),

@@ -7,7 +7,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -75,12 +75,20 @@ impl RecordStore {
     }
 }
 
+/// Appends one line and syncs it. A write that fails midway (a full disk) is undone, so no
+/// partial line stays behind even before the file is opened again.
 fn write_line(file: &mut File, value: &impl Serialize) -> Result<()> {
     let mut line = serde_json::to_vec(value)?;
     line.push(b'\n');
-    file.write_all(&line)?;
-    file.flush()?;
-    file.sync_data()?;
+    let before = file.seek(SeekFrom::End(0))?;
+    let written = file
+        .write_all(&line)
+        .and_then(|()| file.flush())
+        .and_then(|()| file.sync_data());
+    if let Err(error) = written {
+        let _ = file.set_len(before);
+        return Err(error).context("cannot append to the output (is the disk full?)");
+    }
     Ok(())
 }
 

@@ -199,6 +199,9 @@ pub async fn upload(
             if let Some(path) = &file {
                 let _ = tokio::fs::remove_file(path).await;
             }
+            // The rest of the body is read (within the body limit) before answering, or the
+            // client, still sending, could miss the answer.
+            while let Ok(Some(_field)) = multipart.next_field().await {}
             return Err(match outcome {
                 Ok(report) => ApiError::bad_request(match report.skipped.first() {
                     Some(bad) => format!(
@@ -349,13 +352,12 @@ fn format_of(file_name: &str) -> ApiResult<String> {
 async fn save_field(mut field: Field<'_>, path: &Path) -> ApiResult<()> {
     let mut out = tokio::fs::File::create(path)
         .await
-        .map_err(|e| ApiError::internal(e.into()))?;
+        .map_err(ApiError::storage)?;
     while let Some(chunk) = field.chunk().await? {
-        out.write_all(&chunk)
-            .await
-            .map_err(|e| ApiError::internal(e.into()))?;
+        out.write_all(&chunk).await.map_err(ApiError::storage)?;
     }
-    out.flush().await.map_err(|e| ApiError::internal(e.into()))
+    out.flush().await.map_err(ApiError::storage)?;
+    out.sync_all().await.map_err(ApiError::storage)
 }
 
 async fn text_field(field: Field<'_>) -> ApiResult<String> {

@@ -366,6 +366,21 @@ impl Db {
         Ok(cancelled == 1)
     }
 
+    /// Queues a failed or cancelled job `id` again, unclaimed; returns whether it did.
+    pub async fn requeue_job(&self, id: &str) -> Result<bool> {
+        let requeued = with_pool!(self, |pool| sqlx::query(
+            "UPDATE jobs SET status = 'queued', error = NULL, runner = NULL, \
+             heartbeat_at = NULL, updated_at = $2 WHERE id = $1 \
+             AND status IN ('failed', 'cancelled')"
+        )
+        .bind(id)
+        .bind(now())
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))?;
+        Ok(requeued == 1)
+    }
+
     /// Gives `team` the datasets and jobs made before accounts existed; returns how many of
     /// each.
     pub async fn adopt_ownerless(&self, team: &str) -> Result<(u64, u64)> {

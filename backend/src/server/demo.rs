@@ -7,7 +7,8 @@
 use std::time::Instant;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use flipside_shared::api::{
@@ -16,6 +17,7 @@ use flipside_shared::api::{
 };
 use flipside_shared::data::Input;
 use flipside_shared::models::compact::COMPACT_WEIGHTS_FILE;
+use serde::Deserialize;
 
 use super::AppState;
 use super::error::{ApiError, ApiResult, JsonBody};
@@ -176,31 +178,47 @@ pub async fn classify(
 /// The classifier's files (`config.json`, `tokenizer.json`, and the weights in their compact
 /// int8 form, `model.int8.safetensors`), gzip-compressed, for scoring in the browser.
 #[utoipa::path(get, path = "/classifier/{file}", tag = "editing",
-    params(("file" = String, Path, description = "config.json, tokenizer.json or model.int8.safetensors")),
-    responses((status = 200, description = "the file"), (status = 404, body = ErrorBody)))]
+    params(("file" = String, Path, description = "config.json, tokenizer.json or model.int8.safetensors"), FileVersion),
+    responses((status = 200, description = "the file"), (status = 206, description = "a byte range of it"),
+        (status = 304, description = "not modified (If-None-Match)"), (status = 404, body = ErrorBody),
+        (status = 416, body = ErrorBody)))]
 pub async fn classifier_file(
     _: DemoAccess,
     State(state): State<AppState>,
     Path(file): Path<String>,
+    version: Result<Query<FileVersion>, QueryRejection>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    let version = version?.0.v;
     state
         .resources
         .classifier_downloads
-        .response(&file, &headers)
+        .response(&file, version.as_deref(), &headers)
+}
+
+/// The `v` of a model file's content-addressed URL (as `GET /api/info` lists them).
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct FileVersion {
+    /// The file's content tag: when it is the current one, the answer may be cached for a year.
+    v: Option<String>,
 }
 
 /// The Dis-AE's files (`config.json`, `tokenizer.json`, `model.int8.safetensors`,
 /// `lass.json`), gzip-compressed, for generating in the browser.
 #[utoipa::path(get, path = "/dis-ae/{file}", tag = "editing",
-    params(("file" = String, Path, description = "config.json, tokenizer.json, model.int8.safetensors or lass.json")),
-    responses((status = 200, description = "the file"), (status = 404, body = ErrorBody)))]
+    params(("file" = String, Path, description = "config.json, tokenizer.json, model.int8.safetensors or lass.json"), FileVersion),
+    responses((status = 200, description = "the file"), (status = 206, description = "a byte range of it"),
+        (status = 304, description = "not modified (If-None-Match)"), (status = 404, body = ErrorBody),
+        (status = 416, body = ErrorBody)))]
 pub async fn dis_ae_file(
     _: DemoAccess,
     State(state): State<AppState>,
     Path(file): Path<String>,
+    version: Result<Query<FileVersion>, QueryRejection>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
+    let version = version?.0.v;
     let Some((downloads, _)) = &state.resources.dis_ae else {
         return Err(ApiError::not_found(
             "a Dis-AE: the server has none (train one with `flipside lass train`, then serve \
@@ -208,14 +226,14 @@ pub async fn dis_ae_file(
                 .to_string(),
         ));
     };
-    downloads.response(&file, &headers)
+    downloads.response(&file, version.as_deref(), &headers)
 }
 
 /// Runs model code on a blocking thread; its errors and panics become 500s.
 pub async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
 ) -> ApiResult<T> {
-    match tokio::task::spawn_blocking(work).await {
+    match super::priority::spawn_compute(work).await {
         Ok(result) => result.map_err(ApiError::internal),
         Err(panic) => Err(ApiError::internal(anyhow::anyhow!(
             "a worker panicked: {panic}"

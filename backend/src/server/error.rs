@@ -64,6 +64,23 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// A failure to write: 507 when the server's disk (or a file size limit) is full, so that
+    /// the client knows to retry later; otherwise 500.
+    pub fn storage(error: std::io::Error) -> Self {
+        use std::io::ErrorKind::{FileTooLarge, QuotaExceeded, StorageFull};
+        if !matches!(error.kind(), StorageFull | QuotaExceeded | FileTooLarge) {
+            return Self::internal(error.into());
+        }
+        tracing::error!("out of disk space: {error}");
+        Self::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "insufficient_storage",
+            "the server's disk is full: nothing was kept; try again later",
+        )
+    }
+}
+
 /// The longest message sent: a message quoting the client's input (a broken line of an upload)
 /// is cut here rather than echoing megabytes back.
 const MAX_MESSAGE_CHARS: usize = 500;
@@ -162,5 +179,97 @@ mod tests {
             cut.len()
         );
         assert!(cut.starts_with("line 1: é") && cut.ends_with("(1999508 more characters)"));
+    }
+
+    /// Generated bodies for the API's request types: read, or refused as a client error whose
+    /// JSON reply carries a stable code and a short message.
+    mod properties {
+        use super::*;
+        use axum::extract::FromRequest;
+        use flipside_shared::api::{ClassifyRequest, EditRequest, JobRequest, RetrieveRequest};
+        use proptest::prelude::*;
+
+        /// JSON made of the request types' own field names and odd values, or any bytes.
+        fn body() -> impl Strategy<Value = Vec<u8>> {
+            let field = proptest::sample::select(vec![
+                "text",
+                "label",
+                "target",
+                "method",
+                "keywords",
+                "seed",
+                "k",
+                "texts",
+                "dataset",
+                "limit",
+                "max_words",
+                "verify",
+                "max_attempts",
+                "x",
+            ]);
+            let leaf = prop_oneof![
+                Just(serde_json::Value::Null),
+                any::<bool>().prop_map(serde_json::Value::from),
+                any::<i64>().prop_map(serde_json::Value::from),
+                any::<u64>().prop_map(serde_json::Value::from),
+                any::<f64>().prop_map(serde_json::Value::from),
+                ".{0,30}".prop_map(serde_json::Value::from),
+                Just(serde_json::Value::from("core")),
+            ];
+            let value = leaf.prop_recursive(3, 24, 6, |inner| {
+                prop_oneof![
+                    proptest::collection::vec(inner.clone(), 0..6)
+                        .prop_map(serde_json::Value::from),
+                    proptest::collection::btree_map(".{0,8}", inner, 0..4)
+                        .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+                ]
+            });
+            prop_oneof![
+                3 => proptest::collection::btree_map(field, value, 0..8).prop_map(|fields| {
+                    serde_json::to_vec(&fields).unwrap()
+                }),
+                1 => proptest::collection::vec(any::<u8>(), 0..200),
+            ]
+        }
+
+        /// Reads `body` as a `T`; on refusal, checks the reply.
+        fn check<T: serde::de::DeserializeOwned + Send + 'static>(
+            body: Vec<u8>,
+        ) -> Result<(), TestCaseError> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let request = axum::http::Request::builder()
+                .method("POST")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(body))
+                .unwrap();
+            let Err(error) = runtime.block_on(JsonBody::<T>::from_request(request, &())) else {
+                return Ok(());
+            };
+            prop_assert!(error.status.is_client_error(), "{error:?}");
+            let status = error.status;
+            let response = error.into_response();
+            prop_assert_eq!(response.status(), status);
+            let bytes = runtime
+                .block_on(axum::body::to_bytes(response.into_body(), usize::MAX))
+                .unwrap();
+            let reply: api::ApiError = serde_json::from_slice(&bytes).unwrap();
+            prop_assert!(!reply.code.is_empty() && !reply.message.is_empty());
+            prop_assert!(reply.message.chars().count() < MAX_MESSAGE_CHARS + 40);
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(crate::property_config(600))]
+
+            #[test]
+            fn request_bodies_are_read_or_refused_with_a_clear_error(body in body()) {
+                check::<EditRequest>(body.clone())?;
+                check::<RetrieveRequest>(body.clone())?;
+                check::<ClassifyRequest>(body.clone())?;
+                check::<JobRequest>(body)?;
+            }
+        }
     }
 }

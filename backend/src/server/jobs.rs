@@ -141,6 +141,39 @@ pub async fn cancel(
     Ok(Json(job))
 }
 
+/// Runs a failed or cancelled job again from where it stopped: the records it made are kept
+/// and its remaining items are edited (409 for a job that is queued, running or done).
+#[utoipa::path(post, path = "/teams/{team}/jobs/{id}/resume", tag = "jobs",
+    params(("team" = String, Path), ("id" = String, Path)),
+    security(("session" = []), ("token" = ["generate"])),
+    responses((status = 200, body = Job), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody)))]
+pub async fn resume(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, id)): Path<(String, String)>,
+) -> ApiResult<Json<Job>> {
+    let job = find(&state, &caller, &team, &id, GENERATE).await?;
+    if !matches!(job.status, JobStatus::Failed | JobStatus::Cancelled)
+        || !state.db.requeue_job(&id).await?
+    {
+        return Err(ApiError::conflict(format!(
+            "job {id} is {}: only a failed or cancelled job can be resumed",
+            job.status.as_str()
+        )));
+    }
+    state.jobs.forget_cancel(&id);
+    state.jobs.wake();
+    let job = state
+        .db
+        .team_job(&team, &id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("job {id}")))?;
+    let _ = state.jobs.updates.send(job.clone());
+    Ok(Json(job))
+}
+
 /// Deletes a finished job, its records and its checkpoint (a queued or running one must be
 /// cancelled first: 409). Review queues made of it keep their items.
 #[utoipa::path(delete, path = "/teams/{team}/jobs/{id}", tag = "jobs",
@@ -226,6 +259,7 @@ pub async fn events(
 
 /// Which records to list.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RecordQuery {
     /// Only the flipped (true) or not flipped (false) ones.
     flipped: Option<bool>,

@@ -3,6 +3,8 @@
 //! database behind them.
 
 pub mod admission;
+pub mod body_pace;
+pub mod connections;
 pub mod datasets;
 pub mod db;
 pub mod demo;
@@ -10,6 +12,8 @@ pub mod downloads;
 pub mod error;
 pub mod jobs;
 pub mod portal;
+pub mod priority;
+pub mod request_log;
 pub mod resources;
 pub mod runner;
 pub mod security;
@@ -76,6 +80,8 @@ pub struct ServerConfig {
     pub private: bool,
     /// Trust `X-Forwarded-For` and `X-Forwarded-Proto` from a proxy in front.
     pub behind_proxy: bool,
+    /// Open connections one client address may hold (not counted behind a proxy).
+    pub connections_per_client: usize,
 }
 
 #[derive(OpenApi)]
@@ -99,7 +105,9 @@ pub struct ServerConfig {
         (name = "accounts", description = "Sign-in, API tokens, members and invitations"),
         (name = "review", description = "Review queues: leases, verdicts, the second pass, \
                                          the dashboard and exports"),
-        (name = "server", description = "Health")
+        (name = "server", description = "Health"),
+        (name = "llm", description = "The embedded model's OpenAI-compatible API, served at \
+                                      /v1 beside /api when the server embeds its LLM")
     )
 )]
 struct ApiDoc;
@@ -152,6 +160,7 @@ pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenA
         .routes(routes!(jobs::create, jobs::list))
         .routes(routes!(jobs::get, jobs::delete))
         .routes(routes!(jobs::cancel))
+        .routes(routes!(jobs::resume))
         .routes(routes!(jobs::events))
         .routes(routes!(jobs::records))
         .routes(routes!(jobs::download))
@@ -229,7 +238,10 @@ pub async fn serve(
         admission: Arc::new(admission::Admission::for_this_machine()),
         team_quota_bytes: config.team_quota_bytes,
     };
-    let (api, openapi) = api(config.max_upload_bytes);
+    let (api, mut openapi) = api(config.max_upload_bytes);
+    if config.local_llm.is_some() {
+        crate::llm::server::describe(&mut openapi);
+    }
     let openapi = Arc::new(openapi);
     let api = api
         .route(
@@ -274,6 +286,7 @@ pub async fn serve(
     }
     let headers = security::SecurityHeaders::for_app(config.static_dir.as_deref())?;
     let app = app
+        .layer(axum::middleware::from_fn(body_pace::require_pace))
         .layer(axum::middleware::from_fn_with_state(
             headers,
             security::add_headers,
@@ -285,7 +298,11 @@ pub async fn serve(
                 "the server failed; see its log",
             )
             .into_response()
-        }));
+        }))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            request_log::log_request,
+        ));
 
     let runner = tokio::spawn(runner::run_jobs(state.clone()));
     let listener = tokio::net::TcpListener::bind(config.listen)
@@ -293,15 +310,16 @@ pub async fn serve(
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     on_ready(listener.local_addr()?);
     let shutdown = state.shutdown.clone();
-    let server = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
+    tokio::spawn(async move {
         stop_signal().await;
         tracing::info!("shutting down; running jobs resume on the next start");
         shutdown.cancel();
     });
+    let limits = connections::ConnectionLimits {
+        header_timeout: connections::HEADER_TIMEOUT,
+        per_client: (!config.behind_proxy).then_some(config.connections_per_client),
+    };
+    let server = connections::serve(listener, app, limits, state.shutdown.clone());
     // Requests in flight get a few seconds to finish; a client that stalls does not hold the
     // server up for longer.
     let stalled = async {
@@ -309,7 +327,7 @@ pub async fn serve(
         tokio::time::sleep(SHUTDOWN_GRACE).await;
     };
     tokio::select! {
-        result = server => result.context("the server failed")?,
+        () = server => {}
         _ = stalled => tracing::warn!(
             "connections still open {} s after the signal; stopping anyway",
             SHUTDOWN_GRACE.as_secs()

@@ -96,6 +96,7 @@ impl Resources {
             labels: classifier_config.labels,
             max_len: classifier_config.max_len,
             download_bytes: classifier_downloads.download_bytes(),
+            files: classifier_downloads.urls("/api/classifier"),
         };
         Ok(Self {
             models,
@@ -152,6 +153,7 @@ fn dis_ae_info(dir: &std::path::Path, downloads: &ModelDownloads) -> Result<DisA
         labels: report.labels,
         parameters: report.parameters,
         download_bytes: downloads.download_bytes(),
+        files: downloads.urls("/api/dis-ae"),
     })
 }
 

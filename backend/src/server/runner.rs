@@ -89,6 +89,15 @@ impl JobQueue {
         }
     }
 
+    /// Job `id` was queued again: a cancel it got while queued before no longer applies.
+    pub fn forget_cancel(&self, id: &str) {
+        self.cancels
+            .lock()
+            .unwrap()
+            .cancelled_while_queued
+            .remove(id);
+    }
+
     /// Marks job `id` running and returns its cancellation token; `None` when it was
     /// cancelled before it started.
     fn start(&self, id: &str) -> Option<CancellationToken> {
@@ -126,7 +135,15 @@ pub async fn run_jobs(state: AppState) {
         };
         match next {
             Some(id) => {
-                if let Err(error) = run_job(&state, &id).await {
+                let result = run_job(&state, &id).await;
+                if let Err(error) = &result
+                    && is_database_error(error)
+                {
+                    // The checkpoint holds what was made; the job stays claimed and running,
+                    // and resumes here once the database answers again.
+                    tracing::warn!("job {id}: the database failed ({error:#}); resuming later");
+                    tokio::time::sleep(HEARTBEAT).await;
+                } else if let Err(error) = result {
                     tracing::error!("job {id}: {error:#}");
                     if let Ok(Some(mut job)) = state.db.job(&id).await {
                         job.status = JobStatus::Failed;
@@ -140,6 +157,11 @@ pub async fn run_jobs(state: AppState) {
             }
         }
     }
+}
+
+/// Whether `error` came from the database (rather than from the job itself).
+fn is_database_error(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| cause.is::<sqlx::Error>())
 }
 
 /// Claims the oldest unfinished job that no live process runs.
@@ -307,6 +329,7 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
         let token = token.clone();
         let output = output.clone();
         tokio::task::spawn_blocking(move || -> Result<Summary> {
+            super::priority::lower_this_thread();
             let resources = &state.resources;
             let selection = Selection {
                 target: "flip".into(),
@@ -359,19 +382,30 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
     };
 
     let mut seq = earlier.len();
-    while let Some(update) = updates.recv().await {
-        if let Some(record) = &update.record {
-            let json = serde_json::to_string(record)?;
-            if state
-                .db
-                .insert_record(id, &record.key, seq, record.flipped, &json)
-                .await?
-            {
-                seq += 1;
+    let saved = async {
+        while let Some(update) = updates.recv().await {
+            if let Some(record) = &update.record {
+                let json = serde_json::to_string(record)?;
+                if state
+                    .db
+                    .insert_record(id, &record.key, seq, record.flipped, &json)
+                    .await?
+                {
+                    seq += 1;
+                }
             }
+            count(job, &update.summary);
+            publish(state, job).await?;
         }
-        count(job, &update.summary);
-        publish(state, job).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    if let Err(error) = saved {
+        // Generation stops before this returns: a resumed run must not write the checkpoint
+        // beside it.
+        token.cancel();
+        let _ = generation.await;
+        return Err(error);
     }
     let outcome = generation.await.context("the generation thread panicked")?;
     match outcome {

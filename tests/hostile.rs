@@ -1,0 +1,402 @@
+//! Hostile and careless clients against a real `flipside serve` on loopback: connections held
+//! open without a request, headers or bodies sent a byte at a time, more connections than one
+//! address may hold, a generation whose client left, and a mixed load beyond what the server
+//! can run at once. Also the request log they leave.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+use serde_json::{Value, json};
+
+use crate::accounts::{add_user, api_token, first_admin};
+use crate::common::ITEMS;
+use crate::common::{editing_setup, serve_command};
+use crate::server::{Server, json_of};
+use flipside_backend::server::priority::lower_this_thread;
+
+/// Connections the test's server allows one address.
+const PER_CLIENT: usize = 6;
+
+/// The server's header timeout (`connections::HEADER_TIMEOUT`) and body grace (`body_pace`).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+const BODY_GRACE: Duration = Duration::from_secs(10);
+
+/// A raw connection to the server at `url` (`http://host:port/`).
+fn connect(url: &str) -> TcpStream {
+    let address = url.trim_start_matches("http://").trim_end_matches('/');
+    let stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream
+}
+
+/// Everything the server sends until it closes the connection, and how long that took.
+fn read_until_closed(stream: &mut TcpStream) -> (String, Duration) {
+    let started = Instant::now();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => received.extend_from_slice(&buffer[..n]),
+            // A reset is a close too.
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(error) => panic!("the server kept the connection open: {error}"),
+        }
+    }
+    (
+        String::from_utf8_lossy(&received).into_owned(),
+        started.elapsed(),
+    )
+}
+
+#[test]
+fn slow_and_greedy_clients_are_cut_off_and_every_request_is_logged() {
+    let setup = editing_setup();
+    let data_dir = setup.dir.path().join("server");
+    let log_path = setup.dir.path().join("server.log");
+    let server = Server::spawn(
+        serve_command(
+            &setup,
+            &data_dir,
+            &["--max-connections-per-client", &PER_CLIENT.to_string()],
+        )
+        .stderr(std::fs::File::create(&log_path).unwrap()),
+    );
+    let url = server.url.clone();
+
+    // One address holds at most PER_CLIENT connections: the next is answered 429 and closed,
+    // and a slot comes back when a connection closes.
+    let mut held: Vec<TcpStream> = (0..PER_CLIENT).map(|_| connect(&url)).collect();
+    let (reply, _) = read_until_closed(&mut connect(&url));
+    assert!(reply.starts_with("HTTP/1.1 429"), "{reply}");
+    assert!(reply.contains("too_many_connections"), "{reply}");
+    drop(held.pop());
+    let started = Instant::now();
+    loop {
+        let answer = server.http.get(server.url("/health")).send();
+        if answer.as_ref().is_ok_and(|a| a.status() == 200) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{answer:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(held);
+
+    std::thread::scope(|scope| {
+        // Headers that never end: the connection is closed once the header timeout passes.
+        let half_headers = scope.spawn(|| {
+            let mut stream = connect(&url);
+            stream
+                .write_all(b"GET /api/health HTTP/1.1\r\nHost: flipside\r\n")
+                .unwrap();
+            read_until_closed(&mut stream)
+        });
+        // A kept-alive connection left idle after its request is closed after as long.
+        let idle = scope.spawn(|| {
+            let mut stream = connect(&url);
+            stream
+                .write_all(b"GET /api/health HTTP/1.1\r\nHost: flipside\r\n\r\n")
+                .unwrap();
+            read_until_closed(&mut stream)
+        });
+        // A body at a byte a second ends with 408 after the grace.
+        let trickle = scope.spawn(|| {
+            let mut stream = connect(&url);
+            stream
+                .write_all(
+                    b"POST /api/classify HTTP/1.1\r\nHost: flipside\r\n\
+                      Content-Type: application/json\r\nContent-Length: 200\r\n\r\n",
+                )
+                .unwrap();
+            let mut writer = stream.try_clone().unwrap();
+            let sender = std::thread::spawn(move || {
+                for _ in 0..60 {
+                    if writer.write_all(b" ").is_err() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            });
+            let reply = read_until_closed(&mut stream);
+            drop(stream);
+            let _ = sender.join();
+            reply
+        });
+
+        let (reply, waited) = half_headers.join().unwrap();
+        assert!(!reply.contains("200 OK"), "{reply}");
+        assert!(
+            waited >= HEADER_TIMEOUT - Duration::from_secs(1)
+                && waited < HEADER_TIMEOUT + Duration::from_secs(5),
+            "half-sent headers held for {waited:?}"
+        );
+        let (reply, waited) = idle.join().unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+        assert!(
+            waited < HEADER_TIMEOUT + Duration::from_secs(5),
+            "an idle connection held for {waited:?}"
+        );
+        let (reply, waited) = trickle.join().unwrap();
+        assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+        assert!(reply.contains("request_timeout"), "{reply}");
+        assert!(
+            waited >= BODY_GRACE - Duration::from_secs(1)
+                && waited < BODY_GRACE + Duration::from_secs(5),
+            "a trickled body held for {waited:?}"
+        );
+    });
+
+    // A query string is never logged (it may carry what the path does not).
+    json_of(server.get("/health?secret=abc"), 200);
+    let status = server.terminate();
+    assert!(status.success(), "{status}");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("127.0.0.1 \"GET /api/health\" 200")),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("127.0.0.1 \"POST /api/classify\" 408")),
+        "{log}"
+    );
+    assert!(!log.contains("secret"), "{log}");
+}
+
+#[test]
+fn a_generation_stops_when_its_client_leaves() {
+    let setup = editing_setup();
+    let data_dir = setup.dir.path().join("server");
+    let server = Server::start(&setup, &data_dir, &[]);
+    add_user(&data_dir, &[], "ada@lab.org", "lab", "admin");
+    let key = api_token(&data_dir, &[], "ada@lab.org", "generate");
+    let complete = |client: &Client, max_tokens: usize| {
+        client
+            .post(format!("{}v1/completions", server.url))
+            .bearer_auth(&key)
+            .json(&json!({
+                "prompt": "1, 2, 3, 4, 5, 6, 7, 8,",
+                "max_tokens": max_tokens,
+                "temperature": 0,
+            }))
+            .send()
+    };
+
+    // The whole generation, for scale: counting on never ends by itself.
+    const LONG: usize = 600;
+    let started = Instant::now();
+    let whole: Value = json_of(complete(&server.http, LONG).unwrap(), 200);
+    let whole_time = started.elapsed();
+    assert_eq!(whole["usage"]["completion_tokens"], LONG, "{whole}");
+
+    // The same request from a client that gives up after a second: the engine stops, so a short
+    // request right after is not kept waiting for the rest of the long one.
+    let impatient = Client::builder()
+        .timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    assert!(complete(&impatient, LONG).is_err());
+    let started = Instant::now();
+    json_of(complete(&server.http, 1).unwrap(), 200);
+    let waited = started.elapsed();
+    assert!(
+        waited < whole_time / 2,
+        "waited {waited:?} behind an abandoned generation that takes {whole_time:?} whole"
+    );
+}
+
+/// How long the load runs, and the most memory the server may take meanwhile (it holds about
+/// 0.5 GB idle: the classifier, MiniLM, the index and SmolLM2).
+const LOAD_SECONDS: u64 = 20;
+const MEMORY_CEILING_MB: u64 = 1200;
+
+/// The server's resident memory, in MB.
+fn resident_mb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb / 1024)
+}
+
+#[test]
+fn under_a_mixed_load_health_stays_quick_memory_bounded_and_the_excess_is_refused() {
+    let setup = editing_setup();
+    let data_dir = setup.dir.path().join("server");
+    let server = Server::start(&setup, &data_dir, &[]);
+    let (admin, team) = first_admin(&server, &data_dir, &[], "ada@lab.org", "lab");
+    let deadline = Instant::now() + Duration::from_secs(LOAD_SECONDS);
+    // Statuses per endpoint; 0 for a request that got no answer, 599 for a 503 without
+    // Retry-After.
+    let statuses: Mutex<BTreeMap<&str, Vec<u16>>> = Mutex::default();
+    let statuses_of = &statuses;
+    let record = move |endpoint: &'static str,
+                       answer: reqwest::Result<reqwest::blocking::Response>| {
+        let status = match answer {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                let retry = response.headers().contains_key("retry-after");
+                // Read the whole body, as a client would.
+                let _ = response.bytes();
+                if status == 503 && !retry { 599 } else { status }
+            }
+            Err(_) => 0,
+        };
+        statuses_of
+            .lock()
+            .unwrap()
+            .entry(endpoint)
+            .or_default()
+            .push(status);
+    };
+    let client = || {
+        Client::builder()
+            .timeout(Duration::from_secs(90))
+            .build()
+            .unwrap()
+    };
+    // The largest classify request there is: 64 texts of 5,000 characters.
+    let long_text = "The film was long and the acting was wooden, but the music was fine. "
+        .repeat(80)[..5000]
+        .to_string();
+    let classify = serde_json::to_vec(&json!({"texts": vec![long_text; 64]})).unwrap();
+    let edit = json!({"text": "The film was wonderful and the cast superb.", "label": "positive"});
+
+    // The clients run at a lower priority than this test's health probe and the server, as if
+    // they were on other machines: on 2 cores they would otherwise take the CPU from both.
+    let until_deadline = |work: &(dyn Fn(&Client) + Sync)| {
+        lower_this_thread();
+        let http = client();
+        while Instant::now() < deadline {
+            work(&http);
+        }
+    };
+    let (health, memory) = std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                until_deadline(&|http| {
+                    let request = http
+                        .post(server.url("/classify"))
+                        .header("content-type", "application/json")
+                        .body(classify.clone());
+                    record("classify", request.send())
+                })
+            });
+        }
+        for _ in 0..4 {
+            scope.spawn(|| {
+                until_deadline(&|http| {
+                    record("edit", http.post(server.url("/edit")).json(&edit).send())
+                })
+            });
+        }
+        for _ in 0..4 {
+            scope.spawn(|| {
+                until_deadline(&|http| {
+                    let file = server.url("/classifier/model.int8.safetensors");
+                    record("download", http.get(file).send())
+                })
+            });
+        }
+        // Uploads, each deleted again (the team's quota stays free).
+        for worker in 0..2 {
+            let (admin, team) = (&admin, &team);
+            scope.spawn(move || {
+                lower_this_thread();
+                let datasets = format!("/teams/{team}/datasets");
+                let mut round = 0;
+                while Instant::now() < deadline {
+                    round += 1;
+                    let name = format!("load-{worker}-{round}.csv");
+                    let uploaded = admin.upload(&datasets, &name, ITEMS.into(), &[]);
+                    let status = uploaded.status().as_u16();
+                    let body: Value = uploaded.json().unwrap_or_default();
+                    statuses_of
+                        .lock()
+                        .unwrap()
+                        .entry("upload")
+                        .or_default()
+                        .push(status);
+                    if let Some(id) = body["id"].as_str() {
+                        let path = format!("{datasets}/{id}");
+                        let deleted = admin.send(reqwest::Method::DELETE, &path, None);
+                        let status = deleted.status().as_u16();
+                        statuses_of
+                            .lock()
+                            .unwrap()
+                            .entry("delete")
+                            .or_default()
+                            .push(status);
+                    }
+                }
+            });
+        }
+        // Health, every 20 ms over one kept-alive connection, and the server's memory.
+        let health = scope.spawn(|| {
+            let http = client();
+            let mut times = Vec::new();
+            while Instant::now() < deadline {
+                let started = Instant::now();
+                let answer = http.get(server.url("/health")).send();
+                assert!(
+                    answer.is_ok_and(|a| a.status() == 200),
+                    "health failed under load"
+                );
+                times.push(started.elapsed());
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            times
+        });
+        let memory = scope.spawn(|| {
+            let mut peak = 0;
+            while Instant::now() < deadline + Duration::from_secs(2) {
+                peak = peak.max(resident_mb(server.pid()));
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            peak
+        });
+        (health.join().unwrap(), memory.join().unwrap())
+    });
+
+    let statuses = statuses.into_inner().unwrap();
+    let mut health = health;
+    health.sort();
+    let percentile = |p: usize| health[(health.len() * p / 100).min(health.len() - 1)];
+    let (p50, p99) = (percentile(50), percentile(99));
+    let mut summary = format!(
+        "{LOAD_SECONDS} s of load: health p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms over {} probes; \
+         peak memory {memory} MB;",
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3,
+        health.last().unwrap().as_secs_f64() * 1e3,
+        health.len()
+    );
+    for (endpoint, list) in &statuses {
+        let mut counts: BTreeMap<u16, usize> = BTreeMap::new();
+        for &status in list {
+            *counts.entry(status).or_default() += 1;
+        }
+        summary += &format!(" {endpoint} {counts:?};");
+    }
+    eprintln!("{summary}");
+    for (endpoint, list) in &statuses {
+        assert!(
+            list.iter().all(|s| matches!(s, 200 | 201 | 204 | 503)),
+            "{endpoint}: an answer that is not success or 503 + Retry-After: {summary}"
+        );
+        assert!(
+            list.iter().any(|status| *status != 503),
+            "{endpoint} never served: {summary}"
+        );
+    }
+    assert!(p99 < Duration::from_millis(50), "{summary}");
+    assert!(memory < MEMORY_CEILING_MB, "{summary}");
+}
