@@ -1,7 +1,7 @@
 //! Hostile and careless clients against a real `flipside serve` on loopback: connections held
 //! open without a request, headers or bodies sent a byte at a time, more connections than one
 //! address may hold, a generation whose client left, and a mixed load beyond what the server
-//! can run at once. Also the request log they leave.
+//! can run at once. Also the request log they leave, and retention of what they upload.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use reqwest::blocking::Client;
 use serde_json::{Value, json};
 
-use crate::accounts::{add_user, api_token, first_admin};
+use crate::accounts::{add_user, api_token, first_admin, items_dataset};
 use crate::common::ITEMS;
 use crate::common::{editing_setup, serve_command};
-use crate::server::{Server, json_of};
+use crate::server::{Server, json_of, wait_for_status};
 use flipside_backend::server::priority::lower_this_thread;
 
 /// Connections the test's server allows one address.
@@ -399,4 +399,46 @@ fn under_a_mixed_load_health_stays_quick_memory_bounded_and_the_excess_is_refuse
     }
     assert!(p99 < Duration::from_millis(50), "{summary}");
     assert!(memory < MEMORY_CEILING_MB, "{summary}");
+}
+
+#[test]
+fn under_retention_old_uploads_and_finished_jobs_are_deleted_with_their_files() {
+    let setup = editing_setup();
+    let data_dir = setup.dir.path().join("server");
+    let server = Server::start(&setup, &data_dir, &["--retention", "3s"]);
+    let (admin, team) = first_admin(&server, &data_dir, &[], "ada@lab.org", "lab");
+    let dataset = items_dataset(&admin, &team);
+    let jobs = format!("/teams/{team}/jobs");
+    let job = json_of(
+        admin.post(&jobs, &json!({"dataset": dataset, "limit": 1})),
+        202,
+    );
+    let id = job["id"].as_str().unwrap();
+    let finished = wait_for_status(&admin, &team, id, "done");
+    assert_eq!(finished["done"], 1);
+    // A finished job goes 3 s after it finished, and then the upload it read.
+    let started = Instant::now();
+    loop {
+        let job_gone = admin.get(&format!("{jobs}/{id}")).status() == 404;
+        let listed = json_of(admin.get(&format!("/teams/{team}/datasets")), 200);
+        let upload_gone = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["id"] != dataset.as_str());
+        if job_gone && upload_gone {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "still there after 30 s: job {job_gone}, upload {upload_gone}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for dir in ["datasets", "jobs"] {
+        let left: Vec<_> = std::fs::read_dir(data_dir.join(dir))
+            .map(|files| files.flatten().map(|f| f.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{dir}: {left:?}");
+    }
 }

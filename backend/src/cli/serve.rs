@@ -23,6 +23,7 @@ use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::index_dir;
 use crate::server::connections::CONNECTIONS_PER_CLIENT;
 use crate::server::resources::{ResourceConfig, Resources};
+use crate::server::retention::parse_period;
 use crate::server::{ServerConfig, serve};
 
 /// The classifier trained on first run, and its training-set size.
@@ -98,6 +99,10 @@ pub struct ServeArgs {
     /// counted with --behind-proxy: limit clients in the proxy then)
     #[arg(long, default_value_t = CONNECTIONS_PER_CLIENT, value_name = "N")]
     pub max_connections_per_client: usize,
+    /// Delete uploads and finished jobs (records, checkpoints) older than this, e.g. 30d, 12h;
+    /// an upload stays while a job reads it [default: keep everything until deleted]
+    #[arg(long, value_name = "PERIOD", value_parser = parse_period)]
+    pub retention: Option<std::time::Duration>,
     /// Classifier that scores edits (a directory or a name under HOME/models)
     /// [default: imdb-400, trained on first run; imdb-2000 with --full]
     #[arg(long, value_name = "MODEL")]
@@ -234,6 +239,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         private: args.private,
         behind_proxy: args.behind_proxy,
         connections_per_client: args.max_connections_per_client,
+        retention: args.retention,
     };
     // The I/O driver is polled every few tasks rather than every 61 (tokio's default): tasks
     // that write large downloads take long, and a new request would wait behind dozens of them.

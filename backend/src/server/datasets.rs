@@ -253,23 +253,35 @@ pub async fn delete(
         .await?
         .filter(|d| d.team.as_deref() == Some(team.as_str()))
         .ok_or_else(|| ApiError::not_found(format_args!("dataset {id}")))?;
-    let in_use = state
-        .db
-        .jobs(&team)
-        .await?
-        .into_iter()
-        .find(|job| !job.status.is_finished() && job.request.dataset == id);
-    if let Some(job) = in_use {
+    if let Some(job) = remove_unused(&state, &team, &stored).await? {
         return Err(ApiError::conflict(format!(
-            "job {} is using it: cancel it or wait for it to finish",
-            job.id
+            "job {job} is using it: cancel it or wait for it to finish"
         )));
     }
-    state.db.delete_dataset(&id).await?;
-    if let Err(error) = tokio::fs::remove_file(state.data_dir.join(&stored.file)).await {
-        tracing::warn!("cannot remove dataset {id}'s file: {error}");
-    }
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Deletes `stored` (one of `team`'s uploads) and its file unless a queued or running job reads
+/// it; that job's id when one does.
+pub async fn remove_unused(
+    state: &AppState,
+    team: &str,
+    stored: &StoredDataset,
+) -> anyhow::Result<Option<String>> {
+    let in_use = state
+        .db
+        .jobs(team)
+        .await?
+        .into_iter()
+        .find(|job| !job.status.is_finished() && job.request.dataset == stored.id);
+    if let Some(job) = in_use {
+        return Ok(Some(job.id));
+    }
+    state.db.delete_dataset(&stored.id).await?;
+    if let Err(error) = tokio::fs::remove_file(state.data_dir.join(&stored.file)).await {
+        tracing::warn!("cannot remove dataset {}'s file: {error}", stored.id);
+    }
+    Ok(None)
 }
 
 /// Bytes of the team's uploads on disk.

@@ -216,6 +216,29 @@ impl Db {
         row.map(dataset_from_row).transpose()
     }
 
+    /// Uploaded datasets made before `cutoff` (a time as [`now`] writes it), for retention.
+    pub async fn datasets_before(&self, cutoff: &str) -> Result<Vec<StoredDataset>> {
+        let sql = AssertSqlSafe(format!(
+            "SELECT {DATASET_COLUMNS} FROM datasets WHERE created_at < $1 ORDER BY created_at"
+        ));
+        let rows: Vec<DatasetRow> = with_pool!(self, |pool| sqlx::query_as(sql)
+            .bind(cutoff)
+            .fetch_all(pool)
+            .await)?;
+        rows.into_iter().map(dataset_from_row).collect()
+    }
+
+    /// Finished jobs last changed before `cutoff`, for retention.
+    pub async fn jobs_finished_before(&self, cutoff: &str) -> Result<Vec<String>> {
+        let ids: Vec<String> = with_pool!(self, |pool| sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE status NOT IN ('queued', 'running') AND updated_at < $1"
+        )
+        .bind(cutoff)
+        .fetch_all(pool)
+        .await)?;
+        Ok(ids)
+    }
+
     /// Deletes dataset `id`'s row; whether there was one.
     pub async fn delete_dataset(&self, id: &str) -> Result<bool> {
         let deleted = with_pool!(self, |pool| sqlx::query(

@@ -187,12 +187,20 @@ pub async fn delete(
     Path((team, id)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
     find(&state, &caller, &team, &id, GENERATE).await?;
-    if !state.db.delete_finished_job(&id).await? {
+    if !remove_finished(&state, &id).await? {
         return Err(ApiError::conflict(format!(
             "job {id} has not finished: cancel it first"
         )));
     }
-    let checkpoint = checkpoint(&state, &id);
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Deletes job `id`, its records and its checkpoint if it has finished; whether it did.
+pub async fn remove_finished(state: &AppState, id: &str) -> anyhow::Result<bool> {
+    if !state.db.delete_finished_job(id).await? {
+        return Ok(false);
+    }
+    let checkpoint = checkpoint(state, id);
     for file in [failures_path(&checkpoint), checkpoint] {
         if let Err(error) = tokio::fs::remove_file(&file).await
             && error.kind() != std::io::ErrorKind::NotFound
@@ -200,7 +208,7 @@ pub async fn delete(
             tracing::warn!("cannot remove {}: {error}", file.display());
         }
     }
-    Ok(StatusCode::NO_CONTENT)
+    Ok(true)
 }
 
 /// The job's progress as Server-Sent Events: a `progress` event with the whole job on connect

@@ -15,6 +15,7 @@ pub mod portal;
 pub mod priority;
 pub mod request_log;
 pub mod resources;
+pub mod retention;
 pub mod runner;
 pub mod security;
 
@@ -82,6 +83,8 @@ pub struct ServerConfig {
     pub behind_proxy: bool,
     /// Open connections one client address may hold (not counted behind a proxy).
     pub connections_per_client: usize,
+    /// Delete uploads and finished jobs older than this; keep them when `None`.
+    pub retention: Option<std::time::Duration>,
 }
 
 #[derive(OpenApi)]
@@ -305,6 +308,9 @@ pub async fn serve(
         ));
 
     let runner = tokio::spawn(runner::run_jobs(state.clone()));
+    if let Some(period) = config.retention {
+        tokio::spawn(retention::keep_for(state.clone(), period));
+    }
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
