@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::accounts::{add_user, api_token, first_admin, items_dataset};
 use crate::common::ITEMS;
 use crate::common::{editing_setup, serve_command};
-use crate::server::{Server, json_of, wait_for_status};
+use crate::server::{Server, check_error, json_of, wait_for_status};
 use flipside_backend::server::priority::lower_this_thread;
 
 /// Connections the test's server allows one address.
@@ -151,6 +151,24 @@ fn slow_and_greedy_clients_are_cut_off_and_every_request_is_logged() {
             "a trickled body held for {waited:?}"
         );
     });
+
+    // A URI or headers over the limits are refused with JSON errors.
+    let long_uri = format!("{}?q={}", server.url("/health"), "a".repeat(9000));
+    let refused = server.http.get(long_uri).send().unwrap();
+    check_error(refused, 414, "uri_too_long");
+    let mut request = server.http.get(server.url("/health"));
+    for i in 0..120 {
+        request = request.header(format!("x-filler-{i}"), "1");
+    }
+    check_error(request.send().unwrap(), 431, "headers_too_large");
+    let huge_header = "b".repeat(70_000);
+    let refused = server
+        .http
+        .get(server.url("/health"))
+        .header("x-filler", huge_header)
+        .send()
+        .unwrap();
+    check_error(refused, 431, "headers_too_large");
 
     // A query string is never logged (it may carry what the path does not).
     json_of(server.get("/health?secret=abc"), 200);

@@ -712,6 +712,11 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         chat(json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": u64::MAX}));
     assert_eq!(huge.status(), 400);
     assert!(huge.text().unwrap().contains("exceeds the context"));
+    // A body over /v1's 4 MB limit gets an OpenAI-style JSON error too.
+    let oversized = chat(json!({"messages": [{"role": "user", "content": "x".repeat(5 << 20)}]}));
+    assert_eq!(oversized.status(), 413);
+    let error: Value = oversized.json().unwrap();
+    assert!(error["error"]["message"].is_string(), "{error}");
     // Message text is never read as control tokens: a user's `<|im_start|>` is several tokens
     // of text, not the one token that opens a turn (role injection).
     let prompt_tokens = |content: &str| {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -138,8 +139,8 @@ async fn models(State(engine): State<Engine>) -> Json<Value> {
         (status = 400, description = "An OpenAI error: the request is invalid or too long"),
         (status = 401, description = "No session or token with the generate scope"),
         (status = 503, description = "Busy (with Retry-After), or past the deadline")))]
-async fn chat(State(engine): State<Engine>, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let body = parse(&body)?;
+async fn chat(State(engine): State<Engine>, body: Body) -> Result<Json<Value>, ApiError> {
+    let body = parse(body)?;
     let messages = body
         .messages
         .clone()
@@ -177,8 +178,8 @@ async fn chat(State(engine): State<Engine>, body: Bytes) -> Result<Json<Value>, 
         (status = 400, description = "An OpenAI error: the request is invalid or too long"),
         (status = 401, description = "No session or token with the generate scope"),
         (status = 503, description = "Busy (with Retry-After), or past the deadline")))]
-async fn text(State(engine): State<Engine>, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let body = parse(&body)?;
+async fn text(State(engine): State<Engine>, body: Body) -> Result<Json<Value>, ApiError> {
+    let body = parse(body)?;
     let prompt = match &body.prompt {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Array(items)) if items.len() == 1 && items[0].is_string() => {
@@ -202,8 +203,15 @@ async fn text(State(engine): State<Engine>, body: Bytes) -> Result<Json<Value>, 
     })))
 }
 
-fn parse(body: &[u8]) -> Result<CompletionBody, ApiError> {
-    let body: CompletionBody = serde_json::from_slice(body)
+/// A request body as read: its bytes, or why it could not be read (too large: 413).
+type Body = Result<Bytes, BytesRejection>;
+
+fn parse(body: Body) -> Result<CompletionBody, ApiError> {
+    let body = body.map_err(|rejection| ApiError {
+        status: rejection.status(),
+        message: rejection.body_text(),
+    })?;
+    let body: CompletionBody = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))?;
     if body.stream == Some(true) {
         return Err(ApiError::bad_request(

@@ -18,6 +18,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_http::add_extension::AddExtension;
 
+use super::request_size::{HYPER_MAX_BUFFER, HYPER_MAX_HEADERS};
+
 /// How long a client may take to send a request's headers, or to start its next request on a
 /// kept-alive connection.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -73,7 +75,9 @@ pub async fn serve(
             let mut builder = http1::Builder::new();
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_timeout);
+                .header_read_timeout(limits.header_timeout)
+                .max_headers(HYPER_MAX_HEADERS)
+                .max_buf_size(HYPER_MAX_BUFFER);
             let connection = builder.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(connection);
             let result = tokio::select! {

@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod portal;
 pub mod priority;
 pub mod request_log;
+pub mod request_size;
 pub mod resources;
 pub mod retention;
 pub mod runner;
@@ -290,6 +291,7 @@ pub async fn serve(
     let headers = security::SecurityHeaders::for_app(config.static_dir.as_deref())?;
     let app = app
         .layer(axum::middleware::from_fn(body_pace::require_pace))
+        .layer(axum::middleware::from_fn(request_size::check_size))
         .layer(axum::middleware::from_fn_with_state(
             headers,
             security::add_headers,
