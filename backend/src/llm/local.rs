@@ -296,7 +296,7 @@ impl LocalEngine {
         let mut batch = LlamaBatch::new(self.batch, 1);
         let pending = &tokens[shared..];
         for (chunk_index, chunk) in pending.chunks(self.batch).enumerate() {
-            ensure!(!request.abandon.is_abandoned(), Abandoned);
+            ensure!(!request.cancel.is_cancelled(), Abandoned);
             batch.clear();
             for (offset, &token) in chunk.iter().enumerate() {
                 let position = shared + chunk_index * self.batch + offset;
@@ -323,7 +323,7 @@ impl LocalEngine {
         let mut finish = FinishReason::Length;
         let mut generated = 0;
         while generated < sampling.max_tokens {
-            ensure!(!request.abandon.is_abandoned(), Abandoned);
+            ensure!(!request.cancel.is_cancelled(), Abandoned);
             let token = sampler.sample(&session.context, -1);
             if vocab.is_eog(token) {
                 finish = FinishReason::Stop;

@@ -6,11 +6,9 @@ pub mod local;
 pub mod openai;
 pub mod server;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
 
 pub use flipside_shared::records::Sampling;
 pub use local::LocalEngine;
@@ -50,38 +48,10 @@ pub struct Request {
     pub sampling: Sampling,
     /// Generation stops before the first occurrence of any of these.
     pub stop: Vec<String>,
-    /// Lets the caller give up on it (the embedded engine stops at the next token).
-    pub abandon: Abandon,
-}
-
-/// A caller's way to give up on a completion: once its [`GiveUp`] is dropped, an engine that can
-/// stop between tokens does so and answers [`Abandoned`]. The default can never be abandoned.
-#[derive(Debug, Clone, Default)]
-pub struct Abandon(Option<Arc<AtomicBool>>);
-
-/// Abandons its requests when dropped: held by a server's handler, whose future is dropped when
-/// its client leaves or its deadline passes.
-#[derive(Debug)]
-pub struct GiveUp(Arc<AtomicBool>);
-
-impl Abandon {
-    /// An `Abandon` that is abandoned when the returned [`GiveUp`] is dropped.
-    pub fn on_drop() -> (Abandon, GiveUp) {
-        let flag = Arc::new(AtomicBool::new(false));
-        (Abandon(Some(flag.clone())), GiveUp(flag))
-    }
-
-    pub fn is_abandoned(&self) -> bool {
-        self.0
-            .as_ref()
-            .is_some_and(|flag| flag.load(Ordering::Relaxed))
-    }
-}
-
-impl Drop for GiveUp {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
+    /// Cancelled when the caller gives up on it (the embedded engine then stops at the next
+    /// token with [`Abandoned`]; e.g. through a drop guard held by a server's handler, dropped
+    /// when its client leaves).
+    pub cancel: CancellationToken,
 }
 
 /// The error of a completion whose caller gave up on it.

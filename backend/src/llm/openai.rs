@@ -342,7 +342,7 @@ mod tests {
             prompt: Prompt::Text("hi".into()),
             sampling: crate::llm::Sampling::default(),
             stop: Vec::new(),
-            abandon: Default::default(),
+            cancel: Default::default(),
         }
     }
 

@@ -14,8 +14,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
-use super::{Abandon, Completion, LlmClient, Message, Prompt, Request, Sampling};
+use super::{Completion, LlmClient, Message, Prompt, Request, Sampling};
 
 /// The body of a chat or text completion request: the fields Flipside honours (any `model`
 /// name is accepted, since one model is served).
@@ -251,15 +252,14 @@ fn request(body: &CompletionBody, prompt: Prompt) -> Result<Request, ApiError> {
         prompt,
         sampling,
         stop,
-        abandon: Abandon::default(),
+        cancel: CancellationToken::new(),
     })
 }
 
 /// Runs a completion on a blocking thread. The engine stops at the next token when this future
 /// is dropped (the client left) or [`GENERATION_DEADLINE`] passes.
-async fn run(engine: Engine, mut request: Request) -> Result<Completion, ApiError> {
-    let (abandon, _give_up) = Abandon::on_drop();
-    request.abandon = abandon;
+async fn run(engine: Engine, request: Request) -> Result<Completion, ApiError> {
+    let _give_up = request.cancel.clone().drop_guard();
     let work = crate::server::priority::spawn_compute(move || engine.complete(&request));
     let Ok(joined) = tokio::time::timeout(GENERATION_DEADLINE, work).await else {
         return Err(ApiError {

@@ -14,7 +14,7 @@ use crate::editing::keywords::{Lexicons, keywords};
 use crate::editing::prompts::{PromptTemplate, Slots, Task};
 use crate::editing::reply::{copied_demonstration, parse_edit};
 use crate::editing::retrieve::{Retrieval, Retrieve};
-use crate::llm::{Abandon, FinishReason, LlmClient, Rejected, Request, Sampling};
+use crate::llm::{FinishReason, LlmClient, Rejected, Request, Sampling};
 use crate::pipeline::{Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit};
 
 /// Retrieve, extract keywords, edit with the LLM.
@@ -256,7 +256,7 @@ impl Editor for PromptEditor {
             prompt: self.template.chat(&slots),
             sampling,
             stop: self.template.stop.clone(),
-            abandon: Abandon::default(),
+            cancel: Default::default(),
         };
         // A rejected request is this item's failure; anything else stops the run (it resumes).
         let completion = match self.llm.complete(&request) {

@@ -130,15 +130,18 @@ pub async fn cancel(
     }
     // Queued, or running in another process (which reads the cancellation within seconds).
     state.db.cancel_job(&id).await?;
+    Ok(Json(publish_current(&state, &team, &id).await?))
+}
+
+/// Job `id` as the database has it now, also sent to the progress streams.
+async fn publish_current(state: &AppState, team: &str, id: &str) -> ApiResult<Job> {
     let job = state
         .db
-        .team_job(&team, &id)
+        .team_job(team, id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("job {id}")))?;
-    if job.status == JobStatus::Cancelled {
-        let _ = state.jobs.updates.send(job.clone());
-    }
-    Ok(Json(job))
+    let _ = state.jobs.updates.send(job.clone());
+    Ok(job)
 }
 
 /// Runs a failed or cancelled job again from where it stopped: the records it made are kept
@@ -165,13 +168,7 @@ pub async fn resume(
     }
     state.jobs.forget_cancel(&id);
     state.jobs.wake();
-    let job = state
-        .db
-        .team_job(&team, &id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("job {id}")))?;
-    let _ = state.jobs.updates.send(job.clone());
-    Ok(Json(job))
+    Ok(Json(publish_current(&state, &team, &id).await?))
 }
 
 /// Deletes a finished job, its records and its checkpoint (a queued or running one must be
