@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { launchChromium, waitForScoring } from './chromium.mjs';
+import { launchChromium, screenshot, waitForScoring } from './chromium.mjs';
 
 const URL = process.env.FLIPSIDE_URL;
 const SHOTS = process.env.SCREENSHOT_DIR ?? 'target/screenshots';
@@ -73,13 +73,13 @@ test('the edit demo makes a counterfactual and shows helpers, keywords, diff and
   } else {
     console.log(`# the LLM gave no usable edit: ${await page.getByTestId('demo-failure').innerText()}`);
   }
-  await page.screenshot({ path: join(SHOTS, 'demo.png'), fullPage: true });
+  await screenshot(page, join(SHOTS, 'demo.png'));
 
   // The same page at phone width: no sideways scrolling.
   await page.setViewportSize({ width: 375, height: 800 });
   const width = await page.evaluate(() => document.documentElement.scrollWidth);
   assert.ok(width <= 375, `the page is ${width} px wide at a 375 px viewport`);
-  await page.screenshot({ path: join(SHOTS, 'demo-phone.png'), fullPage: true });
+  await screenshot(page, join(SHOTS, 'demo-phone.png'));
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -132,7 +132,7 @@ test('the demo offers the methods, disables those the server cannot run, and sho
   assert.deepEqual(fills, ['<extra_id_0> script → film', '<extra_id_1> poor → good', '<extra_id_2> special → were.']);
   assert.ok(await page.getByTestId('diff-added').count() >= 1, 'the diff marks the fills');
   assert.equal(await page.getByTestId('excerpt').count(), 0, 'no helpers for a method that does not retrieve');
-  await page.screenshot({ path: join(SHOTS, 'demo-autocad.png'), fullPage: true });
+  await screenshot(page, join(SHOTS, 'demo-autocad.png'));
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -185,7 +185,7 @@ test('the Dis-AE generates in the browser as it does natively; the page flips, h
   const lines = decodeURIComponent(href.slice(href.indexOf(',') + 1)).trim().split('\n').map((l) => JSON.parse(l));
   assert.deepEqual(lines.map((l) => l.edited), NATIVE.outputs.map((o) => o.text));
   assert.ok(lines.every((l) => l.target === 'negative' && l.method === 'lass'));
-  await page.screenshot({ path: join(SHOTS, 'generate-in-browser.png'), fullPage: true });
+  await screenshot(page, join(SHOTS, 'generate-in-browser.png'));
   assert.deepEqual(errors, []);
   await page.close();
 });
@@ -213,7 +213,7 @@ test('the jobs page signs in, uploads a dataset, runs a job to the end and lists
   assert.ok(rows >= 1, 'the finished job lists its records');
   const href = await page.getByTestId('download-jsonl').getAttribute('href');
   assert.match(href, /\/api\/teams\/team-[0-9a-f]+\/jobs\/job-[0-9a-f]+\/records\.jsonl$/);
-  await page.screenshot({ path: join(SHOTS, 'jobs.png'), fullPage: true });
+  await screenshot(page, join(SHOTS, 'jobs.png'));
   // The job has finished, so its dataset can go.
   const datasetId = await uploaded.getAttribute('value');
   const row = page.locator(`[data-testid=dataset-item][data-dataset-id="${datasetId}"]`);

@@ -17,3 +17,15 @@ export async function waitForScoring(page, timeout) {
   const error = await page.evaluate(() => window.flipsideScoringError ?? null);
   if (error !== null) throw new Error(`the in-browser classifier failed: ${error}`);
 }
+
+/**
+ * A full-page screenshot once the in-browser classifier is idle. Its loading and scoring run on
+ * the page's main thread (unoptimised wasm in the tests, on cores shared with other tests), and a
+ * screenshot waits for that thread: taken mid-scoring, it can time out.
+ */
+export async function screenshot(page, path) {
+  const idle = 120_000;
+  await page.waitForFunction(() => !document.querySelector('[data-testid="browser-score"] .spinner'),
+    null, { timeout: idle });
+  await page.screenshot({ path, fullPage: true, timeout: idle });
+}

@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { launchChromium } from './chromium.mjs';
+import { launchChromium, screenshot } from './chromium.mjs';
 
 const URL = process.env.FLIPSIDE_URL;
 const SHOTS = process.env.SCREENSHOT_DIR ?? 'target/screenshots';
@@ -78,7 +78,7 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
     await ada.page.getByTestId('queue-overlap').fill('2');
     await ada.page.getByTestId('queue-create').click();
     await ada.page.getByTestId('queue-row').first().waitFor();
-    await ada.page.screenshot({ path: join(SHOTS, 'portal-team.png'), fullPage: true });
+    await screenshot(ada.page, join(SHOTS, 'portal-team.png'));
 
     const bob = await person();
     await bob.page.goto(link);
@@ -91,8 +91,8 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
       await page.getByTestId('open-queue').filter({ hasText: 'Review of' }).first().click();
       await current(page);
     }
-    await ada.page.screenshot({ path: join(SHOTS, 'portal-review-ada.png'), fullPage: true });
-    await bob.page.screenshot({ path: join(SHOTS, 'portal-review-bob.png'), fullPage: true });
+    await screenshot(ada.page, join(SHOTS, 'portal-review-ada.png'));
+    await screenshot(bob.page, join(SHOTS, 'portal-review-bob.png'));
 
     // Keys never fire while typing: an "a" typed into the text box stays text.
     const first = await current(bob.page);
@@ -124,7 +124,7 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
     await ada.page.reload();
     await ada.page.getByTestId('review-stats').filter({ hasText: `${decided.ada.length} of ${decided.ada.length} decided` })
       .waitFor({ timeout: LONG });
-    await ada.page.screenshot({ path: join(SHOTS, 'portal-finished.png'), fullPage: true });
+    await screenshot(ada.page, join(SHOTS, 'portal-finished.png'));
 
     // The second pass: the admin accepts every outcome (over the classifier where it disagrees),
     // one key each.
@@ -171,7 +171,7 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
     await ada.page.getByTestId('review-excerpt').first().waitFor({ timeout: LONG });
     await ada.page.keyboard.press('f');
     await ada.page.getByTestId('demo-hand-edit').fill(WRITTEN);
-    await ada.page.screenshot({ path: join(SHOTS, 'portal-author.png'), fullPage: true });
+    await screenshot(ada.page, join(SHOTS, 'portal-author.png'));
     await ada.page.keyboard.press('Control+Enter');
     // Next, the uploaded original (the keys are live again, not in the text box): skipped, and
     // nothing is left.
