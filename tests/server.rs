@@ -1157,7 +1157,12 @@ impl Drop for Postgres {
 fn command_as(owner: Option<&str>, program: &Path) -> Command {
     match owner {
         Some(user) => {
-            let mut command = Command::new("runuser");
+            // util-linux puts it in /usr/sbin, which a non-login PATH may lack.
+            let runuser = ["/usr/sbin/runuser", "/sbin/runuser"]
+                .into_iter()
+                .find(|path| Path::new(path).is_file())
+                .unwrap_or("runuser");
+            let mut command = Command::new(runuser);
             command.args(["-u", user, "--"]).arg(program);
             command
         }
