@@ -189,13 +189,13 @@ fn slow_and_greedy_clients_are_cut_off_and_every_request_is_logged() {
 }
 
 #[test]
-fn a_generation_stops_when_its_client_leaves() {
+fn a_generation_stops_when_its_client_leaves_or_its_deadline_passes() {
     let setup = editing_setup();
     let data_dir = setup.dir.path().join("server");
     let server = Server::start(&setup, &data_dir, &[]);
     add_user(&data_dir, &[], "ada@lab.org", "lab", "admin");
     let key = api_token(&data_dir, &[], "ada@lab.org", "generate");
-    let complete = |client: &Client, max_tokens: usize| {
+    let complete = |server: &Server, client: &Client, max_tokens: usize| {
         client
             .post(format!("{}v1/completions", server.url))
             .bearer_auth(&key)
@@ -210,7 +210,7 @@ fn a_generation_stops_when_its_client_leaves() {
     // The whole generation, for scale: counting on never ends by itself.
     const LONG: usize = 600;
     let started = Instant::now();
-    let whole: Value = json_of(complete(&server.http, LONG).unwrap(), 200);
+    let whole: Value = json_of(complete(&server, &server.http, LONG).unwrap(), 200);
     let whole_time = started.elapsed();
     assert_eq!(whole["usage"]["completion_tokens"], LONG, "{whole}");
 
@@ -220,14 +220,46 @@ fn a_generation_stops_when_its_client_leaves() {
         .timeout(Duration::from_secs(1))
         .build()
         .unwrap();
-    assert!(complete(&impatient, LONG).is_err());
+    assert!(complete(&server, &impatient, LONG).is_err());
     let started = Instant::now();
-    json_of(complete(&server.http, 1).unwrap(), 200);
+    json_of(complete(&server, &server.http, 1).unwrap(), 200);
     let waited = started.elapsed();
     assert!(
         waited < whole_time / 2,
         "waited {waited:?} behind an abandoned generation that takes {whole_time:?} whole"
     );
+    drop(server);
+
+    // With a deadline of a second, a long completion and a long demo edit are answered 503, and
+    // each stops: short completions are answered again soon after.
+    let server = Server::start(&setup, &data_dir, &["--deadline", "1s"]);
+    let started = Instant::now();
+    let refused = complete(&server, &server.http, 3_000).unwrap();
+    assert_eq!(refused.status(), 503);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    json_of(complete(&server, &server.http, 1).unwrap(), 200);
+    let long_review =
+        "The plot wanders and the acting is wooden, but the score is lovely. ".repeat(70);
+    let message = check_error(
+        server.post("/edit", &json!({"text": long_review, "label": "negative"})),
+        503,
+        "deadline",
+    );
+    assert!(message.contains("within 1 s"), "{message}");
+    // The engine checks between tokens, and between chunks of 512 prompt tokens (about 2 s each
+    // on 2 AVX2 cores): the edit would have run on for about a minute there (55 s whole).
+    let started = Instant::now();
+    while complete(&server, &server.http, 1).unwrap().status() != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the engine is still busy with an abandoned edit after {:?}",
+            started.elapsed()
+        );
+    }
 }
 
 /// How long the load runs, and the most memory the server may take meanwhile (it holds about

@@ -103,6 +103,10 @@ pub struct ServeArgs {
     /// an upload stays while a job reads it [default: keep everything until deleted]
     #[arg(long, value_name = "PERIOD", value_parser = parse_period)]
     pub retention: Option<std::time::Duration>,
+    /// The longest one demo edit or /v1 completion may run, e.g. 90s, 5m: it then stops, and
+    /// its client gets 503 (a client that leaves stops its generation too)
+    #[arg(long, default_value = "5m", value_name = "PERIOD", value_parser = parse_period)]
+    pub deadline: std::time::Duration,
     /// Classifier that scores edits (a directory or a name under HOME/models)
     /// [default: imdb-400, trained on first run; imdb-2000 with --full]
     #[arg(long, value_name = "MODEL")]
@@ -240,6 +244,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         behind_proxy: args.behind_proxy,
         connections_per_client: args.max_connections_per_client,
         retention: args.retention,
+        deadline: args.deadline,
     };
     // The I/O driver is polled every few tasks rather than every 61 (tokio's default): tasks
     // that write large downloads take long, and a new request would wait behind dozens of them.

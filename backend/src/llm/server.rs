@@ -3,7 +3,7 @@
 //! engine (on a blocking thread); streaming and `n > 1` are refused with a clear error.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -14,9 +14,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use super::{Completion, LlmClient, Message, Prompt, Request, Sampling};
+use crate::server::priority::spawn_cancellable;
 
 /// The body of a chat or text completion request: the fields Flipside honours (any `model`
 /// name is accepted, since one model is served).
@@ -107,17 +107,22 @@ impl IntoResponse for ApiError {
 
 type Engine = Arc<dyn LlmClient>;
 
-/// The longest one completion may run; the engine then stops and the client gets 503.
-pub const GENERATION_DEADLINE: std::time::Duration = std::time::Duration::from_secs(300);
+/// The served engine, and the longest one completion may run (the engine then stops and the
+/// client gets 503).
+#[derive(Clone)]
+struct Served {
+    engine: Engine,
+    deadline: Duration,
+}
 
 /// The router serving `engine` under `/v1` (`flipside serve` puts its sign-in in front).
-pub fn router(engine: Engine) -> Router {
+pub fn router(engine: Engine, deadline: Duration) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(text))
         .route("/v1/models", get(models))
         .layer(DefaultBodyLimit::max(4 << 20))
-        .with_state(engine)
+        .with_state(Served { engine, deadline })
 }
 
 /// The one model served.
@@ -125,22 +130,22 @@ pub fn router(engine: Engine) -> Router {
     security(("session" = []), ("token" = ["generate"])),
     responses((status = 200, description = "An OpenAI model list of one model"),
         (status = 401, description = "No session or token with the generate scope")))]
-async fn models(State(engine): State<Engine>) -> Json<Value> {
+async fn models(State(served): State<Served>) -> Json<Value> {
     Json(json!({
         "object": "list",
-        "data": [{"id": engine.model(), "object": "model", "owned_by": "flipside"}]
+        "data": [{"id": served.engine.model(), "object": "model", "owned_by": "flipside"}]
     }))
 }
 
-/// An OpenAI chat completion (no streaming, n = 1). Runs at most five minutes; when the client
-/// leaves, generation stops.
+/// An OpenAI chat completion (no streaming, n = 1). Runs until the server's deadline at most (five
+/// minutes unless `serve --deadline` says otherwise); when the client leaves, generation stops.
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "llm", request_body = CompletionBody,
     security(("session" = []), ("token" = ["generate"])),
     responses((status = 200, description = "An OpenAI chat.completion"),
         (status = 400, description = "An OpenAI error: the request is invalid or too long"),
         (status = 401, description = "No session or token with the generate scope"),
         (status = 503, description = "Busy (with Retry-After), or past the deadline")))]
-async fn chat(State(engine): State<Engine>, body: Body) -> Result<Json<Value>, ApiError> {
+async fn chat(State(served): State<Served>, body: Body) -> Result<Json<Value>, ApiError> {
     let body = parse(body)?;
     let messages = body
         .messages
@@ -156,12 +161,12 @@ async fn chat(State(engine): State<Engine>, body: Body) -> Result<Json<Value>, A
             odd.role.chars().take(40).collect::<String>()
         )));
     }
-    let completion = run(engine.clone(), request(&body, Prompt::Chat(messages))?).await?;
+    let completion = run(&served, request(&body, Prompt::Chat(messages))?).await?;
     Ok(Json(json!({
         "id": format!("chatcmpl-{}", now_nanos()),
         "object": "chat.completion",
         "created": now_nanos() / 1_000_000_000,
-        "model": engine.model(),
+        "model": served.engine.model(),
         "choices": [{
             "index": 0,
             "message": {"role": "assistant", "content": completion.text},
@@ -179,7 +184,7 @@ async fn chat(State(engine): State<Engine>, body: Body) -> Result<Json<Value>, A
         (status = 400, description = "An OpenAI error: the request is invalid or too long"),
         (status = 401, description = "No session or token with the generate scope"),
         (status = 503, description = "Busy (with Retry-After), or past the deadline")))]
-async fn text(State(engine): State<Engine>, body: Body) -> Result<Json<Value>, ApiError> {
+async fn text(State(served): State<Served>, body: Body) -> Result<Json<Value>, ApiError> {
     let body = parse(body)?;
     let prompt = match &body.prompt {
         Some(Value::String(text)) => text.clone(),
@@ -188,12 +193,12 @@ async fn text(State(engine): State<Engine>, body: Body) -> Result<Json<Value>, A
         }
         _ => return Err(ApiError::bad_request("'prompt' must be a string")),
     };
-    let completion = run(engine.clone(), request(&body, Prompt::Text(prompt))?).await?;
+    let completion = run(&served, request(&body, Prompt::Text(prompt))?).await?;
     Ok(Json(json!({
         "id": format!("cmpl-{}", now_nanos()),
         "object": "text_completion",
         "created": now_nanos() / 1_000_000_000,
-        "model": engine.model(),
+        "model": served.engine.model(),
         "choices": [{
             "index": 0,
             "text": completion.text,
@@ -252,22 +257,24 @@ fn request(body: &CompletionBody, prompt: Prompt) -> Result<Request, ApiError> {
         prompt,
         sampling,
         stop,
-        cancel: CancellationToken::new(),
+        cancel: Default::default(),
     })
 }
 
 /// Runs a completion on a blocking thread. The engine stops at the next token when this future
-/// is dropped (the client left) or [`GENERATION_DEADLINE`] passes.
-async fn run(engine: Engine, request: Request) -> Result<Completion, ApiError> {
-    let _give_up = request.cancel.clone().drop_guard();
-    let work = crate::server::priority::spawn_compute(move || engine.complete(&request));
-    let Ok(joined) = tokio::time::timeout(GENERATION_DEADLINE, work).await else {
+/// is dropped (the client left) or the deadline passes.
+async fn run(served: &Served, request: Request) -> Result<Completion, ApiError> {
+    let engine = served.engine.clone();
+    let work = spawn_cancellable(served.deadline, move |cancel| {
+        engine.complete(&Request { cancel, ..request })
+    });
+    let Ok(joined) = work.await else {
         return Err(ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             message: format!(
                 "the model did not finish within {} s: ask for fewer max_tokens, or retry when \
                  the server is less busy",
-                GENERATION_DEADLINE.as_secs()
+                served.deadline.as_secs()
             ),
         });
     };

@@ -256,7 +256,7 @@ impl Editor for PromptEditor {
             prompt: self.template.chat(&slots),
             sampling,
             stop: self.template.stop.clone(),
-            cancel: Default::default(),
+            cancel: context.cancel.clone(),
         };
         // A rejected request is this item's failure; anything else stops the run (it resumes).
         let completion = match self.llm.complete(&request) {
@@ -369,6 +369,7 @@ fn substitute(item: &Item, retrieval: &Retrieval) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::llm::Abandoned;
     use flipside_shared::records::Excerpt;
 
     #[test]
@@ -405,5 +406,47 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(substitute(&item, &nothing), None);
+    }
+
+    /// Answers at once, unless its caller has given up (as the embedded engine then does).
+    struct Echo;
+
+    impl LlmClient for Echo {
+        fn model(&self) -> &str {
+            "echo"
+        }
+
+        fn complete(&self, request: &Request) -> Result<crate::llm::Completion> {
+            anyhow::ensure!(!request.cancel.is_cancelled(), Abandoned);
+            Ok(crate::llm::Completion {
+                text: "A dull film.".into(),
+                prompt_tokens: 1,
+                completion_tokens: 1,
+                finish_reason: FinishReason::Stop,
+            })
+        }
+    }
+
+    #[test]
+    fn the_llm_stops_when_the_items_caller_gives_up() {
+        let editor = PromptEditor {
+            llm: Arc::new(Echo),
+            template: PromptTemplate::load("llm-only-sentiment").unwrap(),
+            sampling: Sampling::default(),
+            with_keywords: false,
+        };
+        let item = Item {
+            id: "c1".into(),
+            text: "A wonderful film.".into(),
+            premise: None,
+            label: "positive".into(),
+            target: "negative".into(),
+        };
+        let context = Context::default();
+        let attempt = Attempt { number: 1, seed: 0 };
+        assert!(editor.propose(&item, &context, attempt).is_ok());
+        context.cancel.cancel();
+        let error = editor.propose(&item, &context, attempt).unwrap_err();
+        assert!(error.root_cause().is::<Abandoned>(), "{error:#}");
     }
 }

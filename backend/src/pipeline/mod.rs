@@ -20,12 +20,15 @@ pub mod store;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Result, ensure};
 use flipside_shared::data::{Input, stable_hash};
 use flipside_shared::records::{Counterfactual, FailedAttempt, PromptRef, Provenance, Timing};
 
+use tokio_util::sync::CancellationToken;
+
 use crate::editing::retrieve::Retrieval;
 use crate::infiller::rationales::{Rationale, RationaleSource};
+use crate::llm::Abandoned;
 
 /// What to edit: one example and the label to flip it to.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,6 +62,9 @@ pub struct Context {
     /// The masked rationale, or why the item has none, and how it was chosen (AutoCAD).
     pub rationale: Option<(std::result::Result<Rationale, String>, RationaleSource)>,
     pub millis: f64,
+    /// Cancelled when the caller gives up on the item (a demo client that left or ran out of
+    /// time): no further attempt starts, and an LLM editor stops at its next token.
+    pub cancel: CancellationToken,
 }
 
 /// Finds what an editor works from.
@@ -230,6 +236,7 @@ impl Pipeline {
             ..EditOutcome::default()
         };
         for attempt in first_attempt..=self.max_attempts {
+            ensure!(!outcome.context.cancel.is_cancelled(), Abandoned);
             let attempt_seed = attempt_seed(seed, item, attempt);
             let started = Instant::now();
             let proposal = self.editor.propose(
@@ -431,6 +438,17 @@ mod tests {
             .unwrap();
         assert!(resumed.failures.is_empty());
         assert_eq!(resumed.record.unwrap().edited, record.edited);
+    }
+
+    #[test]
+    fn a_cancelled_item_starts_no_further_attempt() {
+        let item = item("7", "A wonderful film.");
+        let context = Context::default();
+        context.cancel.cancel();
+        let error = pipeline(true)
+            .edit_in_context(&item, context, 3, 1, &mut |_| Ok(()))
+            .unwrap_err();
+        assert!(error.is::<Abandoned>(), "{error:#}");
     }
 
     /// Fails its first attempt, then breaks.

@@ -9,7 +9,7 @@ use std::time::Instant;
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use flipside_shared::api::{
     ApiError as ErrorBody, ClassifyRequest, ClassifyResponse, EditRequest, EditResponse, Health,
@@ -18,10 +18,12 @@ use flipside_shared::api::{
 use flipside_shared::data::Input;
 use flipside_shared::models::compact::COMPACT_WEIGHTS_FILE;
 use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
 
 use super::AppState;
 use super::error::{ApiError, ApiResult, JsonBody};
 use super::portal::auth::DemoAccess;
+use super::priority::{spawn_cancellable, spawn_compute};
 use super::resources::{Resources, demo_examples};
 use crate::lass::model as lass;
 use crate::methods::core::RetrievalContext;
@@ -103,9 +105,11 @@ pub async fn retrieve(
 }
 
 /// Makes one counterfactual with a method (CORE by default: retrieve helpers, extract keywords
-/// or use the given ones, edit with the LLM), and scores the original and the edit.
+/// or use the given ones, edit with the LLM), and scores the original and the edit. Runs until
+/// the server's deadline at most; when the client leaves, the edit stops.
 #[utoipa::path(post, path = "/edit", tag = "editing", request_body = EditRequest,
-    responses((status = 200, body = EditResponse), (status = 400, body = ErrorBody)))]
+    responses((status = 200, body = EditResponse), (status = 400, body = ErrorBody),
+        (status = 503, body = ErrorBody, description = "Busy (with Retry-After), or past the deadline")))]
 pub async fn edit(
     _: DemoAccess,
     State(state): State<AppState>,
@@ -140,8 +144,21 @@ pub async fn edit(
         )));
     }
     let resources = state.resources.clone();
-    let response = blocking(move || edit_item(&resources, method, item, request)).await?;
-    Ok(Json(response))
+    let work = spawn_cancellable(state.deadline, move |cancel| {
+        edit_item(&resources, method, item, request, cancel)
+    });
+    let Ok(joined) = work.await else {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "deadline",
+            format!(
+                "the edit did not finish within {} s: try a shorter text, or retry when the \
+                 server is less busy",
+                state.deadline.as_secs()
+            ),
+        ));
+    };
+    Ok(Json(finished(joined)?))
 }
 
 /// Label probabilities of texts by the server's classifier.
@@ -233,7 +250,12 @@ pub async fn dis_ae_file(
 pub async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
 ) -> ApiResult<T> {
-    match super::priority::spawn_compute(work).await {
+    finished(spawn_compute(work).await)
+}
+
+/// The result of model work run on a blocking thread; its errors and panics as 500s.
+fn finished<T>(joined: Result<anyhow::Result<T>, tokio::task::JoinError>) -> ApiResult<T> {
+    match joined {
         Ok(result) => result.map_err(ApiError::internal),
         Err(panic) => Err(ApiError::internal(anyhow::anyhow!(
             "a worker panicked: {panic}"
@@ -297,11 +319,15 @@ fn edit_item(
     method: &'static dyn Method,
     item: Item,
     request: EditRequest,
+    cancel: CancellationToken,
 ) -> anyhow::Result<EditResponse> {
     let pipeline = methods::pipeline(method, &resources.models, &resources.settings)?;
     pipeline.check(&[&item])?;
     let found = pipeline.context_for(&item)?;
-    let mut context = found.clone();
+    let mut context = Context {
+        cancel,
+        ..found.clone()
+    };
     if let (Some(words), Some(retrieval)) = (request.keywords, context.retrieval.as_mut()) {
         retrieval.keywords = words;
     }

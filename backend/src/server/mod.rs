@@ -23,6 +23,7 @@ pub mod security;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use axum::Router;
@@ -63,6 +64,8 @@ pub struct AppState {
     pub admission: Arc<admission::Admission>,
     /// The most bytes of uploaded datasets a team may keep.
     pub team_quota_bytes: u64,
+    /// The longest one demo edit or `/v1` completion may run.
+    pub deadline: Duration,
 }
 
 /// How to serve.
@@ -85,7 +88,10 @@ pub struct ServerConfig {
     /// Open connections one client address may hold (not counted behind a proxy).
     pub connections_per_client: usize,
     /// Delete uploads and finished jobs older than this; keep them when `None`.
-    pub retention: Option<std::time::Duration>,
+    pub retention: Option<Duration>,
+    /// The longest one demo edit or `/v1` completion may run: it then stops, and its client
+    /// gets 503.
+    pub deadline: Duration,
 }
 
 #[derive(OpenApi)]
@@ -175,7 +181,7 @@ pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenA
 }
 
 /// How long requests in flight may take to finish after the stop signal.
-const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Waits for Ctrl-C or, on Unix, SIGTERM (what `kill`, systemd and Kubernetes send).
 async fn stop_signal() {
@@ -241,6 +247,7 @@ pub async fn serve(
         behind_proxy: config.behind_proxy,
         admission: Arc::new(admission::Admission::for_this_machine()),
         team_quota_bytes: config.team_quota_bytes,
+        deadline: config.deadline,
     };
     let (api, mut openapi) = api(config.max_upload_bytes);
     if config.local_llm.is_some() {
@@ -276,7 +283,7 @@ pub async fn serve(
         let admit = axum::middleware::from_fn_with_state(state.admission.clone(), admission::admit);
         app = app
             .merge(
-                crate::llm::server::router(llm)
+                crate::llm::server::router(llm, config.deadline)
                     .route_layer(admit)
                     .route_layer(sign_in),
             )

@@ -3,6 +3,8 @@
 //! the async threads still answer at once: `/api/health`, refusals with 503, downloads. On Linux
 //! each compute thread's nice value is raised to [`COMPUTE_NICE`]; elsewhere nothing changes.
 
+use tokio_util::sync::CancellationToken;
+
 /// The nice value of compute threads (request handling stays at the process's own, 0 by
 /// default): under Linux's scheduler a thread at nice 0 gets about nine times the CPU share of
 /// one at nice 10 when both want it.
@@ -51,6 +53,24 @@ pub async fn spawn_compute<T: Send + 'static>(
         work()
     })
     .await
+}
+
+/// Model work that was told to stop because its deadline passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PastDeadline;
+
+/// Runs model work like [`spawn_compute`], handing it a token that is cancelled when `deadline`
+/// passes or the returned future is dropped (its client left); the work is to stop soon after
+/// (the embedded LLM stops at its next token). The server's edits and completions run here.
+pub async fn spawn_cancellable<T: Send + 'static>(
+    deadline: std::time::Duration,
+    work: impl FnOnce(CancellationToken) -> T + Send + 'static,
+) -> Result<Result<T, tokio::task::JoinError>, PastDeadline> {
+    let cancel = CancellationToken::new();
+    let _give_up = cancel.clone().drop_guard();
+    tokio::time::timeout(deadline, spawn_compute(move || work(cancel)))
+        .await
+        .map_err(|_| PastDeadline)
 }
 
 #[cfg(all(test, target_os = "linux"))]

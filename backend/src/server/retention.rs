@@ -31,7 +31,7 @@ pub fn parse_period(text: &str) -> Result<Duration> {
     let period = Duration::from_secs(count.saturating_mul(seconds));
     anyhow::ensure!(
         !period.is_zero(),
-        "a retention period of zero would delete everything"
+        "a period of zero: give one of at least a second"
     );
     Ok(period)
 }
