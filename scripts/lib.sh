@@ -67,7 +67,8 @@ install_wasm_tools() {
   fi
   if ! trunk --version 2>/dev/null | grep -q "$TRUNK_VERSION"; then
     step "installing trunk $TRUNK_VERSION (a few minutes, once)"
-    build_tool trunk --version "$TRUNK_VERSION" --locked
+    # Without its default features (a crates.io update check, TLS): it downloads nothing here.
+    build_tool trunk --version "$TRUNK_VERSION" --locked --no-default-features
   fi
   if ! wasm-bindgen --version 2>/dev/null | grep -q "$WASM_BINDGEN_VERSION"; then
     step "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION (a few minutes, once)"
