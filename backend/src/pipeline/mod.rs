@@ -23,7 +23,6 @@ use std::time::Instant;
 use anyhow::{Result, ensure};
 use flipside_shared::data::{Input, stable_hash};
 use flipside_shared::records::{Counterfactual, FailedAttempt, PromptRef, Provenance, Timing};
-
 use tokio_util::sync::CancellationToken;
 
 use crate::editing::retrieve::Retrieval;
