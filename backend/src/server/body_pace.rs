@@ -25,12 +25,7 @@ pub const MIN_BYTES_PER_SECOND: u64 = 4096;
 
 /// Middleware: paces the body of every request that has one.
 pub async fn require_pace(request: Request, next: Next) -> Response {
-    let has_body = request.headers().contains_key(header::TRANSFER_ENCODING)
-        || request
-            .headers()
-            .get(header::CONTENT_LENGTH)
-            .is_some_and(|length| length != "0");
-    if !has_body {
+    if !has_body(&request) {
         return next.run(request).await;
     }
     let too_slow = Arc::new(AtomicBool::new(false));
@@ -54,6 +49,15 @@ pub async fn require_pace(request: Request, next: Next) -> Response {
         .headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     response
+}
+
+/// Whether `request` comes with a body (chunked, or a non-zero length).
+pub fn has_body(request: &Request) -> bool {
+    request.headers().contains_key(header::TRANSFER_ENCODING)
+        || request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length != "0")
 }
 
 /// A body being read: when reading began and how much has come.

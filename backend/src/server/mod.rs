@@ -19,6 +19,7 @@ pub mod resources;
 pub mod retention;
 pub mod runner;
 pub mod security;
+pub mod unread_body;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -297,6 +298,8 @@ pub async fn serve(
     }
     let headers = security::SecurityHeaders::for_app(config.static_dir.as_deref())?;
     let app = app
+        // Inside the pacing: the rest of a body is read at the same pace or not at all.
+        .layer(axum::middleware::from_fn(unread_body::read_unread_rest))
         .layer(axum::middleware::from_fn(body_pace::require_pace))
         .layer(axum::middleware::from_fn(request_size::check_size))
         .layer(axum::middleware::from_fn_with_state(
