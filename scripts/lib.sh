@@ -55,11 +55,11 @@ apt_install() {
 
 # Trunk and wasm-bindgen-cli, built once from crates.io (no registry ships their binaries), each
 # in a temporary directory that cargo removes afterwards rather than the project's target
-# directory, where their build products would stay, and unoptimised: on 2 AVX2 cores trunk built
-# in 3:35 instead of 6:28 at opt-level 1 and wasm-bindgen-cli in 1:28 instead of 2:50, while the
-# tests' Trunk build of the 48 MB debug app took 15 s instead of 9 s (trunk hashes the files for
-# their integrity attributes) and its wasm-bindgen step 29 s instead of 7 s: about 3 minutes less
-# on a fresh machine. Trunk's release profile also asks for fat LTO in one codegen unit (about
+# directory, where their build products would stay, and unoptimised: on 2 AVX2 cores, in cold
+# runs of the test suite, trunk built in 3:31-3:44 instead of 6:28 at opt-level 1, and
+# wasm-bindgen-cli in 1:28 instead of 2:50 (each timed alone), while the tests' Trunk build of the
+# 48 MB debug app took 15 s instead of 9 s (trunk hashes the files for their integrity
+# attributes) and its wasm-bindgen step 29 s instead of 7 s: about 3 minutes less in all. Trunk's release profile also asks for fat LTO in one codegen unit (about
 # 11 minutes on 2 cores); a build tool does not need it.
 install_wasm_tools() {
   if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
