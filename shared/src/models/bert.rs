@@ -286,7 +286,7 @@ impl<B: Backend> BertLayer<B> {
 
     fn forward(&self, hidden: Tensor<B, 3>, padding: &Tensor<B, 4, Bool>) -> Tensor<B, 3> {
         let attended = self.attention.forward(hidden, padding);
-        let intermediate = gelu(self.intermediate.dense.forward(attended.clone()));
+        let intermediate = gelu(per_token(&self.intermediate.dense, attended.clone()));
         self.output.forward(intermediate, attended)
     }
 }
@@ -336,9 +336,9 @@ impl<B: Backend> BertSelfAttention<B> {
             x.reshape([batch, seq, self.num_heads, head_dim])
                 .swap_dims(1, 2)
         };
-        let query = heads(self.query.forward(hidden.clone()));
-        let key = heads(self.key.forward(hidden.clone()));
-        let value = heads(self.value.forward(hidden));
+        let query = heads(per_token(&self.query, hidden.clone()));
+        let key = heads(per_token(&self.key, hidden.clone()));
+        let value = heads(per_token(&self.value, hidden));
 
         let scores = query.matmul(key.transpose()) / (head_dim as f64).sqrt();
         let scores = scores.mask_fill(padding.clone(), f32::MIN);
@@ -348,6 +348,16 @@ impl<B: Backend> BertSelfAttention<B> {
             .swap_dims(1, 2)
             .reshape([batch, seq, width])
     }
+}
+
+/// `linear` applied to every token of `[batch, seq, width]` as one `[batch·seq, width]` matrix
+/// product: burn's `linear` on a 3-d input multiplies each sequence separately (burn-flex: one
+/// small gemm per sequence, packing the weights again for each).
+pub fn per_token<B: Backend>(linear: &Linear<B>, input: Tensor<B, 3>) -> Tensor<B, 3> {
+    let [batch, seq, width] = input.dims();
+    let output = linear.forward(input.reshape([batch * seq, width]));
+    let [_, out_width] = output.dims();
+    output.reshape([batch, seq, out_width])
 }
 
 /// `BertIntermediate`: the first feed-forward projection (GELU applied by the caller).
@@ -367,7 +377,7 @@ pub struct BertOutput<B: Backend> {
 
 impl<B: Backend> BertOutput<B> {
     fn forward(&self, intermediate: Tensor<B, 3>, residual: Tensor<B, 3>) -> Tensor<B, 3> {
-        let projected = self.dropout.forward(self.dense.forward(intermediate));
+        let projected = self.dropout.forward(per_token(&self.dense, intermediate));
         self.layer_norm.forward(projected + residual)
     }
 }
