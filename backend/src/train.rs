@@ -156,6 +156,10 @@ pub struct TrainRecord {
     pub step: usize,
     /// The training loss of every completed step.
     pub losses: Vec<f64>,
+    /// The wall time of every completed step: forward, backward and optimiser update, without
+    /// checkpoints and validation (a step on a GPU ends when its loss is read back).
+    #[serde(default)]
+    pub step_seconds: Vec<f64>,
     /// Wall time spent training, across resumptions.
     pub train_seconds: f64,
     /// The validation loss after each epoch (objectives with a validation set).
@@ -189,6 +193,7 @@ impl TrainRecord {
             total_steps: items.div_ceil(config.batch_size) * config.epochs,
             step: 0,
             losses: Vec::new(),
+            step_seconds: Vec::new(),
             train_seconds: 0.0,
             validation_losses: Vec::new(),
             best_epoch: None,
@@ -358,6 +363,7 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
         let start = within * config.batch_size;
         let batch = &order[start..(start + config.batch_size).min(order.len())];
 
+        let step_started = Instant::now();
         B::seed(device, mix(config.seed, record.step as u64 + 1));
         let loss = objective.loss(&model, batch, record.step, device)?;
         let loss_value = loss.clone().into_scalar().elem::<f32>() as f64;
@@ -373,6 +379,9 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
 
         record.step += 1;
         record.losses.push(loss_value);
+        record
+            .step_seconds
+            .push(step_started.elapsed().as_secs_f64());
         let running = record
             .epoch_losses(steps_per_epoch)
             .last()

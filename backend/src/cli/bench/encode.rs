@@ -1,6 +1,6 @@
 //! `flipside bench encode`: sentence embeddings per second against sentence-transformers.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use burn::tensor::backend::Backend;
 use clap::Args;
 
-use super::{reference_python, run_reference_script};
+use super::{TorchBenchArgs, run_reference_script};
 use serde::Deserialize;
 
 use crate::cli::data::ReadArgs;
@@ -28,18 +28,8 @@ pub struct EncodeBenchArgs {
     pub batch_size: usize,
     #[arg(long, default_value = DEFAULT_ENCODER)]
     pub model: String,
-    /// CPU threads for both sides [default: all cores]
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Skip the sentence-transformers reference (no Python environment needed)
-    #[arg(long)]
-    pub no_reference: bool,
-    /// Python virtual environment for the reference, created (torch, sentence-transformers from
-    /// PyPI: several GB) if missing [default: HOME/bench/venv]
-    #[arg(long, value_name = "DIR")]
-    pub venv: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t)]
-    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub sides: TorchBenchArgs,
 }
 
 struct Timing {
@@ -58,9 +48,7 @@ struct ReferenceResult {
 }
 
 pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = args.sides.threads();
     let data = ReadArgs::defaults().load(home, "rotten-tomatoes")?;
     let sentences: Vec<String> = data
         .examples
@@ -82,23 +70,17 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
         super::cpu_features()
     );
 
-    let reference = if args.no_reference {
-        None
-    } else {
-        let python = reference_python(
-            home,
-            args.venv.as_deref(),
-            "venv",
-            &["torch", "sentence-transformers"],
-        )?;
-        Some(run_reference(
-            &python,
+    let reference = match args.sides.reference_python(home)? {
+        Some(python) => Some(run_reference(
+            python,
             &model_dir,
             &sentences,
             args.batch_size,
             max_len,
             threads,
-        )?)
+            args.sides.device,
+        )?),
+        None => None,
     };
     // Flipside runs second, on the same thread count (rayon reads RAYON_NUM_THREADS).
     let ours = rayon::ThreadPoolBuilder::new()
@@ -106,7 +88,7 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
         .build()?
         .install(|| {
             with_backend!(
-                args.device,
+                args.sides.device,
                 time_flipside(&model_dir, &sentences, args.batch_size)
             )
         })?;
@@ -156,26 +138,19 @@ fn time_flipside<B: Backend>(
 }
 
 fn run_reference(
-    python: &Path,
+    python: Command,
     model_dir: &Path,
     sentences: &[String],
     batch_size: usize,
     max_len: usize,
     threads: usize,
+    device: DeviceChoice,
 ) -> Result<Timing> {
     let request = serde_json::json!({
         "model_dir": model_dir, "sentences": sentences, "batch_size": batch_size,
-        "max_len": max_len, "threads": threads,
+        "max_len": max_len, "threads": threads, "device": device,
     });
-    let mut command = Command::new(python);
-    command
-        .env("HF_HUB_OFFLINE", "1")
-        .env("TOKENIZERS_PARALLELISM", "false")
-        .env("PYTHONWARNINGS", "ignore")
-        .env("TRANSFORMERS_VERBOSITY", "error")
-        .env("TQDM_DISABLE", "1");
-    let stdout =
-        run_reference_script(command, REFERENCE_SCRIPT, &request, "sentence-transformers")?;
+    let stdout = run_reference_script(python, REFERENCE_SCRIPT, &request, "sentence-transformers")?;
     let result: ReferenceResult =
         serde_json::from_slice(&stdout).context("the reference printed no result")?;
     Ok(Timing {

@@ -2,7 +2,6 @@
 //! against `transformers` (PyTorch, CPU), the same weights, batches and threads, in one run.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -14,9 +13,9 @@ use clap::Args;
 use flipside_shared::infill::T5Tokenizer;
 use serde::Deserialize;
 
-use super::{reference_python, run_reference_script};
+use super::{TorchBenchArgs, run_reference_script};
 use crate::cli::data::ReadArgs;
-use crate::compute::{Compute, DeviceChoice};
+use crate::compute::Compute;
 use crate::home::Home;
 use crate::infiller::pretrain::{PretrainRun, corrupted_examples, default_model, default_train};
 use crate::infiller::{Infiller, Seq2SeqExample, T5_TOKENIZER_ASSET, save_t5, seq2seq_loss};
@@ -36,18 +35,8 @@ pub struct InfillerBenchArgs {
     /// Masked inputs sampled one at a time for the generation rate
     #[arg(long, default_value_t = 32)]
     pub generate: usize,
-    /// CPU threads for both sides [default: all cores]
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Skip the transformers reference (no Python environment needed)
-    #[arg(long)]
-    pub no_reference: bool,
-    /// Python virtual environment for the reference, created (torch, transformers from PyPI)
-    /// if missing [default: HOME/bench/venv-t5]
-    #[arg(long, value_name = "DIR")]
-    pub venv: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t)]
-    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub sides: TorchBenchArgs,
 }
 
 #[derive(Deserialize)]
@@ -68,9 +57,7 @@ struct Measured {
 }
 
 pub fn bench_infiller(home: &Home, args: InfillerBenchArgs) -> Result<()> {
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = args.sides.threads();
     let tokenizer_json = std::fs::read(home.asset(T5_TOKENIZER_ASSET)?.join("tokenizer.json"))?;
     let tokenizer = T5Tokenizer::from_json(&tokenizer_json)?;
     let data = ReadArgs::defaults().load(home, "rotten-tomatoes")?;
@@ -96,7 +83,7 @@ pub fn bench_infiller(home: &Home, args: InfillerBenchArgs) -> Result<()> {
     };
     let examples = corrupted_examples(&sentences, &tokenizer, &run)?;
     let dir = tempfile::tempdir()?;
-    with_backend!(args.device, write_initial(dir.path(), &run))?;
+    with_backend!(args.sides.device, write_initial(dir.path(), &run))?;
     println!(
         "infiller bench: the pretraining model ({} layers × 2, d_model {}, d_ff {}, {}), batch {}, {} timed steps after {} warm-up, {threads} threads; CPU features: {}",
         model_config.num_layers,
@@ -116,36 +103,24 @@ pub fn bench_infiller(home: &Home, args: InfillerBenchArgs) -> Result<()> {
     // Flipside's fill of one span allows 20 tokens; random weights rarely end sooner.
     let max_new_tokens = 20;
 
-    let reference = if args.no_reference {
-        None
-    } else {
-        let python = reference_python(
-            home,
-            args.venv.as_deref(),
-            "venv-t5",
-            &["torch", "transformers"],
-        )?;
-        let request = serde_json::json!({
-            "model_dir": dir.path(),
-            "batches": examples.chunks(args.batch_size).map(|chunk| chunk.iter().map(|e| (&e.input, &e.target)).collect::<Vec<_>>()).collect::<Vec<_>>(),
-            "warm_up": args.warm_up,
-            "lr": run.train.lr,
-            "threads": threads,
-            "generate": generate,
-            "max_new_tokens": max_new_tokens,
-        });
-        let mut command = Command::new(&python);
-        command
-            .env("HF_HUB_OFFLINE", "1")
-            .env("PYTHONWARNINGS", "ignore")
-            .env("TRANSFORMERS_VERBOSITY", "error")
-            .env("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-            .env("TQDM_DISABLE", "1");
-        let stdout = run_reference_script(command, REFERENCE_SCRIPT, &request, "transformers")?;
-        Some(
-            serde_json::from_slice::<ReferenceResult>(&stdout)
-                .context("the reference printed no result")?,
-        )
+    let reference = match args.sides.reference_python(home)? {
+        None => None,
+        Some(python) => {
+            let request = serde_json::json!({
+                "model_dir": dir.path(),
+                "batches": examples.chunks(args.batch_size).map(|chunk| chunk.iter().map(|e| (&e.input, &e.target)).collect::<Vec<_>>()).collect::<Vec<_>>(),
+                "warm_up": args.warm_up,
+                "lr": run.train.lr,
+                "threads": threads,
+                "generate": generate,
+                "max_new_tokens": max_new_tokens,
+            });
+            let stdout = run_reference_script(python, REFERENCE_SCRIPT, &request, "transformers")?;
+            Some(
+                serde_json::from_slice::<ReferenceResult>(&stdout)
+                    .context("the reference printed no result")?,
+            )
+        }
     };
     let ours = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
@@ -160,7 +135,7 @@ pub fn bench_infiller(home: &Home, args: InfillerBenchArgs) -> Result<()> {
                 batch_size: args.batch_size,
                 warm_up: args.warm_up,
             };
-            with_backend!(args.device, time_flipside(&work))
+            with_backend!(args.sides.device, time_flipside(&work))
         })?;
 
     let ours_rate = ours.tokens as f64 / ours.seconds;

@@ -6,14 +6,16 @@ mod infiller;
 mod llm;
 mod portal;
 mod retrieval;
+mod train;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
+use crate::compute::DeviceChoice;
 use crate::home::Home;
 
 #[derive(Debug, Subcommand)]
@@ -21,7 +23,7 @@ pub enum BenchCommand {
     /// The classifier's latency on one 64-token text in headless Chromium (the browser app's
     /// CPU wasm or WebGPU backend) vs natively on the server's CPU backend
     Browser(browser::BrowserBenchArgs),
-    /// Sentence embeddings per second, Flipside vs sentence-transformers (PyTorch, CPU)
+    /// Sentence embeddings per second, Flipside vs sentence-transformers (PyTorch, same device)
     Encode(encode::EncodeBenchArgs),
     /// Prompt and decode tokens per second of the embedded LLM vs llama-cpp-python (same GGUF,
     /// prompt and threads)
@@ -32,6 +34,9 @@ pub enum BenchCommand {
     /// HNSW search vs faiss IndexIVFFlat and IndexHNSWFlat: build time, memory, recall@k,
     /// queries per second
     Retrieval(retrieval::RetrievalBenchArgs),
+    /// Classifier fine-tuning steps per second vs transformers (PyTorch; same reviews, batches,
+    /// hyper-parameters and threads)
+    Train(train::TrainBenchArgs),
     /// The review portal's decide-and-fetch-next with a large queue: p50/p95 on SQLite and
     /// Postgres (goal p95 ≤ 50 ms at 100k items)
     Portal(portal::PortalBenchArgs),
@@ -45,6 +50,56 @@ pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
         BenchCommand::Llm(args) => llm::bench_llm(home, args),
         BenchCommand::Retrieval(args) => retrieval::bench_retrieval(home, args),
         BenchCommand::Portal(args) => portal::bench_portal(args),
+        BenchCommand::Train(args) => train::bench_train(home, args),
+    }
+}
+
+/// The options of the benches whose reference runs on PyTorch (`encode`, `train`, `infiller`).
+#[derive(Debug, Args)]
+pub struct TorchBenchArgs {
+    /// CPU threads for both sides [default: all cores]
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Skip the PyTorch reference (no Python environment needed)
+    #[arg(long)]
+    pub no_reference: bool,
+    /// Python virtual environment for the reference, created (torch, sentence-transformers from
+    /// PyPI: several GB) if missing [default: HOME/bench/venv]
+    #[arg(long, value_name = "DIR")]
+    pub venv: Option<PathBuf>,
+    /// Where both sides run
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+}
+
+impl TorchBenchArgs {
+    /// The thread count both sides use.
+    pub fn threads(&self) -> usize {
+        self.threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// The reference's Python, offline and quiet (no warnings, progress bars or hub lookups),
+    /// or `None` with `--no-reference`.
+    pub fn reference_python(&self, home: &Home) -> Result<Option<Command>> {
+        if self.no_reference {
+            return Ok(None);
+        }
+        let python = reference_python(
+            home,
+            self.venv.as_deref(),
+            "venv",
+            &["torch", "sentence-transformers"],
+        )?;
+        let mut command = Command::new(python);
+        command
+            .env("HF_HUB_OFFLINE", "1")
+            .env("TOKENIZERS_PARALLELISM", "false")
+            .env("PYTHONWARNINGS", "ignore")
+            .env("TRANSFORMERS_VERBOSITY", "error")
+            .env("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            .env("TQDM_DISABLE", "1");
+        Ok(Some(command))
     }
 }
 
