@@ -13,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::accounts::{Account, api_token, first_admin, follow, items_dataset};
-use crate::common::{EditingSetup, ITEMS, editing_setup, serve_command, spawn_server};
+use crate::common::{
+    EditingSetup, ITEMS, editing_setup, serve_command, spawn_listening, spawn_server,
+};
 use flipside_shared::models::compact::is_compact;
 use reqwest::blocking::{Client, Response, multipart};
 use serde_json::{Value, json};
@@ -34,6 +36,11 @@ impl Server {
     /// Starts a `flipside serve` command made by [`serve_command`] (with its stderr set).
     pub fn spawn(command: &mut Command) -> Self {
         let (child, url) = spawn_server(command);
+        Self::of(child, url)
+    }
+
+    /// The server `child` started, listening at `url`.
+    fn of(child: Child, url: String) -> Self {
         // No kept-alive connections: after refusing an oversized body the server closes its
         // end, and a pooled connection would fail the next request.
         let http = Client::builder()
@@ -98,6 +105,81 @@ pub(crate) fn check_error(response: Response, status: u16, code: &str) -> String
     let message = body["message"].as_str().unwrap().to_string();
     assert!(!message.is_empty());
     message
+}
+
+/// The server answers while it prepares its models (on a first run: assets, corpus, classifier):
+/// what needs them is refused with 503 `preparing`, naming the step, and the rest works. Here
+/// the last step never ends: the classifier's `config.json` is a FIFO nobody writes. (That the
+/// server says "ready" once the models load, and then edits, every other server test shows.) A
+/// preparation that fails stops the server with its error.
+#[test]
+fn answers_while_preparing_and_stops_when_the_preparation_fails() {
+    let setup = editing_setup();
+    let held = EditingSetup {
+        dir: tempfile::tempdir().unwrap(),
+        corpus: setup.corpus.clone(),
+        classifier: setup.dir.path().join("held-classifier"),
+        items: setup.items.clone(),
+    };
+    std::fs::create_dir(&held.classifier).unwrap();
+    let fifo = held.classifier.join("config.json");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+
+    let data_dir = held.dir.path().join("server");
+    let (child, url, _lines) =
+        spawn_listening(serve_command(&held, &data_dir, &[]).stderr(Stdio::null()));
+    let server = Server::of(child, url);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let health = json_of(server.get("/health"), 200);
+        assert_eq!(health["status"], "preparing", "{health}");
+        let step = health["preparing"].as_str().unwrap();
+        assert!(step.starts_with("first-run preparation: "), "{health}");
+        if step.contains("loading the models (step 4 of 4)") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never reached the last step: {health}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let info = server.get("/info");
+    assert_eq!(info.headers()["retry-after"], "3");
+    let message = check_error(info, 503, "preparing");
+    assert!(
+        message.contains("loading the models (step 4 of 4)"),
+        "{message}"
+    );
+    check_error(
+        server.post("/classify", &json!({"texts": ["A fine film."]})),
+        503,
+        "preparing",
+    );
+    // What needs no model answers meanwhile.
+    json_of(server.get("/openapi.json"), 200);
+    let (_admin, team) = first_admin(&server, &data_dir, &[], "ada@lab.org", "lab");
+    assert!(!team.is_empty());
+    drop(server);
+
+    let missing = EditingSetup {
+        classifier: held.dir.path().join("no-such-classifier"),
+        ..held
+    };
+    let output = serve_command(&missing, &data_dir, &[]).output().unwrap();
+    assert!(!output.status.success());
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("listening on"),
+        "it should answer while preparing"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no-such-classifier"), "{stderr}");
 }
 
 #[test]

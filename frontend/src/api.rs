@@ -228,9 +228,27 @@ async fn send<B: Serialize, T: DeserializeOwned>(
         .map_err(|e| failed(format!("unexpected answer: {e}")))
 }
 
-/// `GET /api/info`.
-pub async fn info() -> Result<ServerInfo, String> {
-    get_json("/api/info").await
+/// How often the page asks again while the server prepares its models.
+const PREPARING_POLL_MS: i32 = 2_000;
+
+/// `GET /api/info`, asked again every few seconds while the server prepares its models (its
+/// first run): `preparing` gets the server's account of what it is doing each time.
+pub async fn info_when_ready(preparing: impl Fn(String)) -> Result<ServerInfo, String> {
+    loop {
+        let response = Request::get("/api/info")
+            .send()
+            .await
+            .map_err(network_error)?;
+        if response.status() != 503 {
+            return read_json(response).await;
+        }
+        let error = error_message(response).await;
+        if error.code != "preparing" {
+            return Err(error.message);
+        }
+        preparing(error.message);
+        crate::scoring::sleep_ms(PREPARING_POLL_MS).await;
+    }
 }
 
 /// `POST /api/edit`: one counterfactual (takes seconds: an LLM runs on the server).

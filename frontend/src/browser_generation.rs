@@ -13,7 +13,7 @@ use crate::diff_view::diff_view;
 use crate::dis_ae;
 use crate::portal;
 use crate::scoring::{self, Status, yield_to_browser};
-use crate::ui::{ErrorMessage, ProgressBar, Spinner, format_millis, format_probability};
+use crate::ui::{ErrorMessage, ProgressBar, WaitingForServer, format_millis, format_probability};
 
 /// One generated text and the classifier's verdict, as downloaded.
 #[derive(Debug, Clone, Serialize)]
@@ -31,10 +31,12 @@ struct Generated {
 /// The page: waits for the server's info, then shows the form (or why it cannot).
 #[component]
 pub fn BrowserGeneration() -> impl IntoView {
-    let info = LocalResource::new(api::info);
+    let preparing = RwSignal::new(None::<String>);
+    let info =
+        LocalResource::new(move || api::info_when_ready(move |status| preparing.set(Some(status))));
     view! {
         {move || match info.get() {
-            None => view! { <section class="card"><p class="muted"><Spinner />" Loading…"</p></section> }.into_any(),
+            None => view! { <WaitingForServer preparing=preparing waiting="Loading…" /> }.into_any(),
             Some(Err(message)) => view! {
                 <section class="card"><ErrorMessage message=message testid="generate-error" /></section>
             }.into_any(),

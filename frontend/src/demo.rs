@@ -13,22 +13,22 @@ use crate::method_picker::MethodPicker;
 use crate::portal;
 use crate::retrieved::{KeywordEditor, Retrieved};
 use crate::scoring::{self, Status};
-use crate::ui::{ErrorMessage, Spinner};
+use crate::ui::{ErrorMessage, Spinner, WaitingForServer};
 
 /// The demo page: loads what the server edits with, then shows the form.
 #[component]
 pub fn EditDemo() -> impl IntoView {
-    let info = LocalResource::new(api::info);
+    let preparing = RwSignal::new(None::<String>);
+    let info =
+        LocalResource::new(move || api::info_when_ready(move |status| preparing.set(Some(status))));
     view! {
         {move || match info.get() {
             None => {
                 view! {
-                    <section class="card">
-                        <p class="muted">
-                            <Spinner />
-                            " Asking the server what it edits with…"
-                        </p>
-                    </section>
+                    <WaitingForServer
+                        preparing=preparing
+                        waiting="Asking the server what it edits with…"
+                    />
                 }
                     .into_any()
             }

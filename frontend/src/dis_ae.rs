@@ -88,7 +88,7 @@ pub fn use_dis_ae() -> RwSignal<Status> {
 }
 
 async fn load(status: RwSignal<Status>) -> Result<Reproducer<Flex>, String> {
-    let files = api::info()
+    let files = api::info_when_ready(|_| {})
         .await
         .ok()
         .and_then(|info| info.dis_ae)

@@ -114,7 +114,7 @@ pub fn JobsPage(team: String, #[prop(into)] selected: Signal<Option<String>>) ->
 #[component]
 fn StartJob(datasets: DatasetsResource, dataset: RwSignal<String>, jobs: JobList) -> impl IntoView {
     // The server's methods (the first is its default); the picker is built from them.
-    let info = LocalResource::new(api::info);
+    let info = LocalResource::new(|| api::info_when_ready(|_| {}));
     let method = RwSignal::new(None::<MethodId>);
     let limit = RwSignal::new("10".to_string());
     let seed = RwSignal::new("0".to_string());

@@ -184,7 +184,7 @@ fn forced_device() -> Option<Device> {
 }
 
 async fn load(forced: Option<Device>, status: RwSignal<Status>) -> Result<Scorer, String> {
-    let files = api::info()
+    let files = api::info_when_ready(|_| {})
         .await
         .map(|info| info.classifier.files)
         .unwrap_or_default();
@@ -297,8 +297,13 @@ pub fn now_ms() -> f64 {
 
 /// Returns after the browser has had a chance to render.
 pub async fn yield_to_browser() {
+    sleep_ms(0).await;
+}
+
+/// Returns after `ms` milliseconds, leaving the browser to its work meanwhile.
+pub async fn sleep_ms(ms: i32) {
     let promise = js_sys::Promise::new(&mut |resolve, _| {
-        let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 0);
+        let _ = window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms);
     });
     let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }

@@ -9,6 +9,30 @@ pub fn Spinner() -> impl IntoView {
     view! { <span class="spinner" aria-hidden="true"></span> }
 }
 
+/// Waiting for the server's info: what the server is preparing (its first run) when it says,
+/// else `waiting`.
+#[component]
+pub fn WaitingForServer(
+    preparing: RwSignal<Option<String>>,
+    waiting: &'static str,
+) -> impl IntoView {
+    view! {
+        <section class="card">
+            <p class="muted" data-testid="server-preparing">
+                <Spinner />
+                " "
+                {move || match preparing.get() {
+                    Some(message) => format!(
+                        "The server is getting its models ready: {message}. This page goes on by \
+                         itself when they are."
+                    ),
+                    None => waiting.to_string(),
+                }}
+            </p>
+        </section>
+    }
+}
+
 /// An error, shown where the failed action was.
 #[component]
 pub fn ErrorMessage(

@@ -21,8 +21,12 @@ pub struct ApiError {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
+    /// `ok` once the models are loaded; `preparing` while `serve` prepares them on first run.
     pub status: String,
     pub version: String,
+    /// What is being prepared, while it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preparing: Option<String>,
 }
 
 /// `GET /api/info`: what the server edits with.

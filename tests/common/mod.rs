@@ -292,24 +292,48 @@ pub fn serve(setup: &EditingSetup, data_dir: &Path, extra: &[&str]) -> (Child, S
     spawn_server(serve_command(setup, data_dir, extra).stderr(Stdio::null()))
 }
 
-/// Starts a `flipside serve` command (its stdout is read here) and waits for its address.
+/// Starts a `flipside serve` command (its stdout is read here) and waits until its models are
+/// loaded; returns it and its address.
 pub fn spawn_server(command: &mut Command) -> (Child, String) {
+    let (child, url, lines) = spawn_listening(command);
+    wait_until_ready(lines);
+    (child, url)
+}
+
+/// The lines a server prints on stdout.
+pub type ServerLines = std::io::Lines<BufReader<std::process::ChildStdout>>;
+
+/// Starts a `flipside serve` command (its stdout is read here) and waits until it listens
+/// (its models may still be prepared); returns it, its address and the rest of its stdout.
+pub fn spawn_listening(command: &mut Command) -> (Child, String, ServerLines) {
     let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    // Preparation steps print first; the address comes last.
-    let url = loop {
+    loop {
         match lines.next() {
             Some(Ok(line)) => {
                 if let Some(url) = line.strip_prefix("listening on ") {
-                    break url.to_string();
+                    return (child, url.to_string(), lines);
                 }
             }
-            _ => panic!("flipside serve exited before listening"),
+            _ => {
+                let status = child.wait();
+                panic!("flipside serve exited before listening: {status:?}")
+            }
         }
-    };
-    // Keep draining stdout so the server never blocks on a full pipe.
+    }
+}
+
+/// Reads the server's stdout until it says "ready" (its models loaded), then keeps draining it
+/// so that the server never blocks on a full pipe.
+fn wait_until_ready(mut lines: ServerLines) {
+    loop {
+        match lines.next() {
+            Some(Ok(line)) if line == "ready" => break,
+            Some(Ok(_)) => {}
+            _ => panic!("flipside serve exited before it was ready"),
+        }
+    }
     std::thread::spawn(move || lines.for_each(drop));
-    (child, url)
 }
 
 /// The `flipside serve` command of [`serve`], not started.

@@ -22,6 +22,7 @@ use crate::prepare::{SMALL_CORPUS, corpus_with_index, fetch_assets, imdb_classif
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::index_dir;
 use crate::server::connections::CONNECTIONS_PER_CLIENT;
+use crate::server::preparation::Preparation;
 use crate::server::resources::{ResourceConfig, Resources};
 use crate::server::retention::parse_period;
 use crate::server::{ServerConfig, serve};
@@ -139,7 +140,8 @@ pub struct ServeArgs {
     pub lass: LassArgs,
 }
 
-/// Prepares the defaults on first run, loads the models and serves until interrupted.
+/// Serves until interrupted, answering from the start while the defaults are prepared on
+/// first run and the models load (in the background; the page shows how far it is).
 pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     // Checked first: a wrong template or directory should not wait for the first-run
     // preparation.
@@ -152,15 +154,80 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         method.check(&settings)?;
     }
     let static_dir = browser_app_dir(args.static_dir.as_deref())?;
+    let dis_ae = args.lass.dir(home, false)?;
     // Model work yields the CPU to request handling (before anything starts rayon's pool).
     crate::server::priority::lower_rayon_pool();
     println!("Flipside home: {}", home.root().display());
-    println!("1. Assets");
+    let config = ServerConfig {
+        listen: args.listen,
+        database_url: args.database.url(home),
+        data_dir: args.database.data_dir(home),
+        static_dir,
+        max_upload_bytes: args.max_upload_mb << 20,
+        team_quota_bytes: args.team_quota_mb << 20,
+        embedded_llm: !args.llm.remote(),
+        private: args.private,
+        behind_proxy: args.behind_proxy,
+        connections_per_client: args.max_connections_per_client,
+        retention: args.retention,
+        deadline: args.deadline,
+    };
+    let preparation = Preparation::start(STEPS[0]);
+    std::thread::spawn({
+        let (home, preparation) = (home.clone(), preparation.clone());
+        move || {
+            let result = prepare(&home, args, settings, dis_ae, &preparation);
+            let failed = result.is_err();
+            preparation.finish(result);
+            if !failed {
+                // After `finish`: whoever reads this line finds the models loaded.
+                println!("ready");
+            }
+        }
+    });
+    // The I/O driver is polled every few tasks rather than every 61 (tokio's default): tasks
+    // that write large downloads take long, and a new request would wait behind dozens of them.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .event_interval(4)
+        .build()?;
+    runtime.block_on(serve(home.clone(), config, preparation, |address| {
+        // One line on stdout, so scripts and tests can find the port ("ready" follows once the
+        // models are loaded).
+        println!("listening on http://{address}/");
+        tracing::info!(
+            "the app at http://{address}/, the API at /api (OpenAPI: /api/openapi.json), the \
+             LLM at /v1; preparing the models"
+        );
+    }))
+}
+
+/// The steps of [`prepare`], as the page shows them.
+const STEPS: [&str; 4] = [
+    "fetching models and data (step 1 of 4)",
+    "the retrieval corpus and its index (step 2 of 4)",
+    "the classifier (step 3 of 4)",
+    "loading the models (step 4 of 4)",
+];
+
+/// Fetches what is missing, builds the default corpus and classifier when they are missing, and
+/// loads the models (with the Dis-AE in `dis_ae`, if any), telling `preparation` each step.
+fn prepare(
+    home: &Home,
+    args: ServeArgs,
+    settings: EditSettings,
+    dis_ae: Option<PathBuf>,
+    preparation: &Preparation,
+) -> Result<Resources> {
+    let step = |n: usize| {
+        println!("{}. {}", n + 1, STEPS[n]);
+        preparation.step(STEPS[n]);
+    };
+    step(0);
     let mut assets = vec!["minilm", "movie-reviews", "lexicons", "pos-lexicon"];
     if !args.llm.remote() && args.llm.model == DEFAULT_EDITOR_MODEL {
         assets.push(DEFAULT_EDITOR_MODEL);
     }
-    let dis_ae = args.lass.dir(home, false)?;
     let fluency_asset = home
         .manifest()
         .get(&args.lass.fluency.fluency_model)
@@ -170,7 +237,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     }
     fetch_assets(home, &assets)?;
 
-    println!("2. Retrieval corpus and index");
+    step(1);
     let (corpus, corpus_dir) = match (&args.corpus, args.full) {
         (Some(name), _) => (name.as_str(), corpus_dir(home, name)),
         (None, false) => (
@@ -192,7 +259,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         target_label_only: true,
     };
 
-    println!("3. Classifier");
+    step(2);
     let classifier_dir = match &args.classifier {
         Some(name) => resolve_model_dir(home, name)?,
         None if args.full => imdb_classifier(home, FULL_CLASSIFIER_SIZE)?,
@@ -200,18 +267,17 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     };
     println!("   {}", classifier_dir.display());
 
-    println!("4. Loading the models");
-    let (llm, local_llm): (Arc<dyn LlmClient>, Option<Arc<dyn LlmClient>>) = if args.llm.remote() {
-        (args.llm.client(home)?, None)
+    step(3);
+    let llm: Arc<dyn LlmClient> = if args.llm.remote() {
+        args.llm.client(home)?
     } else {
-        let engine: Arc<dyn LlmClient> = Arc::new(args.llm.local(home)?);
-        (engine.clone(), Some(engine))
+        Arc::new(args.llm.local(home)?)
     };
     let fluency = match &dis_ae {
         Some(_) => args.lass.fluency(home)?,
         None => None,
     };
-    let resources = Resources::load(
+    Resources::load(
         home,
         ResourceConfig {
             retrieval,
@@ -228,38 +294,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
             dis_ae,
             fluency,
         },
-    )?;
-
-    let data_dir = args.database.data_dir(home);
-    let database_url = args.database.url(home);
-    let config = ServerConfig {
-        listen: args.listen,
-        database_url,
-        data_dir,
-        static_dir,
-        max_upload_bytes: args.max_upload_mb << 20,
-        team_quota_bytes: args.team_quota_mb << 20,
-        local_llm,
-        private: args.private,
-        behind_proxy: args.behind_proxy,
-        connections_per_client: args.max_connections_per_client,
-        retention: args.retention,
-        deadline: args.deadline,
-    };
-    // The I/O driver is polled every few tasks rather than every 61 (tokio's default): tasks
-    // that write large downloads take long, and a new request would wait behind dozens of them.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .event_interval(4)
-        .build()?;
-    runtime.block_on(serve(home.clone(), config, resources, |address| {
-        // One line on stdout, so scripts and tests can find the port.
-        println!("listening on http://{address}/");
-        tracing::info!(
-            "the app at http://{address}/, the API at /api (OpenAPI: /api/openapi.json), the \
-             LLM at /v1"
-        );
-    }))
+    )
 }
 
 /// The browser app's directory: `explicit` (which must hold an `index.html`), else `dist` when

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{Completion, LlmClient, Message, Prompt, Request, Sampling};
+use crate::server::preparation::Preparation;
 use crate::server::priority::spawn_cancellable;
 
 /// The body of a chat or text completion request: the fields Flipside honours (any `model`
@@ -105,36 +106,53 @@ impl IntoResponse for ApiError {
     }
 }
 
-type Engine = Arc<dyn LlmClient>;
-
-/// The served engine, and the longest one completion may run (the engine then stops and the
-/// client gets 503).
+/// The served engine (the server's LLM, once prepared), and the longest one completion may
+/// run (the engine then stops and the client gets 503).
 #[derive(Clone)]
 struct Served {
-    engine: Engine,
+    preparation: Preparation,
     deadline: Duration,
 }
 
-/// The router serving `engine` under `/v1` (`flipside serve` puts its sign-in in front).
-pub fn router(engine: Engine, deadline: Duration) -> Router {
+impl Served {
+    /// The engine, or 503 while the server prepares its models.
+    fn engine(&self) -> Result<Arc<dyn LlmClient>, ApiError> {
+        let resources = self.preparation.resources().map_err(|e| ApiError {
+            status: e.status,
+            message: e.message,
+        })?;
+        resources.models.llm.clone().ok_or_else(|| ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            message: "the server has no LLM".into(),
+        })
+    }
+}
+
+/// The router serving the server's LLM under `/v1` (`flipside serve` puts its sign-in in
+/// front).
+pub fn router(preparation: Preparation, deadline: Duration) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
         .route("/v1/completions", post(text))
         .route("/v1/models", get(models))
         .layer(DefaultBodyLimit::max(4 << 20))
-        .with_state(Served { engine, deadline })
+        .with_state(Served {
+            preparation,
+            deadline,
+        })
 }
 
 /// The one model served.
 #[utoipa::path(get, path = "/v1/models", tag = "llm",
     security(("session" = []), ("token" = ["generate"])),
     responses((status = 200, description = "An OpenAI model list of one model"),
-        (status = 401, description = "No session or token with the generate scope")))]
-async fn models(State(served): State<Served>) -> Json<Value> {
-    Json(json!({
+        (status = 401, description = "No session or token with the generate scope"),
+        (status = 503, description = "The models are still being prepared")))]
+async fn models(State(served): State<Served>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({
         "object": "list",
-        "data": [{"id": served.engine.model(), "object": "model", "owned_by": "flipside"}]
-    }))
+        "data": [{"id": served.engine()?.model(), "object": "model", "owned_by": "flipside"}]
+    })))
 }
 
 /// An OpenAI chat completion (no streaming, n = 1). Runs until the server's deadline at most (five
@@ -144,7 +162,7 @@ async fn models(State(served): State<Served>) -> Json<Value> {
     responses((status = 200, description = "An OpenAI chat.completion"),
         (status = 400, description = "An OpenAI error: the request is invalid or too long"),
         (status = 401, description = "No session or token with the generate scope"),
-        (status = 503, description = "Busy (with Retry-After), or past the deadline")))]
+        (status = 503, description = "Busy (with Retry-After), past the deadline, or the models still being prepared")))]
 async fn chat(State(served): State<Served>, body: Body) -> Result<Json<Value>, ApiError> {
     let body = parse(body)?;
     let messages = body
@@ -161,12 +179,13 @@ async fn chat(State(served): State<Served>, body: Body) -> Result<Json<Value>, A
             odd.role.chars().take(40).collect::<String>()
         )));
     }
-    let completion = run(&served, request(&body, Prompt::Chat(messages))?).await?;
+    let engine = served.engine()?;
+    let completion = run(&served, &engine, request(&body, Prompt::Chat(messages))?).await?;
     Ok(Json(json!({
         "id": format!("chatcmpl-{}", now_nanos()),
         "object": "chat.completion",
         "created": now_nanos() / 1_000_000_000,
-        "model": served.engine.model(),
+        "model": engine.model(),
         "choices": [{
             "index": 0,
             "message": {"role": "assistant", "content": completion.text},
@@ -183,7 +202,7 @@ async fn chat(State(served): State<Served>, body: Body) -> Result<Json<Value>, A
     responses((status = 200, description = "An OpenAI text_completion"),
         (status = 400, description = "An OpenAI error: the request is invalid or too long"),
         (status = 401, description = "No session or token with the generate scope"),
-        (status = 503, description = "Busy (with Retry-After), or past the deadline")))]
+        (status = 503, description = "Busy (with Retry-After), past the deadline, or the models still being prepared")))]
 async fn text(State(served): State<Served>, body: Body) -> Result<Json<Value>, ApiError> {
     let body = parse(body)?;
     let prompt = match &body.prompt {
@@ -193,12 +212,13 @@ async fn text(State(served): State<Served>, body: Body) -> Result<Json<Value>, A
         }
         _ => return Err(ApiError::bad_request("'prompt' must be a string")),
     };
-    let completion = run(&served, request(&body, Prompt::Text(prompt))?).await?;
+    let engine = served.engine()?;
+    let completion = run(&served, &engine, request(&body, Prompt::Text(prompt))?).await?;
     Ok(Json(json!({
         "id": format!("cmpl-{}", now_nanos()),
         "object": "text_completion",
         "created": now_nanos() / 1_000_000_000,
-        "model": served.engine.model(),
+        "model": engine.model(),
         "choices": [{
             "index": 0,
             "text": completion.text,
@@ -263,8 +283,12 @@ fn request(body: &CompletionBody, prompt: Prompt) -> Result<Request, ApiError> {
 
 /// Runs a completion on a blocking thread. The engine stops at the next token when this future
 /// is dropped (the client left) or the deadline passes.
-async fn run(served: &Served, request: Request) -> Result<Completion, ApiError> {
-    let engine = served.engine.clone();
+async fn run(
+    served: &Served,
+    engine: &Arc<dyn LlmClient>,
+    request: Request,
+) -> Result<Completion, ApiError> {
+    let engine = engine.clone();
     let work = spawn_cancellable(served.deadline, move |cancel| {
         engine.complete(&Request { cancel, ..request })
     });

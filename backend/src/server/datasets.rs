@@ -100,6 +100,8 @@ pub async fn upload(
     multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> ApiResult<(StatusCode, Json<DatasetInfo>)> {
     caller.require(&state.db, &team, GENERATE).await?;
+    // Its labels are checked against the classifier's: not before it is loaded.
+    let resources = state.resources()?;
     let mut multipart = multipart?;
     let id = format!("ds-{:012x}", rand::random::<u64>() >> 16);
     let dir = state.data_dir.join("datasets");
@@ -174,7 +176,7 @@ pub async fn upload(
     }
     .await;
     // Nothing half-read is kept; nor a dataset the server's classifier cannot score.
-    let classifier = &state.resources.classifier_info;
+    let classifier = &resources.classifier_info;
     let result = result.and_then(|report| {
         let unknown: Vec<&String> = report
             .dataset

@@ -51,20 +51,27 @@ pub const DIS_AE_FILES: [&str; 4] = [
     lass::REPORT_FILE,
 ];
 
-/// Whether the server is up.
+/// Whether the server is up, and whether its models are loaded yet.
 #[utoipa::path(get, path = "/health", tag = "server", responses((status = 200, body = Health)))]
-pub async fn health() -> Json<Health> {
+pub async fn health(State(state): State<AppState>) -> Json<Health> {
+    let preparing = state.preparation.status();
     Json(Health {
-        status: "ok".into(),
+        status: if preparing.is_some() {
+            "preparing"
+        } else {
+            "ok"
+        }
+        .into(),
         version: env!("CARGO_PKG_VERSION").into(),
+        preparing,
     })
 }
 
 /// The models the server edits with, and examples to try.
 #[utoipa::path(get, path = "/info", tag = "editing", responses((status = 200, body = ServerInfo)))]
-pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
-    let resources = &state.resources;
-    Json(ServerInfo {
+pub async fn info(State(state): State<AppState>) -> ApiResult<Json<ServerInfo>> {
+    let resources = state.resources()?;
+    Ok(Json(ServerInfo {
         version: env!("CARGO_PKG_VERSION").into(),
         model: resources.llm_name().to_string(),
         classifier: resources.classifier_info.clone(),
@@ -73,7 +80,7 @@ pub async fn info(State(state): State<AppState>) -> Json<ServerInfo> {
         methods: method_infos(&resources.models),
         dis_ae: resources.dis_ae.as_ref().map(|(_, info)| info.clone()),
         private: state.private,
-    })
+    }))
 }
 
 /// Retrieves label-flipped helper sentences for a text and extracts their keywords.
@@ -84,9 +91,10 @@ pub async fn retrieve(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<RetrieveRequest>,
 ) -> ApiResult<Json<RetrieveResponse>> {
+    let resources = state.resources()?;
     let _turn = state.admission.enter().await?;
     let item = item(
-        &state.resources,
+        &resources,
         &request.text,
         &request.label,
         request.target.as_deref(),
@@ -94,7 +102,6 @@ pub async fn retrieve(
     if request.k.is_some_and(|k| !(1..=20).contains(&k)) {
         return Err(ApiError::bad_request("k must be between 1 and 20"));
     }
-    let resources = state.resources.clone();
     let response = blocking(move || {
         let context = RetrievalContext::new(&resources.models, &resources.settings)
             .retrieve(&item, request.k)?;
@@ -115,9 +122,10 @@ pub async fn edit(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<EditRequest>,
 ) -> ApiResult<Json<EditResponse>> {
+    let resources = state.resources()?;
     let _turn = state.admission.enter().await?;
     let item = item(
-        &state.resources,
+        &resources,
         &request.text,
         &request.label,
         request.target.as_deref(),
@@ -135,7 +143,7 @@ pub async fn edit(
         }
         None => methods::METHODS[0],
     };
-    methods::check_models(method, &state.resources.models)
+    methods::check_models(method, &resources.models)
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     if request.keywords.is_some() && !method.card().uses_keywords {
         return Err(ApiError::bad_request(format!(
@@ -143,7 +151,6 @@ pub async fn edit(
             method.id()
         )));
     }
-    let resources = state.resources.clone();
     let work = spawn_cancellable(state.deadline, move |cancel| {
         edit_item(&resources, method, item, request, cancel)
     });
@@ -169,6 +176,7 @@ pub async fn classify(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<ClassifyRequest>,
 ) -> ApiResult<Json<ClassifyResponse>> {
+    let resources = state.resources()?;
     let _turn = state.admission.enter().await?;
     if request.texts.is_empty() || request.texts.len() > MAX_CLASSIFY_TEXTS {
         return Err(ApiError::bad_request(format!(
@@ -178,7 +186,6 @@ pub async fn classify(
     for text in &request.texts {
         check_text(text)?;
     }
-    let resources = state.resources.clone();
     let response = blocking(move || {
         let started = Instant::now();
         let probabilities = probabilities(&resources, &request.texts)?;
@@ -208,7 +215,7 @@ pub async fn classifier_file(
 ) -> ApiResult<Response> {
     let version = version?.0.v;
     state
-        .resources
+        .resources()?
         .classifier_downloads
         .response(&file, version.as_deref(), &headers)
 }
@@ -236,7 +243,8 @@ pub async fn dis_ae_file(
     headers: HeaderMap,
 ) -> ApiResult<Response> {
     let version = version?.0.v;
-    let Some((downloads, _)) = &state.resources.dis_ae else {
+    let resources = state.resources()?;
+    let Some((downloads, _)) = &resources.dis_ae else {
         return Err(ApiError::not_found(
             "a Dis-AE: the server has none (train one with `flipside lass train`, then serve \
              with --dis-ae DIR)"

@@ -50,8 +50,9 @@ pub async fn create(
 ) -> ApiResult<(StatusCode, Json<Job>)> {
     caller.require(&state.db, &team, GENERATE).await?;
     let method = job_method(&request.method);
+    let resources = state.resources()?;
     methods::method(method.as_str())
-        .and_then(|m| methods::check_models(m, &state.resources.models))
+        .and_then(|m| methods::check_models(m, &resources.models))
         .map_err(|e| ApiError::bad_request(e.to_string()))?;
     request.method = Some(method);
     if !(1..=MAX_JOB_ITEMS).contains(&request.limit) {

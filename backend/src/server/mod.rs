@@ -12,6 +12,7 @@ pub mod downloads;
 pub mod error;
 pub mod jobs;
 pub mod portal;
+pub mod preparation;
 pub mod priority;
 pub mod request_log;
 pub mod request_size;
@@ -41,16 +42,18 @@ use utoipa_axum::routes;
 
 use self::db::Db;
 use self::error::ApiError;
+use self::error::ApiResult;
+use self::preparation::Preparation;
 use self::resources::Resources;
 use self::runner::JobQueue;
 use crate::home::Home;
-use crate::llm::LlmClient;
 
 /// Everything the handlers share.
 #[derive(Clone)]
 pub struct AppState {
     pub db: Db,
-    pub resources: Arc<Resources>,
+    /// The models, once `serve` has prepared them.
+    pub preparation: Preparation,
     pub jobs: Arc<JobQueue>,
     pub home: Home,
     /// Uploads and job checkpoints.
@@ -69,6 +72,13 @@ pub struct AppState {
     pub deadline: Duration,
 }
 
+impl AppState {
+    /// The loaded models, or 503 `preparing` while `serve` prepares them.
+    pub fn resources(&self) -> ApiResult<Arc<Resources>> {
+        self.preparation.resources()
+    }
+}
+
 /// How to serve.
 pub struct ServerConfig {
     pub listen: SocketAddr,
@@ -80,8 +90,9 @@ pub struct ServerConfig {
     pub max_upload_bytes: usize,
     /// The most bytes of uploaded datasets a team may keep.
     pub team_quota_bytes: u64,
-    /// Served under `/v1` (OpenAI-compatible, for signed-in callers) when the LLM is embedded.
-    pub local_llm: Option<Arc<dyn LlmClient>>,
+    /// Whether the LLM is embedded: it is then served under `/v1` (OpenAI-compatible, for
+    /// signed-in callers).
+    pub embedded_llm: bool,
     /// The edit demo needs an account too (datasets, jobs and the portal always do).
     pub private: bool,
     /// Trust `X-Forwarded-For` and `X-Forwarded-Proto` from a proxy in front.
@@ -105,7 +116,9 @@ pub struct ServerConfig {
                        everything else needs a session (cookie `flipside_session`, plus the \
                        `X-CSRF-Token` header on state-changing requests) or an API token \
                        (`Authorization: Bearer fst_…`) with the scope named. Errors are JSON \
-                       `{code, message}`."
+                       `{code, message}`. While the server prepares its models on first run, \
+                       what needs them answers 503 `preparing` with Retry-After (see \
+                       `/health`)."
     ),
     servers((url = "/api")),
     modifiers(&SecuritySchemes),
@@ -223,13 +236,14 @@ fn enumerate_methods(openapi: &mut utoipa::openapi::OpenApi) {
     }
 }
 
-/// Opens the database, resumes unfinished jobs and serves until Ctrl-C; `on_ready` gets the
-/// bound address.
+/// Opens the database and serves until Ctrl-C, resuming unfinished jobs once `preparation` has
+/// the models; `on_listening` gets the bound address. A failed preparation stops the server
+/// with its error.
 pub async fn serve(
     home: Home,
     config: ServerConfig,
-    resources: Resources,
-    on_ready: impl FnOnce(SocketAddr),
+    preparation: Preparation,
+    on_listening: impl FnOnce(SocketAddr),
 ) -> Result<()> {
     let db = Db::connect(&config.database_url).await?;
     tracing::info!(
@@ -239,7 +253,7 @@ pub async fn serve(
     );
     let state = AppState {
         db,
-        resources: Arc::new(resources),
+        preparation: preparation.clone(),
         jobs: Arc::new(JobQueue::default()),
         home,
         data_dir: config.data_dir.clone(),
@@ -251,7 +265,7 @@ pub async fn serve(
         deadline: config.deadline,
     };
     let (api, mut openapi) = api(config.max_upload_bytes);
-    if config.local_llm.is_some() {
+    if config.embedded_llm {
         crate::llm::server::describe(&mut openapi);
     }
     let openapi = Arc::new(openapi);
@@ -278,13 +292,13 @@ pub async fn serve(
         })
         .with_state(state.clone()),
     );
-    if let Some(llm) = config.local_llm {
+    if config.embedded_llm {
         let sign_in =
             axum::middleware::from_fn_with_state(state.clone(), portal::auth::require_generate);
         let admit = axum::middleware::from_fn_with_state(state.admission.clone(), admission::admit);
         app = app
             .merge(
-                crate::llm::server::router(llm, config.deadline)
+                crate::llm::server::router(preparation.clone(), config.deadline)
                     .route_layer(admit)
                     .route_layer(sign_in),
             )
@@ -326,7 +340,15 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
-    on_ready(listener.local_addr()?);
+    on_listening(listener.local_addr()?);
+    tokio::spawn({
+        let (preparation, shutdown) = (preparation.clone(), state.shutdown.clone());
+        async move {
+            if preparation.wait().await.is_err() {
+                shutdown.cancel();
+            }
+        }
+    });
     let shutdown = state.shutdown.clone();
     tokio::spawn(async move {
         stop_signal().await;
@@ -352,5 +374,8 @@ pub async fn serve(
         ),
     }
     runner.abort();
-    Ok(())
+    match preparation.failure() {
+        Some(error) => Err(anyhow::anyhow!(error)),
+        None => Ok(()),
+    }
 }

@@ -125,6 +125,10 @@ const STALE_SECONDS: i64 = 30;
 /// Runs jobs until the server stops: first the ones left unfinished by an earlier run, oldest
 /// first, then each new one.
 pub async fn run_jobs(state: AppState) {
+    // Jobs (new ones, and those a stopped server left) start once the models are loaded.
+    if state.preparation.wait().await.is_err() {
+        return;
+    }
     loop {
         let next = match claim_next(&state).await {
             Ok(id) => id,
@@ -330,7 +334,7 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
         let output = output.clone();
         tokio::task::spawn_blocking(move || -> Result<Summary> {
             super::priority::lower_this_thread();
-            let resources = &state.resources;
+            let resources = state.resources().map_err(|e| anyhow::anyhow!(e.message))?;
             let selection = Selection {
                 target: "flip".into(),
                 limit: Some(request.limit),

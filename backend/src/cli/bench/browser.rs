@@ -487,15 +487,18 @@ impl TemporaryServer {
             url: String::new(),
             _data_dir: data_dir,
         };
+        // The address comes first, "ready" once the models are loaded.
         for line in lines.by_ref() {
-            if let Some(url) = line?.strip_prefix("listening on ") {
+            let line = line?;
+            if let Some(url) = line.strip_prefix("listening on ") {
                 server.url = url.to_string();
+            } else if line == "ready" && !server.url.is_empty() {
                 // Keep reading, so the server never blocks on a full pipe.
                 std::thread::spawn(move || lines.for_each(drop));
                 return Ok(server);
             }
         }
-        bail!("flipside serve exited before listening")
+        bail!("flipside serve exited before it was ready")
     }
 }
 

@@ -503,8 +503,8 @@ async fn lease_view(
 /// The classifier's probability of `target` for `text`, and whether it is the top label; `None`
 /// when the classifier does not know the label.
 async fn judge(state: &AppState, text: &str, target: &str) -> ApiResult<Option<(f32, bool)>> {
-    let Some(index) = state
-        .resources
+    let resources = state.resources()?;
+    let Some(index) = resources
         .classifier_info
         .labels
         .iter()
@@ -512,7 +512,6 @@ async fn judge(state: &AppState, text: &str, target: &str) -> ApiResult<Option<(
     else {
         return Ok(None);
     };
-    let resources = state.resources.clone();
     let texts = vec![text.to_string()];
     let probabilities = blocking(move || probabilities(&resources, &texts)).await?;
     let row = &probabilities[0];
