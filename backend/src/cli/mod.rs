@@ -112,7 +112,8 @@ pub enum Command {
     #[command(subcommand)]
     Prompts(llm::PromptsCommand),
     /// Serve the web app and its HTTP API: the editing demo, datasets, generation jobs and the
-    /// embedded LLM's OpenAI-compatible endpoints (/v1); prepares the defaults on first run
+    /// embedded LLM's OpenAI-compatible endpoints (/v1). Prepares the defaults on first run
+    /// while it already answers (the page shows the progress; prints "ready" when done)
     Serve(Box<serve::ServeArgs>),
     /// Accounts of the team portal: the first admin, passwords, API tokens
     #[command(subcommand)]
