@@ -231,6 +231,7 @@ pub fn editing_setup() -> EditingSetup {
 fn home_without_models() -> &'static Path {
     static HOME: OnceLock<PathBuf> = OnceLock::new();
     HOME.get_or_init(|| {
+        remove_leftovers("home-without-models-");
         let root = Path::new(env!("CARGO_TARGET_TMPDIR"))
             .join(format!("home-without-models-{}", std::process::id()));
         std::fs::create_dir_all(&root).unwrap();
@@ -242,18 +243,25 @@ fn home_without_models() -> &'static Path {
     })
 }
 
-/// Builds the shared corpus, index and classifier in a directory of this test process under
-/// the target directory, first removing those of earlier runs (whose processes are gone).
-fn shared_editing_models() -> PathBuf {
+/// Removes the directories `PREFIX<pid>` under the target's temporary directory that earlier
+/// test runs left (their processes are gone).
+fn remove_leftovers(prefix: &str) {
     let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
     for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if let Some(pid) = name.strip_prefix("editing-")
+        if let Some(pid) = name.strip_prefix(prefix)
             && !Path::new("/proc").join(pid).exists()
         {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// Builds the shared corpus, index and classifier in a directory of this test process under
+/// the target directory, first removing those of earlier runs.
+fn shared_editing_models() -> PathBuf {
+    remove_leftovers("editing-");
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let dir = root.join(format!("editing-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Helper ids of their own: the corpus never holds an item's "own review", so retrieval
