@@ -22,7 +22,8 @@ pub enum DeviceChoice {
 }
 
 impl DeviceChoice {
-    /// Errors when the choice needs a feature this binary was built without.
+    /// Errors when the choice needs a feature this binary was built without, or a driver this
+    /// machine does not have.
     pub fn check_available(self) -> Result<()> {
         if self == DeviceChoice::Cuda && !cfg!(feature = "burn-cuda") {
             bail!(
@@ -30,7 +31,29 @@ impl DeviceChoice {
                  `cargo build --release --features cuda`"
             );
         }
+        #[cfg(all(feature = "burn-cuda", target_os = "linux"))]
+        if self == DeviceChoice::Cuda && !cuda_driver_loads() {
+            bail!(
+                "--device cuda: this machine has no NVIDIA driver (libcuda.so.1 cannot be \
+                 loaded); use --device cpu"
+            );
+        }
         Ok(())
+    }
+}
+
+/// Whether the NVIDIA driver's library loads: without it CubeCL panics in a thread of its own
+/// instead of returning an error.
+#[cfg(all(feature = "burn-cuda", target_os = "linux"))]
+fn cuda_driver_loads() -> bool {
+    // SAFETY: a constant C string; the handle is closed before returning.
+    unsafe {
+        let handle = libc::dlopen(c"libcuda.so.1".as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            return false;
+        }
+        libc::dlclose(handle);
+        true
     }
 }
 
