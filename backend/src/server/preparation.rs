@@ -39,13 +39,6 @@ impl Preparation {
         }
     }
 
-    /// One that is already over.
-    pub fn ready(resources: Resources) -> Self {
-        Self {
-            stage: Arc::new(watch::Sender::new(Stage::Ready(Arc::new(resources)))),
-        }
-    }
-
     /// The next step, e.g. "fine-tuning the classifier".
     pub fn step(&self, step: impl Into<String>) {
         self.stage.send_replace(Stage::Preparing(step.into()));
@@ -61,28 +54,27 @@ impl Preparation {
 
     /// The models, or 503 `preparing` saying what is being done.
     pub fn resources(&self) -> ApiResult<Arc<Resources>> {
-        match &*self.stage.borrow() {
-            Stage::Ready(resources) => Ok(resources.clone()),
-            Stage::Preparing(_) | Stage::Failed(_) => Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "preparing",
-                self.status()
-                    .unwrap_or_else(|| "the models are being prepared".into()),
-            )
-            .retry_after(RETRY_SECONDS)),
-        }
+        self.loaded().map_err(|status| {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "preparing", status)
+                .retry_after(RETRY_SECONDS)
+        })
     }
 
     /// What is being prepared, in a sentence, with the newest progress bar's count; `None`
     /// once the models are loaded.
     pub fn status(&self) -> Option<String> {
+        self.loaded().err()
+    }
+
+    /// The models, or what is being prepared.
+    fn loaded(&self) -> Result<Arc<Resources>, String> {
         match &*self.stage.borrow() {
-            Stage::Ready(_) => None,
-            Stage::Preparing(step) => Some(match crate::progress::latest() {
+            Stage::Ready(resources) => Ok(resources.clone()),
+            Stage::Preparing(step) => Err(match crate::progress::latest() {
                 Some(progress) => format!("first-run preparation: {step} ({progress})"),
                 None => format!("first-run preparation: {step}"),
             }),
-            Stage::Failed(error) => Some(format!("the preparation failed: {error}")),
+            Stage::Failed(error) => Err(format!("the preparation failed: {error}")),
         }
     }
 
