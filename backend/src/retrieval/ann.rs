@@ -2,6 +2,7 @@
 //! the inner-product distance `1 − a·b` (searched here, or copied into a
 //! [`super::flat::FlatGraph`] to be saved and searched faster).
 
+use half::f16;
 use hnsw_rs::prelude::{Distance, Hnsw};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -49,28 +50,43 @@ fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     sums.iter().sum::<f32>() + tail
 }
 
-/// [`dot`] with four 8-lane fused multiply-add accumulators.
+/// [`dot`] with AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::{
-        __m256, _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps, _mm256_setzero_ps,
-        _mm256_storeu_ps,
-    };
-    const STEP: usize = 32;
+    use std::arch::x86_64::_mm256_loadu_ps;
     let n = a.len().min(b.len());
-    let body = n - n % STEP;
+    let body = n - n % FMA_STEP;
+    // SAFETY: `fma_sum` asks for 8 lanes at `at + 8 <= body <= n`, within both slices.
+    let sum = fma_sum(body, |at| unsafe {
+        (
+            _mm256_loadu_ps(a.as_ptr().add(at)),
+            _mm256_loadu_ps(b.as_ptr().add(at)),
+        )
+    });
+    sum + dot_portable(&a[body..n], &b[body..n])
+}
+
+/// Elements [`fma_sum`] takes per round: four accumulators of 8 lanes.
+#[cfg(target_arch = "x86_64")]
+const FMA_STEP: usize = 32;
+
+/// `Σ x·y` over the first `body` elements (a multiple of [`FMA_STEP`]), `load(at)` giving 8
+/// lanes of each side from `at`: four independent fused multiply-add accumulators, then their
+/// lanes summed.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+fn fma_sum(
+    body: usize,
+    load: impl Fn(usize) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256),
+) -> f32 {
+    use std::arch::x86_64::{
+        __m256, _mm256_add_ps, _mm256_fmadd_ps, _mm256_setzero_ps, _mm256_storeu_ps,
+    };
     let mut sums: [__m256; 4] = [_mm256_setzero_ps(); 4];
-    for start in (0..body).step_by(STEP) {
+    for start in (0..body).step_by(FMA_STEP) {
         for (lane, sum) in sums.iter_mut().enumerate() {
-            let at = start + 8 * lane;
-            // SAFETY: `at + 8 <= body <= n`, within both slices.
-            let (x, y) = unsafe {
-                (
-                    _mm256_loadu_ps(a.as_ptr().add(at)),
-                    _mm256_loadu_ps(b.as_ptr().add(at)),
-                )
-            };
+            let (x, y) = load(start + 8 * lane);
             *sum = _mm256_fmadd_ps(x, y, *sum);
         }
     }
@@ -81,8 +97,44 @@ fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 8];
     // SAFETY: `lanes` holds 8 floats.
     unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), total) };
-    let tail: f32 = a[body..n].iter().zip(&b[body..n]).map(|(x, y)| x * y).sum();
-    lanes.iter().sum::<f32>() + tail
+    lanes.iter().sum()
+}
+
+/// The inner product of a query with a row stored as f16: AVX2 + FMA + F16C when the CPU has
+/// them, portable code otherwise.
+pub fn dot_half(query: &[f32], row: &[f16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("f16c")
+    {
+        // SAFETY: the CPU has the features `dot_half_avx2` is compiled for.
+        return unsafe { dot_half_avx2(query, row) };
+    }
+    dot_half_portable(query, row)
+}
+
+/// [`dot_half`] in plain Rust.
+fn dot_half_portable(query: &[f32], row: &[f16]) -> f32 {
+    query.iter().zip(row).map(|(x, y)| x * y.to_f32()).sum()
+}
+
+/// [`dot_half`] with the row widened to f32 8 lanes at a time (F16C).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_half_avx2(query: &[f32], row: &[f16]) -> f32 {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps, _mm256_loadu_ps};
+    let n = query.len().min(row.len());
+    let body = n - n % FMA_STEP;
+    // SAFETY: `fma_sum` asks for 8 lanes at `at + 8 <= body <= n`, within both slices; 8 f16
+    // are the 16 bytes loaded.
+    let sum = fma_sum(body, |at| unsafe {
+        (
+            _mm256_loadu_ps(query.as_ptr().add(at)),
+            _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(at).cast::<__m128i>())),
+        )
+    });
+    sum + dot_half_portable(&query[body..n], &row[body..n])
 }
 
 /// How the graph is built.
@@ -219,6 +271,23 @@ pub(crate) mod tests {
             );
             assert!((x - y).abs() < 1e-5, "length {len}: {x} vs {y}");
         }
+    }
+
+    #[test]
+    fn the_half_dot_agrees_with_the_f32_dot_of_the_rounded_row() {
+        let rows = unit_rows(2, 100, 5);
+        let (query, row) = rows.split_at(100);
+        let half: Vec<f16> = row.iter().copied().map(f16::from_f32).collect();
+        let rounded: Vec<f32> = half.iter().map(|x| x.to_f32()).collect();
+        for len in 0..=100 {
+            let (x, y) = (
+                dot_half(&query[..len], &half[..len]),
+                dot(&query[..len], &rounded[..len]),
+            );
+            assert!((x - y).abs() < 1e-5, "length {len}: {x} vs {y}");
+        }
+        // Rounding to f16 moves two unit vectors' product by far less than neighbours differ.
+        assert!((dot_half(query, &half) - dot(query, row)).abs() < 1e-3);
     }
 
     #[test]

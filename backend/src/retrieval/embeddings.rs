@@ -6,6 +6,8 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 /// Embedding rows on disk.
 pub struct EmbeddingFile {
@@ -62,13 +64,48 @@ impl EmbeddingFile {
 
     /// Reads every row into one row-major matrix.
     pub fn read_all(&self) -> Result<Vec<f32>> {
-        let mut bytes = Vec::new();
-        File::open(&self.path)?.read_to_end(&mut bytes)?;
-        let usable = bytes.len() - bytes.len() % (self.dim * 4);
-        Ok(bytes[..usable]
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .collect())
+        let mut rows = Vec::new();
+        self.for_each_chunk(|chunk| rows.extend_from_slice(chunk))?;
+        Ok(rows)
+    }
+
+    /// Reads every row into one row-major matrix rounded to f16, never holding the f32 matrix.
+    pub fn read_all_half(&self) -> Result<Vec<f16>> {
+        let mut rows = Vec::new();
+        self.for_each_chunk(|chunk| {
+            let start = rows.len();
+            rows.resize(start + chunk.len(), f16::ZERO);
+            rows[start..].convert_from_f32_slice(chunk);
+        })?;
+        Ok(rows)
+    }
+
+    /// Calls `take` with the complete rows in order, a few thousand at a time, so that reading
+    /// never holds the file's bytes beside the numbers.
+    fn for_each_chunk(&self, mut take: impl FnMut(&[f32])) -> Result<()> {
+        let row_bytes = self.dim * 4;
+        let rows = self.rows()?;
+        let mut file = File::open(&self.path)
+            .with_context(|| format!("cannot read {}", self.path.display()))?;
+        let chunk_rows = (4 << 20) / row_bytes.max(1) + 1;
+        let mut bytes = vec![0u8; chunk_rows * row_bytes];
+        let mut numbers = Vec::with_capacity(chunk_rows * self.dim);
+        let mut done = 0;
+        while done < rows {
+            let count = chunk_rows.min(rows - done);
+            let buffer = &mut bytes[..count * row_bytes];
+            file.read_exact(buffer)
+                .with_context(|| format!("cannot read {}", self.path.display()))?;
+            numbers.clear();
+            numbers.extend(
+                buffer
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes"))),
+            );
+            take(&numbers);
+            done += count;
+        }
+        Ok(())
     }
 }
 
@@ -97,6 +134,13 @@ mod tests {
             file.read_all().unwrap(),
             vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
         );
+        let half: Vec<f32> = file
+            .read_all_half()
+            .unwrap()
+            .iter()
+            .map(|x| x.to_f32())
+            .collect();
+        assert_eq!(half, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
         file.truncate(1).unwrap();
         assert_eq!(file.read_all().unwrap(), vec![1.0, 2.0, 3.0]);
     }

@@ -172,7 +172,9 @@ pub fn build_index<B: Backend>(
     let bar = progress::items(sentences.len() as u64, "graph");
     let ann = AnnIndex::build(&matrix, wanted.dim, options.hnsw, &|n| bar.inc(n as u64));
     bar.finish_and_clear();
-    FlatGraph::from_hnsw(&ann, matrix).save(&dir.join(GRAPH))?;
+    // hnsw_rs holds its own copy of the rows.
+    drop(matrix);
+    FlatGraph::from_hnsw(&ann).save(&dir.join(GRAPH))?;
     let meta = IndexMeta {
         encoder: encoders.name.clone(),
         document_fingerprint: wanted.document_fingerprint,
@@ -300,7 +302,7 @@ impl SentenceIndex {
         }
         let mut sentences = corpus.sentences()?;
         sentences.truncate(meta.sentences);
-        let mut vectors = EmbeddingFile::open(&dir.join(EMBEDDINGS), meta.dim)?.read_all()?;
+        let mut vectors = EmbeddingFile::open(&dir.join(EMBEDDINGS), meta.dim)?.read_all_half()?;
         if vectors.len() < meta.sentences * meta.dim {
             bail!(
                 "{} holds fewer vectors than the index's {} sentences: rebuild the index",

@@ -57,7 +57,7 @@ pub struct RetrievalBenchArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "10,16,24,32,48,64,96,128,192,256"
+        default_value = "10,16,24,32,48,64,96,128,192,256,384,512"
     )]
     pub ef: Vec<usize>,
     /// IndexIVFFlat lists
@@ -193,11 +193,11 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
         &|q, ef| ann.search_many(q, args.k, ef),
     ));
     let started = Instant::now();
-    let flat = FlatGraph::from_hnsw(&ann, vectors.clone());
+    let flat = FlatGraph::from_hnsw(&ann);
     let flatten_seconds = started.elapsed().as_secs_f64();
     drop(ann);
     runs.extend(sweep(
-        format!("flipside HNSW, flat search (M={})", args.m),
+        format!("flipside HNSW, flat search, f16 rows (M={})", args.m),
         build_seconds + flatten_seconds,
         flat.memory_bytes() as i64,
         &|q, ef| flat.search_many(q, args.k, ef),
@@ -234,8 +234,14 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
         print_ratios(&runs, args.nlist);
     }
     println!();
-    print_extrapolation("hnsw_rs graph", memory_bytes, args.n, dim);
-    print_extrapolation("flat graph", flat.memory_bytes() as i64, args.n, dim);
+    print_extrapolation("hnsw_rs graph", memory_bytes, args.n, dim, Element::F32);
+    print_extrapolation(
+        "flat graph",
+        flat.memory_bytes() as i64,
+        args.n,
+        dim,
+        Element::F16,
+    );
 
     let output = args.output.clone().unwrap_or_else(|| {
         home.root()
@@ -458,11 +464,23 @@ fn print_ratios(runs: &[Run], nlist: usize) {
     );
 }
 
-fn print_extrapolation(what: &str, memory_bytes: i64, n: usize, dim: usize) {
+/// How a vector's numbers are stored.
+#[derive(Clone, Copy)]
+enum Element {
+    F32,
+    F16,
+}
+
+/// Memory per vector measured at `n` vectors, and what it comes to for 8M sentences.
+fn print_extrapolation(what: &str, memory_bytes: i64, n: usize, dim: usize, element: Element) {
     let per_vector = memory_bytes as f64 / n as f64;
-    let vectors = dim as f64 * 4.0;
+    let (name, bytes) = match element {
+        Element::F32 => ("f32", 4.0),
+        Element::F16 => ("f16", 2.0),
+    };
+    let vectors = dim as f64 * bytes;
     println!(
-        "memory, {what}: {per_vector:.0} bytes per vector ({vectors:.0} of them the f32 vector, {:.0} the \
+        "memory, {what}: {per_vector:.0} bytes per vector ({vectors:.0} of them the {name} vector, {:.0} the \
          graph and bookkeeping); 8M sentences → {:.1} GB",
         per_vector - vectors,
         per_vector * 8e6 / 1e9
