@@ -1,22 +1,24 @@
 //! Approximate nearest-neighbour search over unit vectors: an HNSW graph built by hnsw_rs under
-//! the inner-product distance `1 − a·b` (searched here, or copied into a
-//! [`super::flat::FlatGraph`] to be saved and searched faster).
+//! the inner-product distance `1 − a·b` over rows rounded to f16 (searched here, or copied into
+//! a [`super::flat::FlatGraph`] to be saved and searched faster). hnsw_rs keeps its own copy of
+//! every row while building: f16 halves it, and rows can be inserted a chunk at a time, so the
+//! caller never needs the whole f32 matrix in memory.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use hnsw_rs::prelude::{Distance, Hnsw};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-/// `max(0, 1 − a·b)`: for unit vectors, the cosine distance. Written with independent accumulators
-/// so that it vectorises (a single running sum cannot be reordered by the compiler).
+/// `max(0, 1 − a·b)` between f16 rows: for unit vectors, the cosine distance.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct DotDistance;
 
-impl Distance<f32> for DotDistance {
-    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
+impl Distance<f16> for DotDistance {
+    fn eval(&self, a: &[f16], b: &[f16]) -> f32 {
         // hnsw_rs asserts distances are non-negative; rounding can take a unit vector's
         // product with itself just above 1.
-        (1.0 - dot(a, b)).max(0.0)
+        (1.0 - dot_halves(a, b)).max(0.0)
     }
 }
 
@@ -104,10 +106,7 @@ fn fma_sum(
 /// them, portable code otherwise.
 pub fn dot_half(query: &[f32], row: &[f16]) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2")
-        && std::arch::is_x86_feature_detected!("fma")
-        && std::arch::is_x86_feature_detected!("f16c")
-    {
+    if has_f16c() {
         // SAFETY: the CPU has the features `dot_half_avx2` is compiled for.
         return unsafe { dot_half_avx2(query, row) };
     }
@@ -137,6 +136,48 @@ fn dot_half_avx2(query: &[f32], row: &[f16]) -> f32 {
     sum + dot_half_portable(&query[body..n], &row[body..n])
 }
 
+/// The inner product of two f16 rows: AVX2 + FMA + F16C when the CPU has them, portable code
+/// otherwise.
+pub fn dot_halves(a: &[f16], b: &[f16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: the CPU has the features `dot_halves_avx2` is compiled for.
+        return unsafe { dot_halves_avx2(a, b) };
+    }
+    a.iter().zip(b).map(|(x, y)| x.to_f32() * y.to_f32()).sum()
+}
+
+/// Whether the CPU has AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+fn has_f16c() -> bool {
+    std::arch::is_x86_feature_detected!("avx2")
+        && std::arch::is_x86_feature_detected!("fma")
+        && std::arch::is_x86_feature_detected!("f16c")
+}
+
+/// [`dot_halves`] with both rows widened to f32 8 lanes at a time (F16C).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn dot_halves_avx2(a: &[f16], b: &[f16]) -> f32 {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps};
+    let n = a.len().min(b.len());
+    let body = n - n % FMA_STEP;
+    // SAFETY: `fma_sum` asks for 8 lanes at `at + 8 <= body <= n`, within both slices; 8 f16
+    // are the 16 bytes loaded.
+    let sum = fma_sum(body, |at| unsafe {
+        (
+            _mm256_cvtph_ps(_mm_loadu_si128(a.as_ptr().add(at).cast::<__m128i>())),
+            _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().add(at).cast::<__m128i>())),
+        )
+    });
+    let tail: f32 = a[body..n]
+        .iter()
+        .zip(&b[body..n])
+        .map(|(x, y)| x.to_f32() * y.to_f32())
+        .sum();
+    sum + tail
+}
+
 /// How the graph is built.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 pub struct HnswParams {
@@ -164,21 +205,13 @@ pub struct Hit {
 
 /// An HNSW index over the rows of a matrix.
 pub struct AnnIndex {
-    hnsw: Hnsw<'static, f32, DotDistance>,
+    hnsw: Hnsw<'static, f16, DotDistance>,
     dim: usize,
 }
 
 impl AnnIndex {
-    /// Builds the graph over `rows` (row-major, `dim` wide), inserting in parallel and calling
-    /// `on_progress` with the number of rows inserted since the last call. Parallel insertion
-    /// makes the graph depend on thread timing: searches of two builds can differ slightly.
-    pub fn build(
-        rows: &[f32],
-        dim: usize,
-        params: HnswParams,
-        on_progress: &(dyn Fn(usize) + Sync),
-    ) -> Self {
-        let count = rows.len() / dim;
+    /// An empty graph for about `count` rows of width `dim`; fill it with [`AnnIndex::insert`].
+    pub fn new(dim: usize, count: usize, params: HnswParams) -> Self {
         let hnsw = Hnsw::new(
             params.max_connections,
             count.max(1),
@@ -186,12 +219,33 @@ impl AnnIndex {
             params.ef_construction,
             DotDistance,
         );
-        let all: Vec<(&[f32], usize)> = rows.chunks_exact(dim).zip(0..).collect();
-        for chunk in all.chunks(4096) {
-            hnsw.parallel_insert_slice(&chunk.to_vec());
-            on_progress(chunk.len());
-        }
         Self { hnsw, dim }
+    }
+
+    /// Inserts `rows` (row-major, rounded to f16 here) as rows `first`, `first + 1`, …, in
+    /// parallel, calling `on_progress` with the number inserted since the last call. Parallel
+    /// insertion makes the graph depend on thread timing: searches of two builds can differ
+    /// slightly.
+    pub fn insert(&self, first: usize, rows: &[f32], on_progress: &dyn Fn(usize)) {
+        for (chunk, start) in rows.chunks(4096 * self.dim).zip((first..).step_by(4096)) {
+            let mut half = vec![f16::ZERO; chunk.len()];
+            half.convert_from_f32_slice(chunk);
+            let items: Vec<(&[f16], usize)> = half.chunks_exact(self.dim).zip(start..).collect();
+            self.hnsw.parallel_insert_slice(&items);
+            on_progress(items.len());
+        }
+    }
+
+    /// Builds the graph over `rows` (row-major, `dim` wide).
+    pub fn build(
+        rows: &[f32],
+        dim: usize,
+        params: HnswParams,
+        on_progress: &dyn Fn(usize),
+    ) -> Self {
+        let index = Self::new(dim, rows.len() / dim, params);
+        index.insert(0, rows, on_progress);
+        index
     }
 
     /// The number of indexed rows.
@@ -208,15 +262,16 @@ impl AnnIndex {
     }
 
     /// The hnsw_rs graph.
-    pub(super) fn hnsw(&self) -> &Hnsw<'static, f32, DotDistance> {
+    pub(super) fn hnsw(&self) -> &Hnsw<'static, f16, DotDistance> {
         &self.hnsw
     }
 
     /// The `k` nearest rows to `query`, best first; `ef` (≥ k) trades speed for recall.
     pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<Hit> {
         assert_eq!(query.len(), self.dim, "query width");
+        let query: Vec<f16> = query.iter().copied().map(f16::from_f32).collect();
         self.hnsw
-            .search(query, k, ef.max(k))
+            .search(&query, k, ef.max(k))
             .into_iter()
             .map(|n| Hit {
                 id: n.d_id,
@@ -274,7 +329,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_half_dot_agrees_with_the_f32_dot_of_the_rounded_row() {
+    fn the_half_dots_agree_with_the_f32_dot_of_the_rounded_rows() {
         let rows = unit_rows(2, 100, 5);
         let (query, row) = rows.split_at(100);
         let half: Vec<f16> = row.iter().copied().map(f16::from_f32).collect();
@@ -285,6 +340,15 @@ pub(crate) mod tests {
                 dot(&query[..len], &rounded[..len]),
             );
             assert!((x - y).abs() < 1e-5, "length {len}: {x} vs {y}");
+        }
+        let both: Vec<f16> = query.iter().copied().map(f16::from_f32).collect();
+        let query_rounded: Vec<f32> = both.iter().map(|x| x.to_f32()).collect();
+        for len in 0..=100 {
+            let (x, y) = (
+                dot_halves(&both[..len], &half[..len]),
+                dot(&query_rounded[..len], &rounded[..len]),
+            );
+            assert!((x - y).abs() < 1e-5, "both f16, length {len}: {x} vs {y}");
         }
         // Rounding to f16 moves two unit vectors' product by far less than neighbours differ.
         assert!((dot_half(query, &half) - dot(query, row)).abs() < 1e-3);

@@ -80,9 +80,9 @@ impl EmbeddingFile {
         Ok(rows)
     }
 
-    /// Calls `take` with the complete rows in order, a few thousand at a time, so that reading
-    /// never holds the file's bytes beside the numbers.
-    fn for_each_chunk(&self, mut take: impl FnMut(&[f32])) -> Result<()> {
+    /// Calls `take` with the complete rows in order, a few thousand at a time: the file is
+    /// never in memory whole.
+    pub fn for_each_chunk(&self, mut take: impl FnMut(&[f32])) -> Result<()> {
         let row_bytes = self.dim * 4;
         let rows = self.rows()?;
         let mut file = File::open(&self.path)

@@ -13,7 +13,6 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use half::f16;
-use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -72,7 +71,7 @@ thread_local! {
 }
 
 impl FlatGraph {
-    /// Copies the graph of `index` and its rows (rounded to f16).
+    /// Copies the graph of `index` and its f16 rows.
     pub fn from_hnsw(index: &AnnIndex) -> Self {
         let dim = index.dim();
         let count = index.len();
@@ -86,7 +85,7 @@ impl FlatGraph {
         for point in hnsw.get_point_indexation() {
             let id = point.get_origin_id();
             let level = point.get_point_id().0 as usize;
-            vectors[id * dim..(id + 1) * dim].convert_from_f32_slice(point.get_v());
+            vectors[id * dim..(id + 1) * dim].copy_from_slice(point.get_v());
             let neighbourhood = point.get_neighborhood_id();
             let ids = |layer: usize| -> Vec<u32> {
                 neighbourhood

@@ -168,12 +168,15 @@ pub fn build_index<B: Backend>(
     }
 
     let started = Instant::now();
-    let matrix = rows.read_all()?;
+    // The rows go from the file into the graph a chunk at a time (hnsw_rs keeps them as f16).
     let bar = progress::items(sentences.len() as u64, "graph");
-    let ann = AnnIndex::build(&matrix, wanted.dim, options.hnsw, &|n| bar.inc(n as u64));
+    let ann = AnnIndex::new(wanted.dim, sentences.len(), options.hnsw);
+    let mut inserted = 0;
+    rows.for_each_chunk(|chunk| {
+        ann.insert(inserted, chunk, &|n| bar.inc(n as u64));
+        inserted += chunk.len() / wanted.dim;
+    })?;
     bar.finish_and_clear();
-    // hnsw_rs holds its own copy of the rows.
-    drop(matrix);
     FlatGraph::from_hnsw(&ann).save(&dir.join(GRAPH))?;
     let meta = IndexMeta {
         encoder: encoders.name.clone(),

@@ -187,7 +187,7 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
             .collect::<Vec<_>>()
     };
     runs.extend(sweep(
-        format!("flipside HNSW (hnsw_rs, M={})", args.m),
+        format!("flipside HNSW (hnsw_rs, f16 rows, M={})", args.m),
         build_seconds,
         memory_bytes,
         &|q, ef| ann.search_many(q, args.k, ef),
@@ -234,14 +234,8 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
         print_ratios(&runs, args.nlist);
     }
     println!();
-    print_extrapolation("hnsw_rs graph", memory_bytes, args.n, dim, Element::F32);
-    print_extrapolation(
-        "flat graph",
-        flat.memory_bytes() as i64,
-        args.n,
-        dim,
-        Element::F16,
-    );
+    print_extrapolation("hnsw_rs graph", memory_bytes, args.n, dim);
+    print_extrapolation("flat graph", flat.memory_bytes() as i64, args.n, dim);
 
     let output = args.output.clone().unwrap_or_else(|| {
         home.root()
@@ -464,23 +458,13 @@ fn print_ratios(runs: &[Run], nlist: usize) {
     );
 }
 
-/// How a vector's numbers are stored.
-#[derive(Clone, Copy)]
-enum Element {
-    F32,
-    F16,
-}
-
-/// Memory per vector measured at `n` vectors, and what it comes to for 8M sentences.
-fn print_extrapolation(what: &str, memory_bytes: i64, n: usize, dim: usize, element: Element) {
+/// Memory per vector measured at `n` vectors (each kept as f16), and what it comes to for 8M
+/// sentences.
+fn print_extrapolation(what: &str, memory_bytes: i64, n: usize, dim: usize) {
     let per_vector = memory_bytes as f64 / n as f64;
-    let (name, bytes) = match element {
-        Element::F32 => ("f32", 4.0),
-        Element::F16 => ("f16", 2.0),
-    };
-    let vectors = dim as f64 * bytes;
+    let vectors = dim as f64 * 2.0;
     println!(
-        "memory, {what}: {per_vector:.0} bytes per vector ({vectors:.0} of them the {name} vector, {:.0} the \
+        "memory, {what}: {per_vector:.0} bytes per vector ({vectors:.0} of them the f16 vector, {:.0} the \
          graph and bookkeeping); 8M sentences → {:.1} GB",
         per_vector - vectors,
         per_vector * 8e6 / 1e9
