@@ -73,19 +73,35 @@ thread_local! {
 impl FlatGraph {
     /// Copies the graph of `index` and its f16 rows.
     pub fn from_hnsw(index: &AnnIndex) -> Self {
+        let mut graph = Self::graph_of(index);
+        let dim = graph.dim;
+        graph.vectors = vec![f16::ZERO; index.len() * dim];
+        for point in index.hnsw().get_point_indexation() {
+            let id = point.get_origin_id();
+            graph.vectors[id * dim..(id + 1) * dim].copy_from_slice(point.get_v());
+        }
+        graph
+    }
+
+    /// Writes the graph of `index` into the directory `dir` without copying its rows (the
+    /// embeddings file keeps them), so that a build never holds them twice.
+    pub fn save_graph_of(index: &AnnIndex, dir: &Path) -> Result<()> {
+        Self::graph_of(index).save(dir)
+    }
+
+    /// The graph of `index` without its rows: only to save, or to fill in.
+    fn graph_of(index: &AnnIndex) -> Self {
         let dim = index.dim();
         let count = index.len();
         let hnsw = index.hnsw();
         let width = 2 * hnsw.get_max_nb_connection() as usize;
         let mut layer0 = vec![NONE; count * width];
-        let mut vectors = vec![f16::ZERO; count * dim];
         let mut upper = HashMap::new();
         // Any row on the top layer is an entry point.
         let mut entry: Option<(usize, u32)> = None;
         for point in hnsw.get_point_indexation() {
             let id = point.get_origin_id();
             let level = point.get_point_id().0 as usize;
-            vectors[id * dim..(id + 1) * dim].copy_from_slice(point.get_v());
             let neighbourhood = point.get_neighborhood_id();
             let ids = |layer: usize| -> Vec<u32> {
                 neighbourhood
@@ -106,7 +122,7 @@ impl FlatGraph {
         let (top_level, entry) = entry.unwrap_or((0, 0));
         Self {
             dim,
-            vectors,
+            vectors: Vec::new(),
             layer0,
             width,
             upper,

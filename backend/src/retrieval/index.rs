@@ -177,7 +177,7 @@ pub fn build_index<B: Backend>(
         inserted += chunk.len() / wanted.dim;
     })?;
     bar.finish_and_clear();
-    FlatGraph::from_hnsw(&ann).save(&dir.join(GRAPH))?;
+    FlatGraph::save_graph_of(&ann, &dir.join(GRAPH))?;
     let meta = IndexMeta {
         encoder: encoders.name.clone(),
         document_fingerprint: wanted.document_fingerprint,
