@@ -144,6 +144,11 @@ pub fn dot_halves(a: &[f16], b: &[f16]) -> f32 {
         // SAFETY: the CPU has the features `dot_halves_avx2` is compiled for.
         return unsafe { dot_halves_avx2(a, b) };
     }
+    dot_halves_portable(a, b)
+}
+
+/// [`dot_halves`] in plain Rust.
+fn dot_halves_portable(a: &[f16], b: &[f16]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x.to_f32() * y.to_f32()).sum()
 }
 
@@ -170,12 +175,7 @@ fn dot_halves_avx2(a: &[f16], b: &[f16]) -> f32 {
             _mm256_cvtph_ps(_mm_loadu_si128(b.as_ptr().add(at).cast::<__m128i>())),
         )
     });
-    let tail: f32 = a[body..n]
-        .iter()
-        .zip(&b[body..n])
-        .map(|(x, y)| x.to_f32() * y.to_f32())
-        .sum();
-    sum + tail
+    sum + dot_halves_portable(&a[body..n], &b[body..n])
 }
 
 /// How the graph is built.
