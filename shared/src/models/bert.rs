@@ -9,12 +9,13 @@
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig};
 use burn::nn::{Linear, LinearConfig};
-use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
+use super::gelu::gelu;
 
 /// BERT's renames between Hugging Face keys and the field names below.
 pub const BERT_KEYS: KeyMap = KeyMap {

@@ -9,6 +9,7 @@ pub mod classifier;
 pub mod compact;
 pub mod dis_ae;
 pub mod encoder;
+pub mod gelu;
 pub mod lstm;
 pub mod pooling;
 pub mod search;

@@ -1,0 +1,269 @@
+//! GELU, `0.5·x·(1 + erf(x/√2))` (Hugging Face's "gelu"), with an erf the compiler vectorises.
+//!
+//! burn's CPU backend (Flex) evaluates erf (and, for the gradient, exp) one value at a time with
+//! libm, on one thread: `perf` put erf at 9.5 % of MiniLM's encoding and 7.8 % of its fine-tuning
+//! on an AVX2 machine. On Flex, with or without autodiff, GELU and its gradient take the loops
+//! here instead: an erf without branches, tables or libm calls (Abramowitz & Stegun 7.1.28) and
+//! an exp of the same kind, which compile to AVX2 natively and SIMD128 in the page. The GELU is
+//! within 9e-7 of the exact one for every f32 input (PyTorch's own f32 GELU: 4e-7). Every other
+//! backend uses burn's `gelu`.
+
+use std::any::Any;
+
+use burn::backend::Flex;
+use burn::tensor::backend::Backend;
+use burn::tensor::{DType, Tensor, TensorData, activation};
+
+/// GELU of every element: the vectorised loops for f32 tensors on Flex (and, natively,
+/// `Autodiff<Flex>`), burn's `gelu` otherwise.
+pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    if x.dtype() != DType::F32 {
+        return activation::gelu(x);
+    }
+    let x: Box<dyn Any> = Box::new(x);
+    let x = match x.downcast::<Tensor<Flex, D>>() {
+        Ok(x) => return same_type(on_flex(*x)),
+        Err(x) => x,
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    let x = match x.downcast::<Tensor<burn::backend::Autodiff<Flex>, D>>() {
+        Ok(x) => return same_type(training::gelu(*x)),
+        Err(x) => x,
+    };
+    activation::gelu(*x.downcast::<Tensor<B, D>>().expect("x is a Tensor<B, D>"))
+}
+
+/// `value` as `U`, which it is (`U` is `B`'s tensor type, matched by a downcast).
+fn same_type<T: 'static, U: 'static>(value: T) -> U {
+    let value: Box<dyn Any> = Box::new(value);
+    *value
+        .downcast::<U>()
+        .expect("the value has the type it was matched as")
+}
+
+/// GELU of a Flex tensor, in place in its (contiguous) data.
+fn on_flex<const D: usize>(x: Tensor<Flex, D>) -> Tensor<Flex, D> {
+    let device = x.device();
+    let mut data = x.into_data();
+    gelu_in_place(f32_values(&mut data));
+    Tensor::from_data(data, &device)
+}
+
+fn f32_values(data: &mut TensorData) -> &mut [f32] {
+    data.as_mut_slice::<f32>()
+        .expect("an f32 tensor holds f32 values")
+}
+
+/// GELU with its gradient on `Autodiff<Flex>`: burn's autodiff op API with the loops above.
+#[cfg(not(target_arch = "wasm32"))]
+mod training {
+    use burn::backend::Autodiff;
+    use burn::backend::autodiff::checkpoint::base::Checkpointer;
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::autodiff::grads::Gradients;
+    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::flex::FlexTensor;
+    use burn::tensor::TensorPrimitive;
+    use burn::tensor::ops::FloatTensor;
+
+    use super::*;
+
+    /// The backward step; its state is the GELU's input.
+    #[derive(Debug)]
+    struct GeluStep;
+
+    impl Backward<Flex, 1> for GeluStep {
+        type State = FloatTensor<Flex>;
+
+        fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+            let grad = grads.consume::<Flex>(&ops.node);
+            if let Some(parent) = &ops.parents[0] {
+                let input = ops.state.into_data();
+                let mut grad = grad.into_data();
+                gelu_gradient_in_place(
+                    f32_values(&mut grad),
+                    input
+                        .as_slice::<f32>()
+                        .expect("an f32 tensor holds f32 values"),
+                );
+                grads.register::<Flex>(parent.id, FlexTensor::from_data(grad));
+            }
+        }
+    }
+
+    /// GELU of `x`, recording [`GeluStep`] when `x` needs its gradient.
+    pub fn gelu<const D: usize>(x: Tensor<Autodiff<Flex>, D>) -> Tensor<Autodiff<Flex>, D> {
+        let x = x.into_primitive().tensor();
+        let forward = |input: FloatTensor<Flex>| {
+            let input = Tensor::<Flex, D>::from_primitive(TensorPrimitive::Float(input));
+            on_flex(input).into_primitive().tensor()
+        };
+        let output = match GeluStep
+            .prepare::<NoCheckpointing>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(x.primitive.clone(), forward(x.primitive)),
+            OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive)),
+        };
+        Tensor::from_primitive(TensorPrimitive::Float(output))
+    }
+}
+
+/// Replaces every value `x` with `0.5·x·(1 + erf(x/√2))`.
+pub fn gelu_in_place(values: &mut [f32]) {
+    for value in values {
+        let x = *value;
+        *value = 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+    }
+}
+
+/// Multiplies every `grad` by GELU's derivative at its `input`:
+/// `Φ(x) + x·φ(x) = 0.5·(1 + erf(x/√2)) + x·exp(−x²/2)/√(2π)`.
+pub fn gelu_gradient_in_place(grad: &mut [f32], input: &[f32]) {
+    const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
+    for (g, &x) in grad.iter_mut().zip(input) {
+        let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+        *g *= cdf + x * FRAC_1_SQRT_2PI * exp_non_positive(-0.5 * x * x);
+    }
+}
+
+/// e^y for y ≤ 0 to a relative 2e-7 (0 below −87): y = n·ln 2 + r with |r| ≤ ln 2 / 2, e^r by
+/// its Taylor polynomial, 2ⁿ in the exponent bits. Branch-free, so loops over it vectorise.
+#[inline(always)]
+fn exp_non_positive(y: f32) -> f32 {
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    let y = y.max(-87.0);
+    let n = (y * std::f32::consts::LOG2_E + 0.5).floor();
+    let r = y - n * LN2_HI - n * LN2_LO;
+    let mut p = 1.0 / 720.0;
+    for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        p = p * r + c;
+    }
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// erf(x) to within 2e-6 (Abramowitz & Stegun 7.1.28: `1 − 1/(1 + a₁x + … + a₆x⁶)¹⁶` for
+/// x ≥ 0, odd), written so that a loop over it vectorises. Multiplies and adds stay separate:
+/// `mul_add` is a libm call where the target has no FMA (WebAssembly).
+#[inline(always)]
+fn erf(x: f32) -> f32 {
+    const A: [f32; 6] = [
+        0.070_523_08,
+        0.042_282_01,
+        0.009_270_527,
+        0.000_152_014_3,
+        0.000_276_567_2,
+        0.000_043_063_8,
+    ];
+    let t = x.abs();
+    let mut p = A[5];
+    for a in A[..5].iter().rev() {
+        p = p * t + a;
+    }
+    p = p * t + 1.0;
+    let p2 = p * p;
+    let p4 = p2 * p2;
+    let p8 = p4 * p4;
+    (1.0 - 1.0 / (p8 * p8)).copysign(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::Tolerance;
+
+    /// erf in f64 by its Taylor series (|x| < 3) or continued fraction (|x| ≥ 3), exact to ~1e-15.
+    fn erf_f64(x: f64) -> f64 {
+        let t = x.abs();
+        let value = if t < 3.0 {
+            let (mut term, mut sum, mut n) = (t, t, 0.0);
+            while term.abs() > 1e-17 * sum.abs() {
+                n += 1.0;
+                term *= -t * t / n;
+                sum += term / (2.0 * n + 1.0);
+            }
+            sum * 2.0 / std::f64::consts::PI.sqrt()
+        } else {
+            // erfc(t) = exp(−t²)/√π · 1/(t + 1/2/(t + 1/(t + 3/2/(t + …))))
+            let mut fraction = t;
+            for k in (1..60).rev() {
+                fraction = t + (k as f64 / 2.0) / fraction;
+            }
+            1.0 - (-t * t).exp() / std::f64::consts::PI.sqrt() / fraction
+        };
+        value.copysign(x)
+    }
+
+    #[test]
+    fn erf_and_gelu_match_the_exact_functions() {
+        let mut worst_erf = 0f64;
+        let mut worst_gelu = 0f64;
+        for i in -240_000..=240_000 {
+            let x = i as f32 * 5e-5;
+            worst_erf = worst_erf.max((erf(x) as f64 - erf_f64(x as f64)).abs());
+            let mut value = [x];
+            gelu_in_place(&mut value);
+            let exact = 0.5 * x as f64 * (1.0 + erf_f64(x as f64 / 2f64.sqrt()));
+            worst_gelu =
+                worst_gelu.max((value[0] as f64 - exact).abs() / (x as f64).abs().max(1.0));
+        }
+        assert!(worst_erf < 2e-6, "erf: {worst_erf:e}");
+        assert!(worst_gelu < 1e-6, "gelu: {worst_gelu:e}");
+        assert_eq!(erf(f32::INFINITY), 1.0);
+        assert_eq!(erf(-1e30), -1.0);
+        assert!(erf(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn flex_tensors_take_the_loops_here_with_burns_values() {
+        let values: Vec<f32> = (-50..50).map(|i| i as f32 * 0.17).collect();
+        let device = Default::default();
+        let input = Tensor::<Flex, 2>::from_data(TensorData::new(values, [4, 25]), &device);
+        let ours = gelu(input.clone()).into_data();
+        let burns = activation::gelu(input).into_data();
+        ours.assert_approx_eq::<f32>(&burns, Tolerance::absolute(2e-6));
+        // Not burn's op: the erfs differ in the last bits.
+        assert_ne!(ours, burns);
+    }
+
+    #[test]
+    fn exp_matches_the_standard_library() {
+        let (mut worst, mut at) = (0f64, 0f32);
+        for i in 0..348_000 {
+            let y = -(i as f32) * 2.5e-4;
+            let exact = (y as f64).exp();
+            let error = (exp_non_positive(y) as f64 - exact).abs() / exact;
+            if error > worst {
+                (worst, at) = (error, y);
+            }
+        }
+        assert!(worst < 3e-7, "relative error {worst:e} at {at}");
+        assert_eq!(exp_non_positive(0.0), 1.0);
+        assert!(exp_non_positive(-200.0) < 1e-37);
+    }
+
+    #[test]
+    fn autodiff_flex_takes_the_loops_here_with_burns_gradient() {
+        type Ad = burn::backend::Autodiff<Flex>;
+        let values: Vec<f32> = (-60..60).map(|i| i as f32 * 0.11).collect();
+        let device = Default::default();
+        let weights: Vec<f32> = (0..120).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+        let weights = Tensor::<Ad, 2>::from_data(TensorData::new(weights, [3, 40]), &device);
+        let gradient = |ours: bool| {
+            let x = Tensor::<Ad, 2>::from_data(TensorData::new(values.clone(), [3, 40]), &device)
+                .require_grad();
+            let y = if ours {
+                gelu(x.clone())
+            } else {
+                activation::gelu(x.clone())
+            };
+            let grads = (y * weights.clone()).sum().backward();
+            x.grad(&grads).expect("x requires its gradient").into_data()
+        };
+        let (ours, burns) = (gradient(true), gradient(false));
+        ours.assert_approx_eq::<f32>(&burns, Tolerance::absolute(1e-5));
+        assert_ne!(ours, burns, "burn's op ran");
+    }
+}
