@@ -15,6 +15,7 @@ use burn::tensor::{Bool, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
+use super::dropout::dropout;
 use super::gelu::gelu;
 
 /// BERT's renames between Hugging Face keys and the field names below.
@@ -231,7 +232,7 @@ impl<B: Backend> BertEmbeddings<B> {
         if let Some(token_types) = &self.token_type_embeddings {
             embedded = embedded + token_types.forward(token_type_ids);
         }
-        self.dropout.forward(self.layer_norm.forward(embedded))
+        dropout(&self.dropout, self.layer_norm.forward(embedded))
     }
 }
 
@@ -343,7 +344,7 @@ impl<B: Backend> BertSelfAttention<B> {
 
         let scores = query.matmul(key.transpose()) / (head_dim as f64).sqrt();
         let scores = scores.mask_fill(padding.clone(), f32::MIN);
-        let probs = self.dropout.forward(softmax(scores, 3));
+        let probs = dropout(&self.dropout, softmax(scores, 3));
         probs
             .matmul(value)
             .swap_dims(1, 2)
@@ -378,7 +379,7 @@ pub struct BertOutput<B: Backend> {
 
 impl<B: Backend> BertOutput<B> {
     fn forward(&self, intermediate: Tensor<B, 3>, residual: Tensor<B, 3>) -> Tensor<B, 3> {
-        let projected = self.dropout.forward(per_token(&self.dense, intermediate));
+        let projected = dropout(&self.dropout, per_token(&self.dense, intermediate));
         self.layer_norm.forward(projected + residual)
     }
 }

@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 
 use super::bert::{BERT_KEYS, BertConfig, BertInput, BertModel};
 use super::checkpoint::{CheckpointError, load_renamed, save_renamed};
+use super::dropout::dropout;
 use super::pooling::mean_pool;
 use super::{CheckpointFiles, LoadError};
 use crate::batching::{BatchExecutor, map_batches};
@@ -387,10 +388,10 @@ impl<B: Backend> SequenceClassifier<B> {
         let features = match self.architecture {
             Architecture::MeanPooled => mean_pool(hidden.clone(), &input.attention_mask),
             Architecture::Bert => tanh(dense(first())),
-            Architecture::Roberta => tanh(dense(self.dropout.forward(first()))),
+            Architecture::Roberta => tanh(dense(dropout(&self.dropout, first()))),
             Architecture::DistilBert => relu(dense(first())),
         };
-        self.classifier.forward(self.dropout.forward(features))
+        self.classifier.forward(dropout(&self.dropout, features))
     }
 
     /// The same classifier with every dropout disabled.

@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod classifier;
 pub mod compact;
 pub mod dis_ae;
+pub mod dropout;
 pub mod encoder;
 pub mod gelu;
 pub mod lstm;

@@ -21,6 +21,7 @@ use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
+use crate::models::dropout::dropout;
 
 /// T5's renames between Hugging Face keys and the field names below (applied in order).
 pub const T5_KEYS: KeyMap = KeyMap {
@@ -485,7 +486,7 @@ impl<B: Backend> T5Stack<B> {
                 .layers
                 .resize_with(self.block.len(), LayerCache::default);
         }
-        let mut hidden = self.dropout.forward(embedded);
+        let mut hidden = dropout(&self.dropout, embedded);
         for (i, block) in self.block.iter().enumerate() {
             let layer_cache = cache.as_deref_mut().map(|c| &mut c.layers[i]);
             hidden = block.forward(
@@ -499,7 +500,7 @@ impl<B: Backend> T5Stack<B> {
         if let Some(cache) = cache {
             cache.length = keys;
         }
-        self.dropout.forward(self.final_layer_norm.forward(hidden))
+        dropout(&self.dropout, self.final_layer_norm.forward(hidden))
     }
 }
 
@@ -671,7 +672,7 @@ impl<B: Backend> T5Attention<B> {
             }
         };
         let scores = query.matmul(key.transpose()) + bias.clone();
-        let probs = self.dropout.forward(softmax(scores, 3));
+        let probs = dropout(&self.dropout, softmax(scores, 3));
         let context =
             probs
                 .matmul(value)
@@ -693,7 +694,7 @@ pub struct FeedForwardSublayer<B: Backend> {
 impl<B: Backend> FeedForwardSublayer<B> {
     fn forward(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
         let normed = self.layer_norm.forward(hidden.clone());
-        hidden + self.dropout.forward(self.dense.forward(normed))
+        hidden + dropout(&self.dropout, self.dense.forward(normed))
     }
 }
 
@@ -718,7 +719,7 @@ impl<B: Backend> FeedForward<B> {
             }
             _ => unreachable!("a feed-forward block has wi or wi_0 and wi_1"),
         };
-        self.wo.forward(self.dropout.forward(inner))
+        self.wo.forward(dropout(&self.dropout, inner))
     }
 }
 
