@@ -245,11 +245,16 @@ pub struct BertEncoder<B: Backend> {
 impl<B: Backend> BertEncoder<B> {
     fn forward(&self, hidden: Tensor<B, 3>, attention_mask: &Tensor<B, 2>) -> Tensor<B, 3> {
         // Padding keys are masked out: `true` marks a position that must not be attended to.
+        // Built once at the scores' full shape: given a broadcast `[batch, 1, 1, seq]` mask,
+        // burn-flex's mask_fill copied it element by element in every layer (4 % of encoding).
         let [batch, seq] = attention_mask.dims();
-        let padding = attention_mask
-            .clone()
-            .lower_elem(0.5)
-            .reshape([batch, 1, 1, seq]);
+        let heads = self
+            .layer
+            .first()
+            .map_or(1, |layer| layer.attention.self_attention.num_heads);
+        let padding = Tensor::<B, 4>::zeros([batch, heads, seq, seq], &attention_mask.device())
+            .add(attention_mask.clone().reshape([batch, 1, 1, seq]))
+            .lower_elem(0.5);
         self.layer
             .iter()
             .fold(hidden, |hidden, layer| layer.forward(hidden, &padding))

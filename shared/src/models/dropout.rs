@@ -44,12 +44,12 @@ fn scaled_mask(len: usize, keep: f32, seed: [u32; 2]) -> Vec<f32> {
     // Keep when the hash's top 24 bits fall below keep·2²⁴.
     let threshold = (keep as f64 * (1u32 << 24) as f64) as u32;
     let scale = 1.0 / keep;
-    (0..len as u32)
-        .map(|index| {
-            let bits = mix(mix(index ^ seed[0]) ^ seed[1]);
-            if bits >> 8 < threshold { scale } else { 0.0 }
-        })
-        .collect()
+    let mut mask = vec![0.0; len];
+    for (index, value) in mask.iter_mut().enumerate() {
+        let bits = mix(mix(index as u32 ^ seed[0]) ^ seed[1]);
+        *value = if bits >> 8 < threshold { scale } else { 0.0 };
+    }
+    mask
 }
 
 /// A 32-bit integer hash with good avalanche (xor-shift, multiply; two rounds and a final
