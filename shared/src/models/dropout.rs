@@ -14,8 +14,14 @@ use burn::tensor::{Distribution, Tensor, TensorData};
 /// `module`'s dropout of `x`: zeroes each element with probability `module.prob` and scales the
 /// rest by `1/(1 − prob)` while training (autodiff enabled); `x` itself otherwise.
 pub fn dropout<B: Backend, const D: usize>(module: &Dropout, x: Tensor<B, D>) -> Tensor<B, D> {
+    // Only Flex training (`Autodiff<Flex>`, native) draws its masks slowly.
+    #[cfg(not(target_arch = "wasm32"))]
+    let hashed = std::any::TypeId::of::<B>()
+        == std::any::TypeId::of::<burn::backend::Autodiff<burn::backend::Flex>>();
+    #[cfg(target_arch = "wasm32")]
+    let hashed = false;
     let device = x.device();
-    if !B::ad_enabled(&device) || module.prob == 0.0 || !hashes_masks::<B>() {
+    if !hashed || !B::ad_enabled(&device) || module.prob == 0.0 {
         return module.forward(x);
     }
     let seed = Tensor::<B, 1>::random([2], Distribution::Default, &device)
@@ -26,17 +32,6 @@ pub fn dropout<B: Backend, const D: usize>(module: &Dropout, x: Tensor<B, D>) ->
     let shape = x.shape();
     let mask = scaled_mask(shape.num_elements(), 1.0 - module.prob as f32, seed);
     x * Tensor::from_data(TensorData::new(mask, shape), &device)
-}
-
-/// Whether `B` is Flex training (`Autodiff<Flex>`), whose own mask drawing is slow.
-fn hashes_masks<B: Backend>() -> bool {
-    #[cfg(not(target_arch = "wasm32"))]
-    {
-        use burn::backend::{Autodiff, Flex};
-        std::any::TypeId::of::<B>() == std::any::TypeId::of::<Autodiff<Flex>>()
-    }
-    #[cfg(target_arch = "wasm32")]
-    false
 }
 
 /// `len` values, each `1/keep` with probability `keep` and 0 otherwise, from `seed`.
