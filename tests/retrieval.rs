@@ -288,7 +288,7 @@ fn nli_queries_read_the_premise_and_a_reranker_reorders_candidates() {
     let reranker = dir.path().join("reranker");
     let trainings = [
         ("retriever", &cf_dpr, "5", "3e-4"),
-        ("reranker", &reranker, "12", "1e-4"),
+        ("reranker", &reranker, "20", "1e-4"),
     ];
     for (command, out, epochs, lr) in trainings {
         success(
