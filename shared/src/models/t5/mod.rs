@@ -15,13 +15,14 @@ pub mod position;
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
-use burn::tensor::activation::{gelu, relu, softmax};
+use burn::tensor::activation::{relu, softmax};
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
 use crate::models::dropout::dropout;
+use crate::models::gelu::gelu;
 
 /// T5's renames between Hugging Face keys and the field names below (applied in order).
 pub const T5_KEYS: KeyMap = KeyMap {
