@@ -4,6 +4,7 @@ mod browser;
 mod encode;
 mod infiller;
 mod llm;
+mod matmul;
 mod portal;
 mod retrieval;
 mod train;
@@ -25,6 +26,9 @@ pub enum BenchCommand {
     Browser(browser::BrowserBenchArgs),
     /// Sentence embeddings per second, Flipside vs sentence-transformers (PyTorch, same device)
     Encode(encode::EncodeBenchArgs),
+    /// The encoder's linear layers alone, GFLOPS vs PyTorch's F.linear (same shapes and
+    /// threads): how much of the encode and train gaps is the matrix-product kernel
+    Matmul(matmul::MatmulBenchArgs),
     /// Prompt and decode tokens per second of the embedded LLM vs llama-cpp-python (same GGUF,
     /// prompt and threads)
     Llm(llm::LlmBenchArgs),
@@ -48,6 +52,7 @@ pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
         BenchCommand::Encode(args) => encode::bench_encode(home, args),
         BenchCommand::Infiller(args) => infiller::bench_infiller(home, args),
         BenchCommand::Llm(args) => llm::bench_llm(home, args),
+        BenchCommand::Matmul(args) => matmul::bench_matmul(home, args),
         BenchCommand::Retrieval(args) => retrieval::bench_retrieval(home, args),
         BenchCommand::Portal(args) => portal::bench_portal(args),
         BenchCommand::Train(args) => train::bench_train(home, args),

@@ -1,0 +1,193 @@
+//! `flipside bench matmul`: the encoder's linear layers alone, in GFLOPS, against PyTorch's
+//! `F.linear` on the same shapes and threads. On CPUs these products are most of encoding and
+//! fine-tuning, so their speed bounds `bench encode` and `bench train`: this bench tells how much
+//! of a gap is the matrix-product kernel and how much is everything around it.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result, anyhow};
+use burn::tensor::backend::Backend;
+use burn::tensor::{Distribution, Tensor};
+use clap::Args;
+use serde::Deserialize;
+
+use super::{TorchBenchArgs, run_reference_script};
+use crate::compute::Compute;
+use crate::home::Home;
+use crate::models::{BertFiles, DEFAULT_ENCODER, resolve_model_dir};
+use crate::with_backend;
+use flipside_shared::models::bert::BertConfig;
+
+const REFERENCE_SCRIPT: &str = include_str!("../../../bench/torch_linear_layers.py");
+
+#[derive(Debug, Args)]
+pub struct MatmulBenchArgs {
+    /// Token rows of every product: a batch of 32 Rotten Tomatoes sentences, length-sorted, has
+    /// about 900
+    #[arg(long, default_value_t = 896)]
+    pub rows: usize,
+    /// Timed passes through all the encoder's linear layers (after one untimed pass)
+    #[arg(long, default_value_t = 20)]
+    pub passes: usize,
+    /// The encoder whose layer shapes are multiplied: a BERT directory or a model asset name
+    #[arg(long, default_value = DEFAULT_ENCODER)]
+    pub model: String,
+    #[command(flatten)]
+    pub sides: TorchBenchArgs,
+}
+
+/// The products of one pass: `(inputs, outputs)` of every linear layer of every encoder layer,
+/// in the model's order (query, key, value, attention output, intermediate, output).
+#[derive(Debug, Clone, PartialEq)]
+struct Shapes {
+    layers: Vec<(usize, usize)>,
+}
+
+impl Shapes {
+    fn of(config: &BertConfig) -> Self {
+        let (hidden, intermediate) = (config.hidden_size, config.intermediate_size);
+        let one_layer = [
+            (hidden, hidden),
+            (hidden, hidden),
+            (hidden, hidden),
+            (hidden, hidden),
+            (hidden, intermediate),
+            (intermediate, hidden),
+        ];
+        Self {
+            layers: (0..config.num_hidden_layers)
+                .flat_map(|_| one_layer)
+                .collect(),
+        }
+    }
+
+    /// Floating-point operations of one pass over `rows` tokens (a multiply and an add each).
+    fn flops(&self, rows: usize) -> f64 {
+        self.layers
+            .iter()
+            .map(|&(inputs, outputs)| 2.0 * (rows * inputs * outputs) as f64)
+            .sum()
+    }
+}
+
+#[derive(Deserialize)]
+struct ReferenceResult {
+    seconds: f64,
+    torch: String,
+    threads: usize,
+}
+
+pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
+    let threads = args.sides.threads();
+    let model_dir = resolve_model_dir(home, &args.model)?;
+    let shapes = Shapes::of(&BertFiles::read(&model_dir)?.config);
+    let flops = shapes.flops(args.rows) * args.passes as f64;
+    println!(
+        "matmul bench: {} linear layers of {} ({:.1} MFLOP per token), {} rows each, {} passes, {threads} threads; CPU features: {}",
+        shapes.layers.len(),
+        args.model,
+        shapes.flops(1) / 1e6,
+        args.rows,
+        args.passes,
+        super::cpu_features()
+    );
+    let reference = match args.sides.reference_python(home)? {
+        Some(python) => {
+            let request = serde_json::json!({
+                "shapes": shapes.layers, "rows": args.rows, "passes": args.passes,
+                "threads": threads, "device": args.sides.device,
+            });
+            let stdout = run_reference_script(python, REFERENCE_SCRIPT, &request, "torch")?;
+            let result: ReferenceResult =
+                serde_json::from_slice(&stdout).context("the reference printed no result")?;
+            Some(result)
+        }
+        None => None,
+    };
+    let seconds = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()?
+        .install(|| {
+            with_backend!(
+                args.sides.device,
+                time_flipside(&shapes, args.rows, args.passes)
+            )
+        })?;
+
+    let ours = flops / seconds / 1e9;
+    let per_token = shapes.flops(1);
+    let ours_label = "flipside (burn matmul + bias)";
+    println!(
+        "{ours_label:<40} {ours:>7.1} GFLOPS  {:>8.0} tokens/s",
+        flops / seconds / per_token
+    );
+    if let Some(reference) = reference {
+        let theirs = flops / reference.seconds / 1e9;
+        println!(
+            "{:<40} {theirs:>7.1} GFLOPS  {:>8.0} tokens/s",
+            format!(
+                "torch {} F.linear, {} threads",
+                reference.torch, reference.threads
+            ),
+            flops / reference.seconds / per_token
+        );
+        println!("ratio flipside / torch: {:.2}x", ours / theirs);
+    }
+    Ok(())
+}
+
+/// Seconds of `passes` passes through the products, each `rows × inputs` by `inputs × outputs`
+/// plus a bias, as `burn::nn::Linear` computes them; distinct weights per layer, as in the model.
+fn time_flipside<B: Backend>(
+    compute: Compute<B>,
+    shapes: &Shapes,
+    rows: usize,
+    passes: usize,
+) -> Result<f64> {
+    let device = &compute.device;
+    let normal = Distribution::Normal(0.0, 0.02);
+    let layers: Vec<(Tensor<B, 2>, Tensor<B, 2>, Tensor<B, 2>)> = shapes
+        .layers
+        .iter()
+        .map(|&(inputs, outputs)| {
+            (
+                Tensor::random([rows, inputs], normal, device),
+                Tensor::random([inputs, outputs], normal, device),
+                Tensor::zeros([1, outputs], device),
+            )
+        })
+        .collect();
+    let pass = || -> Result<()> {
+        for (x, weight, bias) in &layers {
+            drop(x.clone().matmul(weight.clone()) + bias.clone());
+        }
+        B::sync(device).map_err(|e| anyhow!("the device failed: {e:?}"))
+    };
+    pass()?;
+    let started = Instant::now();
+    for _ in 0..passes {
+        pass()?;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minilm_layer_costs_what_its_products_multiply_out_to() {
+        let config: BertConfig = serde_json::from_value(serde_json::json!({
+            "vocab_size": 30522, "hidden_size": 384, "num_hidden_layers": 6,
+            "num_attention_heads": 12, "intermediate_size": 1536,
+        }))
+        .unwrap();
+        let shapes = Shapes::of(&config);
+        assert_eq!(shapes.layers.len(), 36);
+        assert_eq!(shapes.layers[4], (384, 1536));
+        assert_eq!(shapes.layers[5], (1536, 384));
+        // Per token and layer: 4 · 2 · 384² + 2 · 2 · 384 · 1536 = 3,538,944; six layers.
+        assert_eq!(shapes.flops(1), 6.0 * 3_538_944.0);
+        assert_eq!(shapes.flops(10), 10.0 * shapes.flops(1));
+    }
+}
