@@ -12,7 +12,7 @@ use std::any::Any;
 
 use burn::backend::Flex;
 use burn::tensor::backend::Backend;
-use burn::tensor::{DType, Tensor, TensorData, activation};
+use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive, activation};
 
 /// GELU of every element: the vectorised loops for f32 tensors on Flex (and, natively,
 /// `Autodiff<Flex>`), burn's `gelu` otherwise.
@@ -41,10 +41,20 @@ fn same_type<T: 'static, U: 'static>(value: T) -> U {
         .expect("the value has the type it was matched as")
 }
 
-/// GELU of a Flex tensor, in place in its (contiguous) data.
+/// GELU of a Flex tensor: in place when it holds its data alone (`into_data` then takes the
+/// buffer without copying), else into a new buffer read straight from the shared one (training
+/// keeps the input for the gradient, and `into_data` would copy it twice first).
 fn on_flex<const D: usize>(x: Tensor<Flex, D>) -> Tensor<Flex, D> {
     let device = x.device();
-    let mut data = x.into_data();
+    let dims = x.dims();
+    let input = x.into_primitive().tensor();
+    if !input.is_unique()
+        && let Some(values) = input.as_slice::<f32>()
+    {
+        let output: Vec<f32> = values.iter().map(|&value| gelu_value(value)).collect();
+        return Tensor::from_data(TensorData::new(output, dims), &device);
+    }
+    let mut data = Tensor::<Flex, D>::from_primitive(TensorPrimitive::Float(input)).into_data();
     gelu_in_place(f32_values(&mut data));
     Tensor::from_data(data, &device)
 }
@@ -63,7 +73,6 @@ mod training {
     use burn::backend::autodiff::grads::Gradients;
     use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
     use burn::backend::flex::FlexTensor;
-    use burn::tensor::TensorPrimitive;
     use burn::tensor::ops::FloatTensor;
 
     use super::*;
@@ -113,9 +122,13 @@ mod training {
 /// Replaces every value `x` with `0.5·x·(1 + erf(x/√2))`.
 pub fn gelu_in_place(values: &mut [f32]) {
     for value in values {
-        let x = *value;
-        *value = 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+        *value = gelu_value(*value);
     }
+}
+
+#[inline(always)]
+fn gelu_value(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// Multiplies every `grad` by GELU's derivative at its `input`:
@@ -220,12 +233,16 @@ mod tests {
     fn flex_tensors_take_the_loops_here_with_burns_values() {
         let values: Vec<f32> = (-50..50).map(|i| i as f32 * 0.17).collect();
         let device = Default::default();
-        let input = Tensor::<Flex, 2>::from_data(TensorData::new(values, [4, 25]), &device);
+        let input = Tensor::<Flex, 2>::from_data(TensorData::new(values.clone(), [4, 25]), &device);
+        // A shared input (the clone) is read, not overwritten: burn's GELU below sees it intact.
         let ours = gelu(input.clone()).into_data();
         let burns = activation::gelu(input).into_data();
         ours.assert_approx_eq::<f32>(&burns, Tolerance::absolute(2e-6));
         // Not burn's op: the erfs differ in the last bits.
         assert_ne!(ours, burns);
+        // An input held nowhere else is overwritten in place, to the same values.
+        let alone = Tensor::<Flex, 2>::from_data(TensorData::new(values, [4, 25]), &device);
+        assert_eq!(gelu(alone).into_data(), ours);
     }
 
     #[test]
