@@ -4,6 +4,8 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::{asset, failure, flipside, success};
+use flipside_backend::retrieval::index::index_dir;
+use flipside_shared::models::int8;
 
 const REVIEWS: &str = "\
 The acting was wooden and the plot made no sense. I walked out after an hour.
@@ -61,6 +63,22 @@ fn a_corpus_is_built_indexed_resumed_searched_and_grown() {
     success(&mut in_corpus(&corpus, &["index", "build"]));
     let again = in_corpus(&corpus, &["index", "build"]).output().unwrap();
     assert!(String::from_utf8_lossy(&again.stderr).contains("is up to date"));
+
+    // `--int8` encodes again where the CPU has AVX-512 VNNI and says so in index.json; elsewhere
+    // it warns and the f32 index stays.
+    let int8 = in_corpus(&corpus, &["index", "build", "--int8"])
+        .output()
+        .unwrap();
+    assert!(int8.status.success());
+    let stderr = String::from_utf8_lossy(&int8.stderr);
+    let meta = index_dir(&corpus, "minilm").join("index.json");
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(meta).unwrap()).unwrap();
+    assert_eq!(meta["int8"], int8::supported(), "{stderr}");
+    assert_eq!(
+        stderr.contains("is up to date"),
+        !int8::supported(),
+        "{stderr}"
+    );
 
     let out = success(&mut in_corpus(
         &corpus,

@@ -1,14 +1,17 @@
 """Reference timing for `flipside bench encode`: sentence-transformers on PyTorch (CPU or CUDA).
 
 Reads a JSON request on stdin: {"model_dir", "sentences", "batch_size", "max_len", "threads",
-"device"},
+"device", "int8"},
 encodes the sentences with the same pipeline as Flipside (BERT -> mean pooling -> L2
-normalisation, sequences truncated at max_len), and prints a JSON result on stdout.
+normalisation, sequences truncated at max_len), and prints a JSON result on stdout. With "int8"
+(CPU only) it also times the model after PyTorch's dynamic int8 quantisation of its linear layers
+(int8 weights, activations quantised per call), the counterpart of Flipside's int8 encoding.
 """
 
 import json
 import sys
 import time
+import warnings
 
 import torch
 from sentence_transformers import SentenceTransformer, models
@@ -26,8 +29,17 @@ def main():
     start = time.perf_counter()
     embeddings = model.encode(sentences, batch_size=batch, convert_to_numpy=True)
     seconds = time.perf_counter() - start  # encode() returns numpy: the GPU has finished
+    int8_seconds = None
+    if request.get("int8") and request["device"] == "cpu":
+        warnings.filterwarnings("ignore")  # torch.ao.quantization is deprecated, still shipped
+        model = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+        model.encode(sentences[:batch], batch_size=batch)
+        start = time.perf_counter()
+        model.encode(sentences, batch_size=batch, convert_to_numpy=True)
+        int8_seconds = time.perf_counter() - start
     print(json.dumps({
         "seconds": seconds,
+        "int8_seconds": int8_seconds,
         "sentences_per_second": len(sentences) / seconds,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

@@ -57,6 +57,10 @@ pub struct BuildArgs {
     /// Stop after encoding this many new sentences (the next run resumes)
     #[arg(long, value_name = "N")]
     pub pause_after: Option<usize>,
+    /// Encode with int8 matrix products (CPU with AVX-512 VNNI; f32 elsewhere): about 1.6x the
+    /// sentences per second, embeddings within cosine 0.996 of f32 (README, "Encoding in int8")
+    #[arg(long)]
+    pub int8: bool,
 }
 
 #[derive(Debug, Args)]
@@ -109,6 +113,7 @@ pub fn build(home: &Home, args: BuildArgs) -> Result<()> {
             ef_construction: args.ef_construction,
         },
         stop_after: args.pause_after,
+        int8: args.int8,
         ..BuildOptions::default()
     };
     tracing::info!(

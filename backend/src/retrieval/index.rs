@@ -38,6 +38,9 @@ pub struct IndexMeta {
     pub corpus_fingerprint: String,
     pub sentences: usize,
     pub hnsw: HnswParams,
+    /// Whether the documents were encoded with int8 products (`BuildOptions::int8`).
+    #[serde(default)]
+    pub int8: bool,
     /// Wall time of the last encoding run and of the graph build.
     pub encode_seconds: f64,
     pub graph_seconds: f64,
@@ -51,6 +54,8 @@ struct EmbeddingsMeta {
     dim: usize,
     corpus_sources: usize,
     corpus_fingerprint: String,
+    #[serde(default)]
+    int8: bool,
 }
 
 /// How to build an index.
@@ -63,6 +68,9 @@ pub struct BuildOptions {
     pub hnsw: HnswParams,
     /// Stop after encoding this many new sentences (for testing resumption).
     pub stop_after: Option<usize>,
+    /// Encode with int8 products where the CPU has AVX-512 VNNI
+    /// ([`flipside_shared::models::int8`]); f32 elsewhere.
+    pub int8: bool,
 }
 
 impl Default for BuildOptions {
@@ -72,6 +80,7 @@ impl Default for BuildOptions {
             chunk: 2048,
             hnsw: HnswParams::default(),
             stop_after: None,
+            int8: false,
         }
     }
 }
@@ -127,12 +136,21 @@ pub fn build_index<B: Backend>(
         );
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let encoder = load_encoder::<B>(&encoders.document_dir, &compute.device)?;
+    let mut encoder = load_encoder::<B>(&encoders.document_dir, &compute.device)?;
+    if options.int8 {
+        encoder = encoder.with_int8_copies();
+        if !encoder.model.has_int8_copies() {
+            tracing::warn!(
+                "int8 needs the CPU backend on a CPU with AVX-512 VNNI: encoding in f32"
+            );
+        }
+    }
     let wanted = EmbeddingsMeta {
         document_fingerprint: encoders.document_fingerprint()?,
         dim: encoder.dim(),
         corpus_sources: corpus.sources().len(),
         corpus_fingerprint: corpus.fingerprint(corpus.sources().len()),
+        int8: encoder.model.has_int8_copies(),
     };
     if let Some(built) = up_to_date(dir, &wanted, corpus.len(), options.hnsw) {
         return Ok(BuildOutcome::UpToDate(built));
@@ -186,6 +204,7 @@ pub fn build_index<B: Backend>(
         corpus_fingerprint: wanted.corpus_fingerprint,
         sentences: sentences.len(),
         hnsw: options.hnsw,
+        int8: wanted.int8,
         encode_seconds,
         graph_seconds: started.elapsed().as_secs_f64(),
     };
@@ -207,6 +226,7 @@ fn up_to_date(
         && meta.corpus_fingerprint == wanted.corpus_fingerprint
         && meta.sentences == sentences
         && meta.hnsw == hnsw
+        && meta.int8 == wanted.int8
         && FlatGraph::is_saved_in(&dir.join(GRAPH));
     same.then_some(meta)
 }
@@ -220,13 +240,14 @@ fn open_embeddings(corpus: &Corpus, dir: &Path, wanted: &EmbeddingsMeta) -> Resu
     let reusable = existing.as_ref().is_some_and(|old| {
         old.document_fingerprint == wanted.document_fingerprint
             && old.dim == wanted.dim
+            && old.int8 == wanted.int8
             && old.corpus_sources <= corpus.sources().len()
             && corpus.fingerprint(old.corpus_sources) == old.corpus_fingerprint
     });
     if !reusable {
         if existing.is_some() {
             tracing::info!(
-                "the stored embeddings are from another encoder or corpus: starting over"
+                "the stored embeddings are from another encoder, corpus or precision: starting over"
             );
         }
         let _ = std::fs::remove_file(dir.join(EMBEDDINGS));

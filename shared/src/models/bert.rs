@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
 use super::dropout::dropout;
 use super::gelu::gelu;
+use super::int8::Int8Copy;
 
 /// BERT's renames between Hugging Face keys and the field names below.
 pub const BERT_KEYS: KeyMap = KeyMap {
@@ -182,6 +183,29 @@ impl<B: Backend> BertModel<B> {
         self.encoder.forward(hidden, &input.attention_mask)
     }
 
+    /// The same model with int8 copies of its linear layers ([`Int8Copy`]), which inference
+    /// then multiplies with: on the CPU backend (Flex) of a CPU with AVX-512 VNNI; elsewhere the
+    /// model is returned unchanged. The copies are of today's weights: a layer whose weights
+    /// change afterwards (training, loading) goes back to f32 by itself.
+    pub fn with_int8_copies(mut self) -> Self {
+        for layer in &mut self.encoder.layer {
+            let attention = &mut layer.attention.self_attention;
+            attention.int8 = [&attention.query, &attention.key, &attention.value].map(Int8Copy::of);
+            layer.attention.output.int8 = Int8Copy::of(&layer.attention.output.dense);
+            layer.intermediate.int8 = Int8Copy::of(&layer.intermediate.dense);
+            layer.output.int8 = Int8Copy::of(&layer.output.dense);
+        }
+        self
+    }
+
+    /// Whether [`Self::with_int8_copies`] made copies (CPU backend, AVX-512 VNNI).
+    pub fn has_int8_copies(&self) -> bool {
+        self.encoder
+            .layer
+            .first()
+            .is_some_and(|layer| layer.intermediate.int8.is_filled())
+    }
+
     /// The same model with every dropout disabled, for deterministic gradients (saliency).
     pub fn without_dropout(mut self) -> Self {
         let off = DropoutConfig::new(0.0).init();
@@ -278,22 +302,29 @@ impl<B: Backend> BertLayer<B> {
                     dense: LinearConfig::new(config.hidden_size, config.hidden_size).init(device),
                     layer_norm: config.layer_norm(device),
                     dropout: config.hidden_dropout(),
+                    int8: Int8Copy::default(),
                 },
             },
             intermediate: BertIntermediate {
                 dense: LinearConfig::new(config.hidden_size, config.intermediate_size).init(device),
+                int8: Int8Copy::default(),
             },
             output: BertOutput {
                 dense: LinearConfig::new(config.intermediate_size, config.hidden_size).init(device),
                 layer_norm: config.layer_norm(device),
                 dropout: config.hidden_dropout(),
+                int8: Int8Copy::default(),
             },
         }
     }
 
     fn forward(&self, hidden: Tensor<B, 3>, padding: &Tensor<B, 4, Bool>) -> Tensor<B, 3> {
         let attended = self.attention.forward(hidden, padding);
-        let intermediate = gelu(per_token(&self.intermediate.dense, attended.clone()));
+        let intermediate = gelu(per_token(
+            &self.intermediate.dense,
+            &self.intermediate.int8,
+            attended.clone(),
+        ));
         self.output.forward(intermediate, attended)
     }
 }
@@ -322,6 +353,9 @@ pub struct BertSelfAttention<B: Backend> {
     pub value: Linear<B>,
     pub dropout: Dropout,
     pub num_heads: usize,
+    /// Int8 copies of `query`, `key` and `value` ([`BertModel::with_int8_copies`]).
+    #[module(skip)]
+    pub int8: [Int8Copy; 3],
 }
 
 impl<B: Backend> BertSelfAttention<B> {
@@ -333,6 +367,7 @@ impl<B: Backend> BertSelfAttention<B> {
             value: projection(),
             dropout: DropoutConfig::new(config.attention_probs_dropout_prob).init(),
             num_heads: config.num_attention_heads,
+            int8: Default::default(),
         }
     }
 
@@ -343,9 +378,10 @@ impl<B: Backend> BertSelfAttention<B> {
             x.reshape([batch, seq, self.num_heads, head_dim])
                 .swap_dims(1, 2)
         };
-        let query = heads(per_token(&self.query, hidden.clone()));
-        let key = heads(per_token(&self.key, hidden.clone()));
-        let value = heads(per_token(&self.value, hidden));
+        let [query_int8, key_int8, value_int8] = &self.int8;
+        let query = heads(per_token(&self.query, query_int8, hidden.clone()));
+        let key = heads(per_token(&self.key, key_int8, hidden.clone()));
+        let value = heads(per_token(&self.value, value_int8, hidden));
 
         let scores = query.matmul(key.transpose()) / (head_dim as f64).sqrt();
         let scores = scores.mask_fill(padding.clone(), f32::MIN);
@@ -359,10 +395,18 @@ impl<B: Backend> BertSelfAttention<B> {
 
 /// `linear` applied to every token of `[batch, seq, width]` as one `[batch·seq, width]` matrix
 /// product: burn's `linear` on a 3-d input multiplies each sequence separately (burn-flex: one
-/// small gemm per sequence, packing the weights again for each).
-pub fn per_token<B: Backend>(linear: &Linear<B>, input: Tensor<B, 3>) -> Tensor<B, 3> {
+/// small gemm per sequence, packing the weights again for each). In int8 when `int8` holds the
+/// layer's copy.
+pub fn per_token<B: Backend>(
+    linear: &Linear<B>,
+    int8: &Int8Copy,
+    input: Tensor<B, 3>,
+) -> Tensor<B, 3> {
     let [batch, seq, width] = input.dims();
-    let output = linear.forward(input.reshape([batch * seq, width]));
+    let rows = input.reshape([batch * seq, width]);
+    let output = int8
+        .forward(linear, rows)
+        .unwrap_or_else(|rows| linear.forward(rows));
     let [_, out_width] = output.dims();
     output.reshape([batch, seq, out_width])
 }
@@ -371,6 +415,8 @@ pub fn per_token<B: Backend>(linear: &Linear<B>, input: Tensor<B, 3>) -> Tensor<
 #[derive(Module, Debug)]
 pub struct BertIntermediate<B: Backend> {
     pub dense: Linear<B>,
+    #[module(skip)]
+    pub int8: Int8Copy,
 }
 
 /// `BertOutput` and `BertSelfOutput` (identical in HF): projection, dropout, residual and
@@ -380,11 +426,16 @@ pub struct BertOutput<B: Backend> {
     pub dense: Linear<B>,
     pub layer_norm: LayerNorm<B>,
     pub dropout: Dropout,
+    #[module(skip)]
+    pub int8: Int8Copy,
 }
 
 impl<B: Backend> BertOutput<B> {
     fn forward(&self, intermediate: Tensor<B, 3>, residual: Tensor<B, 3>) -> Tensor<B, 3> {
-        let projected = dropout(&self.dropout, per_token(&self.dense, intermediate));
+        let projected = dropout(
+            &self.dropout,
+            per_token(&self.dense, &self.int8, intermediate),
+        );
         self.layer_norm.forward(projected + residual)
     }
 }

@@ -35,6 +35,15 @@ impl<B: Backend> SentenceEncoder<B> {
         })
     }
 
+    /// The same encoder multiplying in int8 where the CPU allows
+    /// ([`BertModel::with_int8_copies`]).
+    pub fn with_int8_copies(self) -> Self {
+        Self {
+            model: self.model.with_int8_copies(),
+            ..self
+        }
+    }
+
     /// The width of the embeddings.
     pub fn dim(&self) -> usize {
         self.model.embeddings.word_embeddings.weight.dims()[1]

@@ -11,6 +11,7 @@ pub mod dis_ae;
 pub mod dropout;
 pub mod encoder;
 pub mod gelu;
+pub mod int8;
 pub mod lstm;
 pub mod pooling;
 pub mod search;

@@ -16,6 +16,7 @@ use crate::compute::{Compute, DeviceChoice};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_encoder, resolve_model_dir};
 use crate::with_backend;
+use flipside_shared::models::int8;
 
 const REFERENCE_SCRIPT: &str = include_str!("../../../bench/sentence_transformers_encode.py");
 
@@ -34,6 +35,7 @@ pub struct EncodeBenchArgs {
 
 struct Timing {
     seconds: f64,
+    /// Flipside's: every sentence's; the reference's: the first 8.
     first_embeddings: Vec<Vec<f32>>,
     /// What ran, e.g. the library versions.
     description: String,
@@ -42,6 +44,8 @@ struct Timing {
 #[derive(Deserialize)]
 struct ReferenceResult {
     seconds: f64,
+    /// After `torch.ao.quantization.quantize_dynamic` (CPU, when asked).
+    int8_seconds: Option<f64>,
     torch: String,
     threads: usize,
     first_embeddings: Vec<Vec<f32>>,
@@ -70,40 +74,79 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
         super::cpu_features()
     );
 
-    let reference = match args.sides.reference_python(home)? {
-        Some(python) => Some(run_reference(
-            python,
-            &model_dir,
-            &sentences,
-            args.batch_size,
-            max_len,
-            threads,
-            args.sides.device,
-        )?),
-        None => None,
+    let int8_possible = args.sides.device == DeviceChoice::Cpu && int8::supported();
+    let (reference, reference_int8) = match args.sides.reference_python(home)? {
+        Some(python) => {
+            let request = serde_json::json!({
+                "model_dir": model_dir, "sentences": sentences, "batch_size": args.batch_size,
+                "max_len": max_len, "threads": threads, "device": args.sides.device,
+                "int8": int8_possible,
+            });
+            let (f32s, int8) = run_reference(python, &request)?;
+            (Some(f32s), int8)
+        }
+        None => (None, None),
     };
-    // Flipside runs second, on the same thread count (rayon reads RAYON_NUM_THREADS).
-    let ours = rayon::ThreadPoolBuilder::new()
+    // Flipside runs second, on the same thread count (rayon reads RAYON_NUM_THREADS); then in
+    // int8 where the CPU has the kernel.
+    let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
-        .build()?
-        .install(|| {
+        .build()?;
+    let run = |int8| {
+        pool.install(|| {
             with_backend!(
                 args.sides.device,
-                time_flipside(&model_dir, &sentences, args.batch_size)
+                time_flipside(&model_dir, &sentences, args.batch_size, int8)
             )
-        })?;
+        })
+    };
+    let ours = run(false)?;
+    let int8 = match int8_possible {
+        true => Some(run(true)?),
+        false => None,
+    };
 
-    let ours_rate = sentences.len() as f64 / ours.seconds;
-    println!("{:<28} {ours_rate:>9.1} sentences/s", ours.description);
-    if let Some(reference) = reference {
-        let theirs_rate = sentences.len() as f64 / reference.seconds;
+    let rate = |timing: &Timing| sentences.len() as f64 / timing.seconds;
+    let timings: Vec<&Timing> = [Some(&ours), int8.as_ref(), reference.as_ref()]
+        .into_iter()
+        .chain([reference_int8.as_ref()])
+        .flatten()
+        .collect();
+    let width = timings
+        .iter()
+        .map(|t| t.description.len())
+        .max()
+        .unwrap_or(0);
+    for timing in timings {
         println!(
-            "{:<28} {theirs_rate:>9.1} sentences/s",
-            reference.description
+            "{:<width$} {:>9.1} sentences/s",
+            timing.description,
+            rate(timing)
         );
+    }
+    if let Some(int8) = &int8 {
+        let agreement = EmbeddingAgreement::of(&ours.first_embeddings, &int8.first_embeddings);
         println!(
-            "ratio flipside / sentence-transformers: {:.2}x",
-            ours_rate / theirs_rate
+            "int8 vs f32: {:.2}x; cosine of the two embeddings min {:.4}, mean {:.4}; top-10 neighbours shared {:.1}%",
+            rate(int8) / rate(&ours),
+            agreement.min_cosine,
+            agreement.mean_cosine,
+            100.0 * agreement.neighbours_shared
+        );
+    }
+    if let Some(reference) = reference {
+        let theirs_rate = rate(&reference);
+        println!(
+            "ratio flipside / sentence-transformers: {:.2}x{}",
+            rate(&ours) / theirs_rate,
+            match (&int8, &reference_int8) {
+                (Some(int8), Some(theirs)) => format!(
+                    "; int8: {:.2}x PyTorch's f32, {:.2}x its int8",
+                    rate(int8) / theirs_rate,
+                    rate(int8) / rate(theirs)
+                ),
+                _ => String::new(),
+            }
         );
         let max_diff = ours
             .first_embeddings
@@ -122,8 +165,12 @@ fn time_flipside<B: Backend>(
     model_dir: &Path,
     sentences: &[String],
     batch_size: usize,
+    int8: bool,
 ) -> Result<Timing> {
-    let encoder = load_encoder::<B>(model_dir, &compute.device)?;
+    let mut encoder = load_encoder::<B>(model_dir, &compute.device)?;
+    if int8 {
+        encoder = encoder.with_int8_copies();
+    }
     let texts: Vec<&str> = sentences.iter().map(String::as_str).collect();
     let warm_up = &texts[..(2 * batch_size).min(texts.len())];
     encoder.embed_all(warm_up, batch_size, &compute.batches, &|_| {})?;
@@ -132,33 +179,78 @@ fn time_flipside<B: Backend>(
     let seconds = started.elapsed().as_secs_f64();
     Ok(Timing {
         seconds,
-        first_embeddings: embeddings.into_iter().take(8).collect(),
-        description: format!("flipside (burn {})", std::any::type_name::<B>()),
+        first_embeddings: embeddings,
+        description: format!(
+            "flipside (burn {}){}",
+            std::any::type_name::<B>(),
+            if int8 { ", int8" } else { "" }
+        ),
     })
 }
 
-fn run_reference(
-    python: Command,
-    model_dir: &Path,
-    sentences: &[String],
-    batch_size: usize,
-    max_len: usize,
-    threads: usize,
-    device: DeviceChoice,
-) -> Result<Timing> {
-    let request = serde_json::json!({
-        "model_dir": model_dir, "sentences": sentences, "batch_size": batch_size,
-        "max_len": max_len, "threads": threads, "device": device,
-    });
-    let stdout = run_reference_script(python, REFERENCE_SCRIPT, &request, "sentence-transformers")?;
+/// How close int8 embeddings are to the f32 ones of the same sentences.
+struct EmbeddingAgreement {
+    min_cosine: f32,
+    mean_cosine: f32,
+    /// Of every sentence's 10 nearest other sentences by f32 embeddings, the share that are
+    /// also among its 10 nearest by int8 embeddings.
+    neighbours_shared: f64,
+}
+
+impl EmbeddingAgreement {
+    const NEIGHBOURS: usize = 10;
+
+    fn of(f32s: &[Vec<f32>], int8s: &[Vec<f32>]) -> Self {
+        let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+        let cosines: Vec<f32> = f32s.iter().zip(int8s).map(|(a, b)| dot(a, b)).collect();
+        let nearest = |all: &[Vec<f32>], i: usize| -> Vec<usize> {
+            let mut others: Vec<(f32, usize)> = (0..all.len())
+                .filter(|&j| j != i)
+                .map(|j| (dot(&all[i], &all[j]), j))
+                .collect();
+            others.sort_by(|a, b| b.0.total_cmp(&a.0));
+            others
+                .iter()
+                .take(Self::NEIGHBOURS)
+                .map(|&(_, j)| j)
+                .collect()
+        };
+        let shared: usize = (0..f32s.len())
+            .map(|i| {
+                let int8_nearest = nearest(int8s, i);
+                nearest(f32s, i)
+                    .iter()
+                    .filter(|j| int8_nearest.contains(j))
+                    .count()
+            })
+            .sum();
+        let possible = f32s.len() * Self::NEIGHBOURS.min(f32s.len().saturating_sub(1));
+        Self {
+            min_cosine: cosines.iter().copied().fold(f32::INFINITY, f32::min),
+            mean_cosine: cosines.iter().sum::<f32>() / cosines.len().max(1) as f32,
+            neighbours_shared: shared as f64 / possible.max(1) as f64,
+        }
+    }
+}
+
+/// The reference's timings for `request` (see the script): f32, and int8 when it asked.
+fn run_reference(python: Command, request: &serde_json::Value) -> Result<(Timing, Option<Timing>)> {
+    let stdout = run_reference_script(python, REFERENCE_SCRIPT, request, "sentence-transformers")?;
     let result: ReferenceResult =
         serde_json::from_slice(&stdout).context("the reference printed no result")?;
-    Ok(Timing {
+    let description = format!(
+        "sentence-transformers (torch {}, {} threads)",
+        result.torch, result.threads
+    );
+    let int8 = result.int8_seconds.map(|seconds| Timing {
+        seconds,
+        first_embeddings: Vec::new(),
+        description: format!("{description}, dynamic int8"),
+    });
+    let f32s = Timing {
         seconds: result.seconds,
         first_embeddings: result.first_embeddings,
-        description: format!(
-            "sentence-transformers (torch {}, {} threads)",
-            result.torch, result.threads
-        ),
-    })
+        description,
+    };
+    Ok((f32s, int8))
 }

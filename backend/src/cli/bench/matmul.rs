@@ -12,11 +12,13 @@ use clap::Args;
 use serde::Deserialize;
 
 use super::{TorchBenchArgs, run_reference_script};
-use crate::compute::Compute;
+use crate::compute::{Compute, DeviceChoice};
 use crate::home::Home;
 use crate::models::{BertFiles, DEFAULT_ENCODER, resolve_model_dir};
 use crate::with_backend;
 use flipside_shared::models::bert::BertConfig;
+use flipside_shared::models::int8::{self, Int8Linear};
+use flipside_shared::random::SplitMix64;
 
 const REFERENCE_SCRIPT: &str = include_str!("../../../bench/torch_linear_layers.py");
 
@@ -104,15 +106,17 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
         }
         None => None,
     };
-    let seconds = rayon::ThreadPoolBuilder::new()
+    let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
-        .build()?
-        .install(|| {
-            with_backend!(
-                args.sides.device,
-                time_flipside(&shapes, args.rows, args.passes)
-            )
-        })?;
+        .build()?;
+    let seconds = pool.install(|| {
+        with_backend!(
+            args.sides.device,
+            time_flipside(&shapes, args.rows, args.passes)
+        )
+    })?;
+    let int8_seconds = (args.sides.device == DeviceChoice::Cpu && int8::supported())
+        .then(|| pool.install(|| time_int8(&shapes, args.rows, args.passes)));
 
     let tokens = (args.rows * args.passes) as f64;
     let ours = flops / seconds / 1e9;
@@ -121,6 +125,15 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
         "flipside (burn matmul + bias)",
         tokens / seconds
     );
+    if let Some(int8_seconds) = int8_seconds {
+        println!(
+            "{:<40} {:>7.1} GOPS    {:>8.0} tokens/s  ({:.2}x burn's f32)",
+            "flipside int8 (models::int8, VNNI)",
+            flops / int8_seconds / 1e9,
+            tokens / int8_seconds,
+            seconds / int8_seconds
+        );
+    }
     if let Some(reference) = reference {
         let theirs = flops / reference.seconds / 1e9;
         let label = format!(
@@ -169,6 +182,38 @@ fn time_flipside<B: Backend>(
         pass()?;
     }
     Ok(started.elapsed().as_secs_f64())
+}
+
+/// Seconds of the same passes through [`Int8Linear`]s (weights packed beforehand, activations
+/// quantised in every product, as in encoding).
+fn time_int8(shapes: &Shapes, rows: usize, passes: usize) -> f64 {
+    let mut rng = SplitMix64(7);
+    let mut normal = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| (rng.uniform() as f32 - 0.5) * 0.07)
+            .collect()
+    };
+    let layers: Vec<(Vec<f32>, Int8Linear)> = shapes
+        .layers
+        .iter()
+        .map(|&(inputs, outputs)| {
+            let weight = normal(inputs * outputs);
+            let layer = Int8Linear::new(&weight, inputs, outputs, Some(&vec![0.0; outputs]))
+                .expect("the CPU was checked to have the int8 kernel");
+            (normal(rows * inputs), layer)
+        })
+        .collect();
+    let pass = || {
+        for (x, layer) in &layers {
+            drop(layer.forward(x, rows));
+        }
+    };
+    pass();
+    let started = Instant::now();
+    for _ in 0..passes {
+        pass();
+    }
+    started.elapsed().as_secs_f64()
 }
 
 #[cfg(test)]

@@ -1,0 +1,575 @@
+//! Int8 matrix products for inference on CPUs with AVX-512 VNNI: `x · W + b` with `W`
+//! quantised once per output column (symmetric, `i8`) and `x` quantised per row on every call
+//! (asymmetric, `u8` with a zero point), multiplied with `vpdpbusd` (64 byte products summed into
+//! 16 `i32` lanes per instruction, four times the multiply-adds of an f32 FMA) and scaled back to
+//! f32. The scheme is the one of ONNX Runtime's and PyTorch's dynamic quantisation of linear
+//! layers. Without VNNI (or off x86-64) [`Int8Linear::new`] returns `None` and callers keep f32.
+
+use std::any::Any;
+#[cfg(target_arch = "x86_64")]
+use std::arch::x86_64::*;
+use std::sync::Arc;
+
+use burn::backend::Flex;
+use burn::nn::Linear;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+
+/// Output columns per panel: two 16-lane `i32` vectors.
+const PANEL: usize = 32;
+/// Rows multiplied together: 8 × 2 accumulators, each weight vector loaded once for 8 rows.
+const TILE_ROWS: usize = 8;
+/// Rows per parallel task (quantised together, then multiplied tile by tile).
+const TASK_ROWS: usize = 64;
+/// Bytes of one group of 4 inputs for one panel: 32 columns × 4 bytes.
+const GROUP_BYTES: usize = PANEL * 4;
+
+/// A linear layer's weights and bias packed for [`Int8Linear::forward`].
+#[derive(Debug, Clone)]
+pub struct Int8Linear {
+    inputs: usize,
+    outputs: usize,
+    /// Groups of 4 inputs (the inputs rounded up to a multiple of 4).
+    groups: usize,
+    /// Per panel, per group: 32 columns × 4 quantised weights (zero past the real ones).
+    weights: Vec<i8>,
+    /// Per output column (padded to the panels): weight = scale · quantised weight.
+    scales: Vec<f32>,
+    /// Per output column: the sum of its quantised weights (for the activations' zero point).
+    sums: Vec<i32>,
+    bias: Vec<f32>,
+}
+
+/// Whether this CPU runs [`Int8Linear`]'s kernel (AVX-512 F, BW and VNNI), checked at run time:
+/// the build targets any x86-64-v3 CPU.
+pub fn supported() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+impl Int8Linear {
+    /// Packs `weight` (`[inputs, outputs]` row-major, burn's `Linear` layout) and `bias`
+    /// (`outputs` values) when this CPU has the kernel; `None` otherwise.
+    pub fn new(
+        weight: &[f32],
+        inputs: usize,
+        outputs: usize,
+        bias: Option<&[f32]>,
+    ) -> Option<Self> {
+        supported().then(|| Self::pack(weight, inputs, outputs, bias))
+    }
+
+    fn pack(weight: &[f32], inputs: usize, outputs: usize, bias: Option<&[f32]>) -> Self {
+        assert_eq!(
+            weight.len(),
+            inputs * outputs,
+            "weight is [inputs, outputs]"
+        );
+        let groups = inputs.div_ceil(4);
+        let columns = outputs.div_ceil(PANEL) * PANEL;
+        let mut scales = vec![1.0; columns];
+        let mut sums = vec![0; columns];
+        let mut weights = vec![0i8; columns * groups * 4];
+        for column in 0..outputs {
+            let max = (0..inputs)
+                .map(|i| weight[i * outputs + column].abs())
+                .fold(0f32, f32::max);
+            let scale = if max > 0.0 { max / 127.0 } else { 1.0 };
+            scales[column] = scale;
+            let (panel, lane) = (column / PANEL, column % PANEL);
+            for i in 0..inputs {
+                let q = (weight[i * outputs + column] / scale).round() as i8;
+                let group = panel * groups + i / 4;
+                weights[group * GROUP_BYTES + lane * 4 + i % 4] = q;
+                sums[column] += i32::from(q);
+            }
+        }
+        let mut padded_bias = vec![0.0; columns];
+        if let Some(bias) = bias {
+            assert_eq!(bias.len(), outputs, "one bias per output");
+            padded_bias[..outputs].copy_from_slice(bias);
+        }
+        Self {
+            inputs,
+            outputs,
+            groups,
+            weights,
+            scales,
+            sums,
+            bias: padded_bias,
+        }
+    }
+
+    /// The layer's input width.
+    pub fn inputs(&self) -> usize {
+        self.inputs
+    }
+
+    /// The layer's output width.
+    pub fn outputs(&self) -> usize {
+        self.outputs
+    }
+
+    /// `x · W + b` for `x` of `rows` rows of [`Self::inputs`] values: `rows × outputs` values,
+    /// computed on rayon's threads in tasks of 64 rows.
+    pub fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        assert_eq!(x.len(), rows * self.inputs, "x is [rows, inputs]");
+        let mut output = vec![0.0; rows * self.outputs];
+        let (output_chunk, input_chunk) = (TASK_ROWS * self.outputs, TASK_ROWS * self.inputs);
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use rayon::prelude::*;
+            output
+                .par_chunks_mut(output_chunk.max(1))
+                .zip(x.par_chunks(input_chunk.max(1)))
+                .for_each(|(output, x)| self.forward_task(x, output));
+        }
+        #[cfg(target_arch = "wasm32")]
+        output
+            .chunks_mut(output_chunk.max(1))
+            .zip(x.chunks(input_chunk.max(1)))
+            .for_each(|(output, x)| self.forward_task(x, output));
+        output
+    }
+
+    /// One task: quantises its rows, then multiplies them tile by tile, panel by panel.
+    fn forward_task(&self, x: &[f32], output: &mut [f32]) {
+        let rows = x.len() / self.inputs.max(1);
+        let quantised = QuantisedRows::new(x, rows, self.inputs, self.groups * 4);
+        for tile in 0..quantised.tiles() {
+            let first_row = tile * TILE_ROWS;
+            let tile_rows = TILE_ROWS.min(rows - first_row);
+            for panel in 0..self.bias.len() / PANEL {
+                let first_column = panel * PANEL;
+                let columns = first_column..first_column + PANEL;
+                let block = Block {
+                    rows: &quantised.values[first_row * quantised.width..]
+                        [..TILE_ROWS * quantised.width],
+                    row_scales: &quantised.scales[first_row..][..tile_rows],
+                    row_zeros: &quantised.zeros[first_row..][..tile_rows],
+                    weights: &self.weights[panel * self.groups * GROUP_BYTES..]
+                        [..self.groups * GROUP_BYTES],
+                    column_scales: &self.scales[columns.clone()],
+                    column_sums: &self.sums[columns.clone()],
+                    bias: &self.bias[columns],
+                    groups: self.groups,
+                };
+                let output = &mut output[first_row * self.outputs + first_column..];
+                let valid_columns = PANEL.min(self.outputs - first_column);
+                block.multiply(output, self.outputs, valid_columns);
+            }
+        }
+    }
+}
+
+/// A burn `Linear`'s int8 copy ([`Int8Linear`]), used while the layer still holds the very
+/// weights it was made from: a layer trained or loaded since falls back to f32 by itself.
+/// Empty (`Default`) off Flex, on CPUs without the kernel, and until [`Int8Copy::of`] fills it.
+#[derive(Debug, Clone, Default)]
+pub struct Int8Copy(Option<Arc<(Tensor<Flex, 2>, Int8Linear)>>);
+
+impl Int8Copy {
+    /// The int8 copy of `linear` when it runs on Flex and this CPU has the kernel.
+    pub fn of<B: Backend>(linear: &Linear<B>) -> Self {
+        let Some(weight) = as_flex(linear.weight.val()) else {
+            return Self(None);
+        };
+        let [inputs, outputs] = weight.dims();
+        let values = weight.to_data().convert::<f32>();
+        let values = values.as_slice::<f32>().expect("converted to f32");
+        let bias = linear
+            .bias
+            .as_ref()
+            .map(|bias| bias.val().into_data().convert::<f32>());
+        let bias = bias
+            .as_ref()
+            .map(|bias| bias.as_slice::<f32>().expect("converted to f32"));
+        Self(Int8Linear::new(values, inputs, outputs, bias).map(|layer| Arc::new((weight, layer))))
+    }
+
+    /// Whether this copy holds int8 weights.
+    pub fn is_filled(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// `linear`'s output for `x` (`[rows, inputs]`) computed in int8, or `x` back when this copy
+    /// is empty or no longer `linear`'s.
+    pub fn forward<B: Backend>(
+        &self,
+        linear: &Linear<B>,
+        x: Tensor<B, 2>,
+    ) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
+        let Some(copy) = &self.0 else { return Err(x) };
+        let (source, layer) = (&copy.0, &copy.1);
+        let current = as_flex(linear.weight.val()).map(|w| w.into_primitive().tensor());
+        let source_primitive = source.clone().into_primitive().tensor();
+        if !current.is_some_and(|current| {
+            Arc::ptr_eq(&current.data_arc(), &source_primitive.data_arc())
+                && current.layout() == source_primitive.layout()
+        }) {
+            return Err(x);
+        }
+        let x: Tensor<Flex, 2> = as_flex(x).expect("the weights are on Flex, so x is too");
+        let [rows, _] = x.dims();
+        let device = x.device();
+        let input = x.into_primitive().tensor();
+        let output = match input.as_slice::<f32>() {
+            Some(values) => layer.forward(values, rows),
+            None => {
+                let data =
+                    Tensor::<Flex, 2>::from_primitive(TensorPrimitive::Float(input)).into_data();
+                layer.forward(data.as_slice::<f32>().expect("f32 activations"), rows)
+            }
+        };
+        let output =
+            Tensor::<Flex, 2>::from_data(TensorData::new(output, [rows, layer.outputs()]), &device);
+        let output: Box<dyn Any> = Box::new(output);
+        Ok(*output.downcast::<Tensor<B, 2>>().expect("B is Flex"))
+    }
+}
+
+/// `tensor` as a Flex f32 tensor, when it is one.
+fn as_flex<B: Backend>(tensor: Tensor<B, 2>) -> Option<Tensor<Flex, 2>> {
+    if tensor.dtype() != burn::tensor::DType::F32 {
+        return None;
+    }
+    let tensor: Box<dyn Any> = Box::new(tensor);
+    tensor
+        .downcast::<Tensor<Flex, 2>>()
+        .ok()
+        .map(|tensor| *tensor)
+}
+
+/// One tile of 8 quantised rows against one panel of 32 columns, with what scales the integer
+/// products back: `x·w ≈ row_scale · column_scale · (Σ q_x·q_w − row_zero · Σ q_w) + bias`.
+struct Block<'a> {
+    /// 8 rows of `groups · 4` bytes (rows past the real ones are zeros).
+    rows: &'a [u8],
+    /// One per real row of the tile.
+    row_scales: &'a [f32],
+    row_zeros: &'a [i32],
+    /// `groups` groups of GROUP_BYTES.
+    weights: &'a [i8],
+    /// 32 each.
+    column_scales: &'a [f32],
+    column_sums: &'a [i32],
+    bias: &'a [f32],
+    groups: usize,
+}
+
+impl Block<'_> {
+    /// Writes the tile's real rows' first `columns` outputs into `output`, whose rows are
+    /// `stride` apart.
+    fn multiply(&self, output: &mut [f32], stride: usize, columns: usize) {
+        assert!(output.len() >= (self.row_scales.len() - 1) * stride + columns);
+        #[cfg(target_arch = "x86_64")]
+        if supported() {
+            // SAFETY: the CPU has AVX-512 F, BW and VNNI (checked above); the slices have the
+            // lengths documented on the fields, and `output` holds every row written (asserted).
+            unsafe { self.multiply_vnni(output, stride, columns) };
+            return;
+        }
+        self.multiply_portable(output, stride, columns);
+    }
+
+    /// The integer products one at a time: the test oracle of [`Self::multiply_vnni`], and the
+    /// path of a CPU without VNNI should one ever get here.
+    fn multiply_portable(&self, output: &mut [f32], stride: usize, columns: usize) {
+        let width = self.groups * 4;
+        for (r, (&scale, &zero)) in self.row_scales.iter().zip(self.row_zeros).enumerate() {
+            for c in 0..columns {
+                let sum: i32 = (0..width)
+                    .map(|i| {
+                        let w = self.weights[(i / 4) * GROUP_BYTES + c * 4 + i % 4];
+                        i32::from(self.rows[r * width + i]) * i32::from(w)
+                    })
+                    .sum();
+                output[r * stride + c] = self.rescale(sum, scale, zero, c);
+            }
+        }
+    }
+
+    fn rescale(&self, sum: i32, row_scale: f32, row_zero: i32, c: usize) -> f32 {
+        ((sum - row_zero * self.column_sums[c]) as f32)
+            .mul_add(row_scale * self.column_scales[c], self.bias[c])
+    }
+
+    /// Per group of 4 inputs, the two weight vectors (16 columns × 4 bytes each) are loaded once
+    /// and multiplied (`vpdpbusd`) with each row's 4 bytes broadcast to all lanes; then every
+    /// row is scaled back to f32 sixteen columns at a time.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn multiply_vnni(&self, output: &mut [f32], stride: usize, columns: usize) {
+        let width = self.groups * 4;
+        let mut sums = [[_mm512_setzero_si512(); 2]; TILE_ROWS];
+        // SAFETY (every block below): reads and writes stay within the slices, as documented
+        // on Block's fields and asserted in `multiply`; unaligned loads and stores are allowed.
+        for group in 0..self.groups {
+            let w = &self.weights[group * GROUP_BYTES..][..GROUP_BYTES];
+            let w = unsafe {
+                [
+                    _mm512_loadu_si512(w.as_ptr().cast()),
+                    _mm512_loadu_si512(w[64..].as_ptr().cast()),
+                ]
+            };
+            for (r, sums) in sums.iter_mut().enumerate() {
+                let bytes = &self.rows[r * width + group * 4..][..4];
+                let x =
+                    _mm512_set1_epi32(i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
+                sums[0] = _mm512_dpbusd_epi32(sums[0], x, w[0]);
+                sums[1] = _mm512_dpbusd_epi32(sums[1], x, w[1]);
+            }
+        }
+        for (half, first) in [(0, 0), (1, 16)] {
+            if first >= columns {
+                break;
+            }
+            let mask: __mmask16 = if columns - first >= 16 {
+                !0
+            } else {
+                (1 << (columns - first)) - 1
+            };
+            let (column_scales, column_sums, bias) = unsafe {
+                (
+                    _mm512_loadu_ps(self.column_scales[first..].as_ptr()),
+                    _mm512_loadu_si512(self.column_sums[first..].as_ptr().cast()),
+                    _mm512_loadu_ps(self.bias[first..].as_ptr()),
+                )
+            };
+            for (r, (&scale, &zero)) in self.row_scales.iter().zip(self.row_zeros).enumerate() {
+                let corrected = _mm512_sub_epi32(
+                    sums[r][half],
+                    _mm512_mullo_epi32(_mm512_set1_epi32(zero), column_sums),
+                );
+                let scales = _mm512_mul_ps(_mm512_set1_ps(scale), column_scales);
+                let values = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corrected), scales, bias);
+                let out = &mut output[r * stride + first..];
+                unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask, values) };
+            }
+        }
+    }
+}
+
+/// Activations quantised per row: `x ≈ scale · (q − zero)` with `q` in 0..=255, the range
+/// widened to include 0 so that zero stays exact. Rows are padded with zeros to whole tiles
+/// and to `width` (a multiple of 4) values.
+struct QuantisedRows {
+    values: Vec<u8>,
+    width: usize,
+    scales: Vec<f32>,
+    zeros: Vec<i32>,
+}
+
+impl QuantisedRows {
+    fn new(x: &[f32], rows: usize, inputs: usize, width: usize) -> Self {
+        let padded_rows = rows.div_ceil(TILE_ROWS) * TILE_ROWS;
+        let mut values = vec![0u8; padded_rows * width];
+        let (scales, zeros) = x
+            .chunks_exact(inputs)
+            .zip(values.chunks_exact_mut(width))
+            .map(|(row, out)| quantise_row(row, &mut out[..inputs]))
+            .unzip();
+        Self {
+            values,
+            width,
+            scales,
+            zeros,
+        }
+    }
+
+    fn tiles(&self) -> usize {
+        self.values.len() / (TILE_ROWS * self.width)
+    }
+}
+
+/// Quantises one row into `out`, returning its scale and zero point.
+fn quantise_row(row: &[f32], out: &mut [u8]) -> (f32, i32) {
+    #[cfg(target_arch = "x86_64")]
+    if supported() {
+        // SAFETY: the CPU has AVX-512 F and BW (checked above).
+        return unsafe { quantise_row_avx512(row, out) };
+    }
+    quantise_row_portable(row, out)
+}
+
+/// The scale and zero point of a row whose values span `min..=max` (0 included).
+fn row_range(min: f32, max: f32) -> (f32, f32) {
+    let scale = if max > min { (max - min) / 255.0 } else { 1.0 };
+    (scale, (-min / scale).round_ties_even().clamp(0.0, 255.0))
+}
+
+fn quantise_row_portable(row: &[f32], out: &mut [u8]) -> (f32, i32) {
+    let (min, max) = row
+        .iter()
+        .fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+    let (scale, zero) = row_range(min, max);
+    quantise_values(row, out, 1.0 / scale, zero);
+    (scale, zero as i32)
+}
+
+fn quantise_values(row: &[f32], out: &mut [u8], inverse: f32, zero: f32) {
+    for (q, &v) in out.iter_mut().zip(row) {
+        *q = v.mul_add(inverse, zero).round_ties_even().clamp(0.0, 255.0) as u8;
+    }
+}
+
+/// [`quantise_row_portable`] sixteen values at a time (the same results: the conversion rounds
+/// half to even, as the portable loop does).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quantise_row_avx512(row: &[f32], out: &mut [u8]) -> (f32, i32) {
+    let chunks = row.chunks_exact(16);
+    let tail = chunks.remainder();
+    let (mut min, mut max) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    for chunk in chunks.clone() {
+        // SAFETY: a chunk holds 16 values.
+        let v = unsafe { _mm512_loadu_ps(chunk.as_ptr()) };
+        min = _mm512_min_ps(min, v);
+        max = _mm512_max_ps(max, v);
+    }
+    let (min, max) = tail.iter().fold(
+        (_mm512_reduce_min_ps(min), _mm512_reduce_max_ps(max)),
+        |(lo, hi), &v| (lo.min(v), hi.max(v)),
+    );
+    let (scale, zero) = row_range(min, max);
+    let (inverse, zero_vector) = (_mm512_set1_ps(1.0 / scale), _mm512_set1_ps(zero));
+    for (chunk, out) in chunks.zip(out.chunks_exact_mut(16)) {
+        // SAFETY: a chunk holds 16 values and `out`'s chunk 16 bytes.
+        unsafe {
+            let v = _mm512_fmadd_ps(_mm512_loadu_ps(chunk.as_ptr()), inverse, zero_vector);
+            let q = _mm512_max_epi32(_mm512_cvtps_epi32(v), _mm512_setzero_si512());
+            _mm_storeu_si128(out.as_mut_ptr().cast(), _mm512_cvtusepi32_epi8(q));
+        }
+    }
+    let done = row.len() - tail.len();
+    quantise_values(tail, &mut out[done..], 1.0 / scale, zero);
+    (scale, zero as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::random::SplitMix64;
+
+    fn values(n: usize, seed: u64, spread: f32) -> Vec<f32> {
+        let mut rng = SplitMix64(seed);
+        (0..n)
+            .map(|_| (rng.uniform() as f32 - 0.5) * spread)
+            .collect()
+    }
+
+    fn f32_product(x: &[f32], w: &[f32], b: &[f32], rows: usize, k: usize, n: usize) -> Vec<f32> {
+        let mut out = vec![0.0; rows * n];
+        for r in 0..rows {
+            for c in 0..n {
+                out[r * n + c] = b[c] + (0..k).map(|i| x[r * k + i] * w[i * n + c]).sum::<f32>();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn int8_product_is_close_to_the_f32_one() {
+        // Shapes off every multiple: 70 rows (two tasks, a partial tile), 37 inputs (a partial
+        // group), 45 outputs (a partial panel); activations skewed like a GELU's output.
+        let (rows, k, n) = (70, 37, 45);
+        let x: Vec<f32> = values(rows * k, 1, 4.0)
+            .iter()
+            .map(|v| v.max(-0.2))
+            .collect();
+        let w = values(k * n, 2, 0.5);
+        let b = values(n, 3, 1.0);
+        let layer = Int8Linear::pack(&w, k, n, Some(&b));
+        let expected = f32_product(&x, &w, &b, rows, k, n);
+        let got = layer.forward(&x, rows);
+        let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
+        let worst = got
+            .iter()
+            .zip(&expected)
+            .map(|(g, e)| (g - e).abs())
+            .fold(0f32, f32::max);
+        assert!(
+            worst < 0.02 * scale,
+            "worst error {worst}, largest output {scale}"
+        );
+        assert!(worst > 0.0, "int8 products are not exact");
+    }
+
+    #[test]
+    fn simd_paths_match_the_portable_ones_exactly() {
+        if !supported() {
+            eprintln!("no AVX-512 VNNI on this CPU: only the portable paths were tested");
+            return;
+        }
+        // A row of 45 values: two vectors and a tail.
+        let row = values(45, 4, 6.0);
+        let (mut simd, mut portable) = (vec![0u8; 45], vec![0u8; 45]);
+        // SAFETY: the CPU has AVX-512 (checked above).
+        let simd_range = unsafe { quantise_row_avx512(&row, &mut simd) };
+        assert_eq!(simd_range, quantise_row_portable(&row, &mut portable));
+        assert_eq!(simd, portable);
+
+        let groups = 13;
+        let mut rng = SplitMix64(5);
+        let rows: Vec<u8> = (0..TILE_ROWS * groups * 4)
+            .map(|_| rng.next_u64() as u8)
+            .collect();
+        let weights: Vec<i8> = (0..groups * GROUP_BYTES)
+            .map(|_| rng.next_u64() as i8)
+            .collect();
+        let column_sums: Vec<i32> = (0..PANEL).map(|_| rng.below(2000) as i32 - 1000).collect();
+        let block = Block {
+            rows: &rows,
+            row_scales: &values(5, 6, 0.1),
+            row_zeros: &[0, 17, 255, 128, 3],
+            weights: &weights,
+            column_scales: &values(PANEL, 7, 0.01),
+            column_sums: &column_sums,
+            bias: &values(PANEL, 8, 1.0),
+            groups,
+        };
+        // 5 of 8 rows and 21 of 32 columns are real; the rest of `output` must stay untouched.
+        let (stride, columns) = (40, 21);
+        let (mut simd, mut portable) = (vec![-1.0; 5 * stride], vec![-1.0; 5 * stride]);
+        // SAFETY: as above; `output` holds the 5 rows.
+        unsafe { block.multiply_vnni(&mut simd, stride, columns) };
+        block.multiply_portable(&mut portable, stride, columns);
+        assert_eq!(simd, portable);
+        assert!(portable.iter().filter(|&&v| v == -1.0).count() == 5 * (stride - columns));
+    }
+
+    #[test]
+    fn a_copy_serves_its_layer_until_the_weights_change() {
+        use burn::module::Param;
+        use burn::nn::LinearConfig;
+        let device = Default::default();
+        let linear = LinearConfig::new(24, 40).init::<Flex>(&device);
+        let copy = Int8Copy::of(&linear);
+        let x =
+            Tensor::<Flex, 2>::from_data(TensorData::new(values(9 * 24, 9, 2.0), [9, 24]), &device);
+        let Ok(int8) = copy.forward(&linear, x.clone()) else {
+            assert!(!supported(), "a CPU with the kernel gets a copy");
+            return;
+        };
+        let f32_output = linear.forward(x.clone());
+        let error = (int8 - f32_output.clone()).abs().max().into_scalar();
+        let largest = f32_output.abs().max().into_scalar();
+        assert!(
+            error < 0.02 * largest,
+            "error {error}, largest output {largest}"
+        );
+
+        let mut changed = linear.clone();
+        changed.weight = Param::from_tensor(linear.weight.val() * 1.0);
+        assert!(
+            copy.forward(&changed, x).is_err(),
+            "new weights must fall back to f32"
+        );
+    }
+}
