@@ -17,10 +17,11 @@ use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
 /// Output columns per panel: two 16-lane `i32` vectors.
 const PANEL: usize = 32;
-/// Rows multiplied together: 8 × 2 accumulators, each weight vector loaded once for 8 rows.
-const TILE_ROWS: usize = 8;
-/// Rows per parallel task (quantised together, then multiplied tile by tile).
-const TASK_ROWS: usize = 64;
+/// Rows multiplied together: 12 × 2 accumulators, each weight vector loaded once for 12 rows
+/// (8 rows measured 2-7 % slower on one AVX-512 core).
+const TILE_ROWS: usize = 12;
+/// Rows per parallel task (quantised together, then multiplied tile by tile): 8 tiles.
+const TASK_ROWS: usize = 96;
 /// Bytes of one group of 4 inputs for one panel: 32 columns × 4 bytes.
 const GROUP_BYTES: usize = PANEL * 4;
 
@@ -246,10 +247,10 @@ fn as_flex<B: Backend>(tensor: Tensor<B, 2>) -> Option<Tensor<Flex, 2>> {
         .map(|tensor| *tensor)
 }
 
-/// One tile of 8 quantised rows against one panel of 32 columns, with what scales the integer
+/// One tile of 12 quantised rows against one panel of 32 columns, with what scales the integer
 /// products back: `x·w ≈ row_scale · column_scale · (Σ q_x·q_w − row_zero · Σ q_w) + bias`.
 struct Block<'a> {
-    /// 8 rows of `groups · 4` bytes (rows past the real ones are zeros).
+    /// 12 rows of `groups · 4` bytes (rows past the real ones are zeros).
     rows: &'a [u8],
     /// One per real row of the tile.
     row_scales: &'a [f32],
@@ -547,7 +548,7 @@ mod tests {
             bias: &values(PANEL, 8, 1.0),
             groups,
         };
-        // 5 of 8 rows and 21 of 32 columns are real; the rest of `output` must stay untouched.
+        // 5 of 12 rows and 21 of 32 columns are real; the rest of `output` must stay untouched.
         let (stride, columns) = (40, 21);
         let (mut simd, mut portable) = (vec![-1.0; 5 * stride], vec![-1.0; 5 * stride]);
         // SAFETY: as above; `output` holds the 5 rows.
