@@ -5,7 +5,7 @@ use std::process::Command;
 
 use crate::common::{asset, failure, flipside, success};
 use flipside_backend::retrieval::index::index_dir;
-use flipside_shared::models::int8;
+use flipside_shared::models::int8::Kernel;
 
 const REVIEWS: &str = "\
 The acting was wooden and the plot made no sense. I walked out after an hour.
@@ -64,21 +64,22 @@ fn a_corpus_is_built_indexed_resumed_searched_and_grown() {
     let again = in_corpus(&corpus, &["index", "build"]).output().unwrap();
     assert!(String::from_utf8_lossy(&again.stderr).contains("is up to date"));
 
-    // `--int8` encodes again where the CPU has AVX-512 VNNI and says so in index.json; elsewhere
-    // it warns and the f32 index stays.
+    // `--int8` encodes again with the CPU's int8 kernel and says which in index.json (without
+    // AVX-512 VNNI there is none: the f32 index stays).
     let int8 = in_corpus(&corpus, &["index", "build", "--int8"])
         .output()
         .unwrap();
     assert!(int8.status.success());
     let stderr = String::from_utf8_lossy(&int8.stderr);
-    let meta = index_dir(&corpus, "minilm").join("index.json");
-    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(meta).unwrap()).unwrap();
-    assert_eq!(meta["int8"], int8::supported(), "{stderr}");
+    let kernel = Kernel::best();
     assert_eq!(
         stderr.contains("is up to date"),
-        !int8::supported(),
+        kernel.is_none(),
         "{stderr}"
     );
+    let meta = index_dir(&corpus, "minilm").join("index.json");
+    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(meta).unwrap()).unwrap();
+    assert_eq!(meta["int8"], serde_json::json!(kernel), "{stderr}");
 
     let out = success(&mut in_corpus(
         &corpus,

@@ -9,6 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
 use flipside_shared::data::Input;
+use flipside_shared::models::int8::Kernel;
 use serde::{Deserialize, Serialize};
 
 use super::ann::{AnnIndex, Hit, HnswParams};
@@ -38,9 +39,9 @@ pub struct IndexMeta {
     pub corpus_fingerprint: String,
     pub sentences: usize,
     pub hnsw: HnswParams,
-    /// Whether the documents were encoded with int8 products (`BuildOptions::int8`).
+    /// The int8 kernel the documents were encoded with (`BuildOptions::int8`); none: f32.
     #[serde(default)]
-    pub int8: bool,
+    pub int8: Option<Kernel>,
     /// Wall time of the last encoding run and of the graph build.
     pub encode_seconds: f64,
     pub graph_seconds: f64,
@@ -55,7 +56,7 @@ struct EmbeddingsMeta {
     corpus_sources: usize,
     corpus_fingerprint: String,
     #[serde(default)]
-    int8: bool,
+    int8: Option<Kernel>,
 }
 
 /// How to build an index.
@@ -138,8 +139,10 @@ pub fn build_index<B: Backend>(
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut encoder = load_encoder::<B>(&encoders.document_dir, &compute.device)?;
     if options.int8 {
-        encoder = encoder.with_int8_copies();
-        if !encoder.model.has_int8_copies() {
+        if let Some(kernel) = Kernel::best() {
+            encoder = encoder.with_int8_copies(kernel);
+        }
+        if encoder.model.int8_kernel().is_none() {
             tracing::warn!(
                 "int8 needs the CPU backend on a CPU with AVX-512 VNNI: encoding in f32"
             );
@@ -150,7 +153,7 @@ pub fn build_index<B: Backend>(
         dim: encoder.dim(),
         corpus_sources: corpus.sources().len(),
         corpus_fingerprint: corpus.fingerprint(corpus.sources().len()),
-        int8: encoder.model.has_int8_copies(),
+        int8: encoder.model.int8_kernel(),
     };
     if let Some(built) = up_to_date(dir, &wanted, corpus.len(), options.hnsw) {
         return Ok(BuildOutcome::UpToDate(built));

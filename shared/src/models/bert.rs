@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
 use super::dropout::dropout;
 use super::gelu::gelu;
-use super::int8::Int8Copy;
+use super::int8::{Int8Copy, Kernel};
 
 /// BERT's renames between Hugging Face keys and the field names below.
 pub const BERT_KEYS: KeyMap = KeyMap {
@@ -183,27 +183,29 @@ impl<B: Backend> BertModel<B> {
         self.encoder.forward(hidden, &input.attention_mask)
     }
 
-    /// The same model with int8 copies of its linear layers ([`Int8Copy`]), which inference
-    /// then multiplies with: on the CPU backend (Flex) of a CPU with AVX-512 VNNI; elsewhere the
-    /// model is returned unchanged. The copies are of today's weights: a layer whose weights
-    /// change afterwards (training, loading) goes back to f32 by itself.
-    pub fn with_int8_copies(mut self) -> Self {
+    /// The same model with int8 copies of its linear layers for `kernel` ([`Int8Copy`]), which
+    /// inference then multiplies with, on the CPU backend (Flex) of a CPU with that kernel;
+    /// elsewhere the model is returned unchanged. The copies are of today's weights: a layer
+    /// whose weights change afterwards (training, loading) goes back to f32 by itself.
+    pub fn with_int8_copies(mut self, kernel: Kernel) -> Self {
+        let copy = |linear: &Linear<B>| Int8Copy::of(linear, kernel);
         for layer in &mut self.encoder.layer {
             let attention = &mut layer.attention.self_attention;
-            attention.int8 = [&attention.query, &attention.key, &attention.value].map(Int8Copy::of);
-            layer.attention.output.int8 = Int8Copy::of(&layer.attention.output.dense);
-            layer.intermediate.int8 = Int8Copy::of(&layer.intermediate.dense);
-            layer.output.int8 = Int8Copy::of(&layer.output.dense);
+            attention.int8 = [&attention.query, &attention.key, &attention.value].map(copy);
+            layer.attention.output.int8 = copy(&layer.attention.output.dense);
+            layer.intermediate.int8 = copy(&layer.intermediate.dense);
+            layer.output.int8 = copy(&layer.output.dense);
         }
         self
     }
 
-    /// Whether [`Self::with_int8_copies`] made copies (CPU backend, AVX-512 VNNI).
-    pub fn has_int8_copies(&self) -> bool {
+    /// The kernel of the copies [`Self::with_int8_copies`] made, if it made them (CPU
+    /// backend, a CPU with the kernel).
+    pub fn int8_kernel(&self) -> Option<Kernel> {
         self.encoder
             .layer
             .first()
-            .is_some_and(|layer| layer.intermediate.int8.is_filled())
+            .and_then(|layer| layer.intermediate.int8.kernel())
     }
 
     /// The same model with every dropout disabled, for deterministic gradients (saliency).

@@ -4,6 +4,7 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 use super::bert::{BertConfig, BertModel};
+use super::int8::Kernel;
 use super::pooling::{l2_normalize, mean_pool};
 use super::{CheckpointFiles, LoadError};
 use crate::batching::{BatchExecutor, map_batches};
@@ -35,11 +36,11 @@ impl<B: Backend> SentenceEncoder<B> {
         })
     }
 
-    /// The same encoder multiplying in int8 where the CPU allows
+    /// The same encoder multiplying in int8 with `kernel` where the CPU allows
     /// ([`BertModel::with_int8_copies`]).
-    pub fn with_int8_copies(self) -> Self {
+    pub fn with_int8_copies(self, kernel: Kernel) -> Self {
         Self {
-            model: self.model.with_int8_copies(),
+            model: self.model.with_int8_copies(kernel),
             ..self
         }
     }

@@ -1,9 +1,10 @@
-//! Int8 matrix products for inference on CPUs with AVX-512 VNNI: `x · W + b` with `W`
-//! quantised once per output column (symmetric, `i8`) and `x` quantised per row on every call
-//! (asymmetric, `u8` with a zero point), multiplied with `vpdpbusd` (64 byte products summed into
-//! 16 `i32` lanes per instruction, four times the multiply-adds of an f32 FMA) and scaled back to
-//! f32. The scheme is the one of ONNX Runtime's and PyTorch's dynamic quantisation of linear
-//! layers. Without VNNI (or off x86-64) [`Int8Linear::new`] returns `None` and callers keep f32.
+//! Int8 matrix products for inference on x86-64 CPUs: `x · W + b` with `W` quantised once per
+//! output column (symmetric, `i8`) and `x` quantised per row on every call (asymmetric, `u8` with
+//! a zero point), multiplied in integers and scaled back to f32 — the scheme of ONNX Runtime's and
+//! PyTorch's dynamic quantisation of linear layers. Two kernels ([`Kernel`]): AVX-512 VNNI's
+//! `vpdpbusd` (64 byte products summed into 16 `i32` lanes per instruction) and, on CPUs without
+//! it, AVX2's `vpmaddubsw` + `vpmaddwd` with 7-bit activations (benched, not chosen: see
+//! [`Kernel::best`]). Without VNNI [`Int8Linear::new`] returns `None` and callers keep f32.
 
 use std::any::Any;
 #[cfg(target_arch = "x86_64")]
@@ -25,9 +26,72 @@ const TASK_ROWS: usize = 96;
 /// Bytes of one group of 4 inputs for one panel: 32 columns × 4 bytes.
 const GROUP_BYTES: usize = PANEL * 4;
 
+/// The instructions an [`Int8Linear`] multiplies with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kernel {
+    /// AVX-512 VNNI's `vpdpbusd`; activations in 8 bits (0..=255).
+    Vnni,
+    /// AVX2's `vpmaddubsw` (pairs of byte products summed into 16 bits, saturating) and
+    /// `vpmaddwd`; activations in 7 bits (0..=127) so that a pair never saturates, as PyTorch's
+    /// fbgemm does (`reduce_range`).
+    Avx2,
+}
+
+impl Kernel {
+    /// The kernels this CPU runs, fastest first (checked at run time: the build targets any
+    /// x86-64-v3 CPU).
+    pub fn available() -> Vec<Self> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let mut kernels = Vec::new();
+            if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vnni")
+            {
+                kernels.push(Self::Vnni);
+            }
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                kernels.push(Self::Avx2);
+            }
+            kernels
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Vec::new()
+    }
+
+    /// The kernel to encode with on this CPU: VNNI where it has it, else none. The AVX2 kernel
+    /// is measured (`flipside bench matmul`, `bench encode`) but not chosen: on a Sapphire
+    /// Rapids core it ran no faster than burn's AVX-512 f32 products (132 vs 134 GOPS), its
+    /// 7-bit activations cost accuracy (MiniLM embeddings within cosine 0.988 of f32, VNNI's
+    /// 0.996), and it has not been measured on a CPU with AVX2 only.
+    pub fn best() -> Option<Self> {
+        Self::available()
+            .into_iter()
+            .find(|&kernel| kernel == Self::Vnni)
+    }
+
+    /// The largest quantised activation.
+    fn levels(self) -> f32 {
+        match self {
+            Self::Vnni => 255.0,
+            Self::Avx2 => 127.0,
+        }
+    }
+
+    /// A short name for benches and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Vnni => "AVX-512 VNNI",
+            Self::Avx2 => "AVX2",
+        }
+    }
+}
+
 /// A linear layer's weights and bias packed for [`Int8Linear::forward`].
 #[derive(Debug, Clone)]
 pub struct Int8Linear {
+    kernel: Kernel,
     inputs: usize,
     outputs: usize,
     /// Groups of 4 inputs (the inputs rounded up to a multiple of 4).
@@ -41,32 +105,38 @@ pub struct Int8Linear {
     bias: Vec<f32>,
 }
 
-/// Whether this CPU runs [`Int8Linear`]'s kernel (AVX-512 F, BW and VNNI), checked at run time:
-/// the build targets any x86-64-v3 CPU.
-pub fn supported() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vnni")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
 impl Int8Linear {
     /// Packs `weight` (`[inputs, outputs]` row-major, burn's `Linear` layout) and `bias`
-    /// (`outputs` values) when this CPU has the kernel; `None` otherwise.
+    /// (`outputs` values) for this CPU's best kernel; `None` when it has none.
     pub fn new(
         weight: &[f32],
         inputs: usize,
         outputs: usize,
         bias: Option<&[f32]>,
     ) -> Option<Self> {
-        supported().then(|| Self::pack(weight, inputs, outputs, bias))
+        Kernel::best().map(|kernel| Self::pack(weight, inputs, outputs, bias, kernel))
     }
 
-    fn pack(weight: &[f32], inputs: usize, outputs: usize, bias: Option<&[f32]>) -> Self {
+    /// [`Self::new`] with a chosen kernel (benches compare them); `None` when this CPU lacks it.
+    pub fn with_kernel(
+        weight: &[f32],
+        inputs: usize,
+        outputs: usize,
+        bias: Option<&[f32]>,
+        kernel: Kernel,
+    ) -> Option<Self> {
+        Kernel::available()
+            .contains(&kernel)
+            .then(|| Self::pack(weight, inputs, outputs, bias, kernel))
+    }
+
+    fn pack(
+        weight: &[f32],
+        inputs: usize,
+        outputs: usize,
+        bias: Option<&[f32]>,
+        kernel: Kernel,
+    ) -> Self {
         assert_eq!(
             weight.len(),
             inputs * outputs,
@@ -97,6 +167,7 @@ impl Int8Linear {
             padded_bias[..outputs].copy_from_slice(bias);
         }
         Self {
+            kernel,
             inputs,
             outputs,
             groups,
@@ -105,6 +176,11 @@ impl Int8Linear {
             sums,
             bias: padded_bias,
         }
+    }
+
+    /// The kernel it multiplies with.
+    pub fn kernel(&self) -> Kernel {
+        self.kernel
     }
 
     /// The layer's input width.
@@ -118,7 +194,7 @@ impl Int8Linear {
     }
 
     /// `x · W + b` for `x` of `rows` rows of [`Self::inputs`] values: `rows × outputs` values,
-    /// computed on rayon's threads in tasks of 64 rows.
+    /// computed on rayon's threads in tasks of 96 rows.
     pub fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
         assert_eq!(x.len(), rows * self.inputs, "x is [rows, inputs]");
         let mut output = vec![0.0; rows * self.outputs];
@@ -142,7 +218,7 @@ impl Int8Linear {
     /// One task: quantises its rows, then multiplies them tile by tile, panel by panel.
     fn forward_task(&self, x: &[f32], output: &mut [f32]) {
         let rows = x.len() / self.inputs.max(1);
-        let quantised = QuantisedRows::new(x, rows, self.inputs, self.groups * 4);
+        let quantised = QuantisedRows::new(x, rows, self.inputs, self.groups * 4, self.kernel);
         for tile in 0..quantised.tiles() {
             let first_row = tile * TILE_ROWS;
             let tile_rows = TILE_ROWS.min(rows - first_row);
@@ -160,6 +236,7 @@ impl Int8Linear {
                     column_sums: &self.sums[columns.clone()],
                     bias: &self.bias[columns],
                     groups: self.groups,
+                    kernel: self.kernel,
                 };
                 let output = &mut output[first_row * self.outputs + first_column..];
                 let valid_columns = PANEL.min(self.outputs - first_column);
@@ -171,13 +248,13 @@ impl Int8Linear {
 
 /// A burn `Linear`'s int8 copy ([`Int8Linear`]), used while the layer still holds the very
 /// weights it was made from: a layer trained or loaded since falls back to f32 by itself.
-/// Empty (`Default`) off Flex, on CPUs without the kernel, and until [`Int8Copy::of`] fills it.
+/// Empty (`Default`) until [`Int8Copy::of`] fills it, and where it cannot (off Flex).
 #[derive(Debug, Clone, Default)]
 pub struct Int8Copy(Option<Arc<(Tensor<Flex, 2>, Int8Linear)>>);
 
 impl Int8Copy {
-    /// The int8 copy of `linear` when it runs on Flex and this CPU has the kernel.
-    pub fn of<B: Backend>(linear: &Linear<B>) -> Self {
+    /// The int8 copy of `linear` for `kernel` when it runs on Flex and this CPU has the kernel.
+    pub fn of<B: Backend>(linear: &Linear<B>, kernel: Kernel) -> Self {
         let Some(weight) = as_flex(linear.weight.val()) else {
             return Self(None);
         };
@@ -191,12 +268,15 @@ impl Int8Copy {
         let bias = bias
             .as_ref()
             .map(|bias| bias.as_slice::<f32>().expect("converted to f32"));
-        Self(Int8Linear::new(values, inputs, outputs, bias).map(|layer| Arc::new((weight, layer))))
+        Self(
+            Int8Linear::with_kernel(values, inputs, outputs, bias, kernel)
+                .map(|layer| Arc::new((weight, layer))),
+        )
     }
 
-    /// Whether this copy holds int8 weights.
-    pub fn is_filled(&self) -> bool {
-        self.0.is_some()
+    /// The kernel of the int8 weights this copy holds, if it holds any.
+    pub fn kernel(&self) -> Option<Kernel> {
+        self.0.as_ref().map(|copy| copy.1.kernel())
     }
 
     /// `linear`'s output for `x` (`[rows, inputs]`) computed in int8, or `x` back when this copy
@@ -262,6 +342,9 @@ struct Block<'a> {
     column_sums: &'a [i32],
     bias: &'a [f32],
     groups: usize,
+    /// One this CPU has (an [`Int8Linear`] is only packed for those).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    kernel: Kernel,
 }
 
 impl Block<'_> {
@@ -269,18 +352,22 @@ impl Block<'_> {
     /// `stride` apart.
     fn multiply(&self, output: &mut [f32], stride: usize, columns: usize) {
         assert!(output.len() >= (self.row_scales.len() - 1) * stride + columns);
+        // SAFETY: the CPU has the kernel's instructions (`kernel` is one it has); the slices
+        // have the lengths documented on the fields, and `output` holds every row written.
         #[cfg(target_arch = "x86_64")]
-        if supported() {
-            // SAFETY: the CPU has AVX-512 F, BW and VNNI (checked above); the slices have the
-            // lengths documented on the fields, and `output` holds every row written (asserted).
-            unsafe { self.multiply_vnni(output, stride, columns) };
-            return;
+        unsafe {
+            match self.kernel {
+                Kernel::Vnni => self.multiply_vnni(output, stride, columns),
+                Kernel::Avx2 => self.multiply_avx2(output, stride, columns),
+            }
         }
+        // Never reached (no kernel, so no Int8Linear off x86-64), but correct.
+        #[cfg(not(target_arch = "x86_64"))]
         self.multiply_portable(output, stride, columns);
     }
 
-    /// The integer products one at a time: the test oracle of [`Self::multiply_vnni`], and the
-    /// path of a CPU without VNNI should one ever get here.
+    /// The integer products one at a time: the kernels' test oracle.
+    #[cfg(any(test, not(target_arch = "x86_64")))]
     fn multiply_portable(&self, output: &mut [f32], stride: usize, columns: usize) {
         let width = self.groups * 4;
         for (r, (&scale, &zero)) in self.row_scales.iter().zip(self.row_zeros).enumerate() {
@@ -296,6 +383,7 @@ impl Block<'_> {
         }
     }
 
+    #[cfg(any(test, not(target_arch = "x86_64")))]
     fn rescale(&self, sum: i32, row_scale: f32, row_zero: i32, c: usize) -> f32 {
         ((sum - row_zero * self.column_sums[c]) as f32)
             .mul_add(row_scale * self.column_scales[c], self.bias[c])
@@ -368,9 +456,96 @@ impl Block<'_> {
             }
         }
     }
+
+    /// [`Self::multiply_vnni`] on AVX2, a quarter of the tile at a time (16 registers): per
+    /// group of 4 inputs and 4 rows, two weight vectors of 8 columns × 4 bytes times each row's
+    /// 4 bytes broadcast, `vpmaddubsw` then `vpmaddwd` against ones sum each column's 4 products.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn multiply_avx2(&self, output: &mut [f32], stride: usize, columns: usize) {
+        const ROWS: usize = 4;
+        let width = self.groups * 4;
+        assert!(
+            self.rows.len() >= TILE_ROWS * width && self.weights.len() >= self.groups * GROUP_BYTES
+        );
+        let (rows, weights) = (self.rows.as_ptr(), self.weights.as_ptr());
+        let ones = _mm256_set1_epi16(1);
+        for first in [0, 16] {
+            if first >= columns {
+                break;
+            }
+            for first_row in (0..self.row_scales.len()).step_by(ROWS) {
+                let mut sums = [[_mm256_setzero_si256(); 2]; ROWS];
+                for group in 0..self.groups {
+                    // SAFETY: group < groups, first + 16 ≤ 32 columns, first_row + ROWS ≤
+                    // TILE_ROWS; the slices' lengths are asserted above.
+                    let w = unsafe {
+                        let w = weights.add(group * GROUP_BYTES + first * 4);
+                        [
+                            _mm256_loadu_si256(w.cast()),
+                            _mm256_loadu_si256(w.add(32).cast()),
+                        ]
+                    };
+                    for (r, sums) in sums.iter_mut().enumerate() {
+                        // SAFETY: as above.
+                        let x = unsafe {
+                            _mm256_set1_epi32(
+                                rows.add((first_row + r) * width + group * 4)
+                                    .cast::<i32>()
+                                    .read_unaligned(),
+                            )
+                        };
+                        for (sum, w) in sums.iter_mut().zip(w) {
+                            let pairs = _mm256_maddubs_epi16(x, w);
+                            *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
+                        }
+                    }
+                }
+                let real_rows = ROWS.min(self.row_scales.len() - first_row);
+                for (r, sums) in sums.iter().enumerate().take(real_rows) {
+                    let row = first_row + r;
+                    for (eighth, sum) in sums.iter().enumerate() {
+                        let column = first + 8 * eighth;
+                        if column >= columns {
+                            break;
+                        }
+                        let lanes = (columns - column).min(8) as i32;
+                        let mask = _mm256_cmpgt_epi32(
+                            _mm256_set1_epi32(lanes),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                        );
+                        // SAFETY: 8 values from `column` < 32 in each per-column slice; the
+                        // store writes only the lanes below `columns`, within `output`.
+                        unsafe {
+                            let column_sums =
+                                _mm256_loadu_si256(self.column_sums[column..].as_ptr().cast());
+                            let corrected = _mm256_sub_epi32(
+                                *sum,
+                                _mm256_mullo_epi32(
+                                    _mm256_set1_epi32(self.row_zeros[row]),
+                                    column_sums,
+                                ),
+                            );
+                            let scales = _mm256_mul_ps(
+                                _mm256_set1_ps(self.row_scales[row]),
+                                _mm256_loadu_ps(self.column_scales[column..].as_ptr()),
+                            );
+                            let values = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(corrected),
+                                scales,
+                                _mm256_loadu_ps(self.bias[column..].as_ptr()),
+                            );
+                            let out = output[row * stride + column..].as_mut_ptr();
+                            _mm256_maskstore_ps(out, mask, values);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
-/// Activations quantised per row: `x ≈ scale · (q − zero)` with `q` in 0..=255, the range
+/// Activations quantised per row: `x ≈ scale · (q − zero)` with `q` in 0..=levels, the range
 /// widened to include 0 so that zero stays exact. Rows are padded with zeros to whole tiles
 /// and to `width` (a multiple of 4) values.
 struct QuantisedRows {
@@ -381,13 +556,13 @@ struct QuantisedRows {
 }
 
 impl QuantisedRows {
-    fn new(x: &[f32], rows: usize, inputs: usize, width: usize) -> Self {
+    fn new(x: &[f32], rows: usize, inputs: usize, width: usize, kernel: Kernel) -> Self {
         let padded_rows = rows.div_ceil(TILE_ROWS) * TILE_ROWS;
         let mut values = vec![0u8; padded_rows * width];
         let (scales, zeros) = x
             .chunks_exact(inputs)
             .zip(values.chunks_exact_mut(width))
-            .map(|(row, out)| quantise_row(row, &mut out[..inputs]))
+            .map(|(row, out)| quantise_row(row, &mut out[..inputs], kernel))
             .unzip();
         Self {
             values,
@@ -402,34 +577,37 @@ impl QuantisedRows {
     }
 }
 
-/// Quantises one row into `out`, returning its scale and zero point.
-fn quantise_row(row: &[f32], out: &mut [u8]) -> (f32, i32) {
-    #[cfg(target_arch = "x86_64")]
-    if supported() {
-        // SAFETY: the CPU has AVX-512 F and BW (checked above).
-        return unsafe { quantise_row_avx512(row, out) };
+/// Quantises one row into `out` for `kernel`, returning its scale and zero point.
+fn quantise_row(row: &[f32], out: &mut [u8], kernel: Kernel) -> (f32, i32) {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the CPU has AVX-512 F and BW (it has VNNI).
+        Kernel::Vnni => unsafe { quantise_row_avx512(row, out, kernel.levels()) },
+        _ => quantise_row_portable(row, out, kernel.levels()),
     }
-    quantise_row_portable(row, out)
 }
 
 /// The scale and zero point of a row whose values span `min..=max` (0 included).
-fn row_range(min: f32, max: f32) -> (f32, f32) {
-    let scale = if max > min { (max - min) / 255.0 } else { 1.0 };
-    (scale, (-min / scale).round_ties_even().clamp(0.0, 255.0))
+fn row_range(min: f32, max: f32, levels: f32) -> (f32, f32) {
+    let scale = if max > min { (max - min) / levels } else { 1.0 };
+    (scale, (-min / scale).round_ties_even().clamp(0.0, levels))
 }
 
-fn quantise_row_portable(row: &[f32], out: &mut [u8]) -> (f32, i32) {
+fn quantise_row_portable(row: &[f32], out: &mut [u8], levels: f32) -> (f32, i32) {
     let (min, max) = row
         .iter()
         .fold((0f32, 0f32), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-    let (scale, zero) = row_range(min, max);
-    quantise_values(row, out, 1.0 / scale, zero);
+    let (scale, zero) = row_range(min, max, levels);
+    quantise_values(row, out, 1.0 / scale, zero, levels);
     (scale, zero as i32)
 }
 
-fn quantise_values(row: &[f32], out: &mut [u8], inverse: f32, zero: f32) {
+fn quantise_values(row: &[f32], out: &mut [u8], inverse: f32, zero: f32, levels: f32) {
     for (q, &v) in out.iter_mut().zip(row) {
-        *q = v.mul_add(inverse, zero).round_ties_even().clamp(0.0, 255.0) as u8;
+        *q = v
+            .mul_add(inverse, zero)
+            .round_ties_even()
+            .clamp(0.0, levels) as u8;
     }
 }
 
@@ -437,7 +615,7 @@ fn quantise_values(row: &[f32], out: &mut [u8], inverse: f32, zero: f32) {
 /// half to even, as the portable loop does).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn quantise_row_avx512(row: &[f32], out: &mut [u8]) -> (f32, i32) {
+unsafe fn quantise_row_avx512(row: &[f32], out: &mut [u8], levels: f32) -> (f32, i32) {
     let chunks = row.chunks_exact(16);
     let tail = chunks.remainder();
     let (mut min, mut max) = (_mm512_setzero_ps(), _mm512_setzero_ps());
@@ -451,18 +629,20 @@ unsafe fn quantise_row_avx512(row: &[f32], out: &mut [u8]) -> (f32, i32) {
         (_mm512_reduce_min_ps(min), _mm512_reduce_max_ps(max)),
         |(lo, hi), &v| (lo.min(v), hi.max(v)),
     );
-    let (scale, zero) = row_range(min, max);
+    let (scale, zero) = row_range(min, max, levels);
     let (inverse, zero_vector) = (_mm512_set1_ps(1.0 / scale), _mm512_set1_ps(zero));
+    let top = _mm512_set1_epi32(levels as i32);
     for (chunk, out) in chunks.zip(out.chunks_exact_mut(16)) {
         // SAFETY: a chunk holds 16 values and `out`'s chunk 16 bytes.
         unsafe {
             let v = _mm512_fmadd_ps(_mm512_loadu_ps(chunk.as_ptr()), inverse, zero_vector);
             let q = _mm512_max_epi32(_mm512_cvtps_epi32(v), _mm512_setzero_si512());
+            let q = _mm512_min_epi32(q, top);
             _mm_storeu_si128(out.as_mut_ptr().cast(), _mm512_cvtusepi32_epi8(q));
         }
     }
     let done = row.len() - tail.len();
-    quantise_values(tail, &mut out[done..], 1.0 / scale, zero);
+    quantise_values(tail, &mut out[done..], 1.0 / scale, zero, levels);
     (scale, zero as i32)
 }
 
@@ -489,73 +669,82 @@ mod tests {
     }
 
     #[test]
-    fn int8_product_is_close_to_the_f32_one() {
-        // Shapes off every multiple: 70 rows (two tasks, a partial tile), 37 inputs (a partial
+    fn every_kernel_of_this_cpu_is_close_to_the_f32_product() {
+        #[cfg(target_arch = "x86_64")]
+        assert!(
+            Kernel::available().contains(&Kernel::Avx2),
+            "an x86-64-v3 build runs on AVX2"
+        );
+        // Shapes off every multiple: 110 rows (two tasks, a partial tile), 37 inputs (a partial
         // group), 45 outputs (a partial panel); activations skewed like a GELU's output.
-        let (rows, k, n) = (70, 37, 45);
+        let (rows, k, n) = (110, 37, 45);
         let x: Vec<f32> = values(rows * k, 1, 4.0)
             .iter()
             .map(|v| v.max(-0.2))
             .collect();
         let w = values(k * n, 2, 0.5);
         let b = values(n, 3, 1.0);
-        let layer = Int8Linear::pack(&w, k, n, Some(&b));
         let expected = f32_product(&x, &w, &b, rows, k, n);
-        let got = layer.forward(&x, rows);
         let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
-        let worst = got
-            .iter()
-            .zip(&expected)
-            .map(|(g, e)| (g - e).abs())
-            .fold(0f32, f32::max);
-        assert!(
-            worst < 0.02 * scale,
-            "worst error {worst}, largest output {scale}"
-        );
-        assert!(worst > 0.0, "int8 products are not exact");
+        for kernel in Kernel::available() {
+            let layer = Int8Linear::with_kernel(&w, k, n, Some(&b), kernel).unwrap();
+            let got = layer.forward(&x, rows);
+            let worst = got
+                .iter()
+                .zip(&expected)
+                .map(|(g, e)| (g - e).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                worst < 0.02 * scale,
+                "{kernel:?}: worst error {worst}, largest output {scale}"
+            );
+            assert!(worst > 0.0, "{kernel:?}: int8 products are not exact");
+        }
     }
 
     #[test]
     fn simd_paths_match_the_portable_ones_exactly() {
-        if !supported() {
-            eprintln!("no AVX-512 VNNI on this CPU: only the portable paths were tested");
-            return;
-        }
-        // A row of 45 values: two vectors and a tail.
-        let row = values(45, 4, 6.0);
-        let (mut simd, mut portable) = (vec![0u8; 45], vec![0u8; 45]);
-        // SAFETY: the CPU has AVX-512 (checked above).
-        let simd_range = unsafe { quantise_row_avx512(&row, &mut simd) };
-        assert_eq!(simd_range, quantise_row_portable(&row, &mut portable));
-        assert_eq!(simd, portable);
-
         let groups = 13;
-        let mut rng = SplitMix64(5);
-        let rows: Vec<u8> = (0..TILE_ROWS * groups * 4)
-            .map(|_| rng.next_u64() as u8)
-            .collect();
-        let weights: Vec<i8> = (0..groups * GROUP_BYTES)
-            .map(|_| rng.next_u64() as i8)
-            .collect();
-        let column_sums: Vec<i32> = (0..PANEL).map(|_| rng.below(2000) as i32 - 1000).collect();
-        let block = Block {
-            rows: &rows,
-            row_scales: &values(5, 6, 0.1),
-            row_zeros: &[0, 17, 255, 128, 3],
-            weights: &weights,
-            column_scales: &values(PANEL, 7, 0.01),
-            column_sums: &column_sums,
-            bias: &values(PANEL, 8, 1.0),
-            groups,
-        };
-        // 5 of 12 rows and 21 of 32 columns are real; the rest of `output` must stay untouched.
-        let (stride, columns) = (40, 21);
-        let (mut simd, mut portable) = (vec![-1.0; 5 * stride], vec![-1.0; 5 * stride]);
-        // SAFETY: as above; `output` holds the 5 rows.
-        unsafe { block.multiply_vnni(&mut simd, stride, columns) };
-        block.multiply_portable(&mut portable, stride, columns);
-        assert_eq!(simd, portable);
-        assert!(portable.iter().filter(|&&v| v == -1.0).count() == 5 * (stride - columns));
+        for kernel in Kernel::available() {
+            let levels = kernel.levels();
+            // A row of 45 values: two vectors and a tail.
+            let row = values(45, 4, 6.0);
+            let (mut simd, mut portable) = (vec![0u8; 45], vec![0u8; 45]);
+            let range = quantise_row(&row, &mut simd, kernel);
+            assert_eq!(range, quantise_row_portable(&row, &mut portable, levels));
+            assert_eq!(simd, portable, "{kernel:?}");
+            assert!(simd.iter().any(|&q| f32::from(q) == levels), "{simd:?}");
+
+            let mut rng = SplitMix64(5);
+            let rows: Vec<u8> = (0..TILE_ROWS * groups * 4)
+                .map(|_| rng.below(levels as usize + 1) as u8)
+                .collect();
+            let weights: Vec<i8> = (0..groups * GROUP_BYTES)
+                .map(|_| (rng.below(255) as i32 - 127) as i8)
+                .collect();
+            let column_sums: Vec<i32> = (0..PANEL).map(|_| rng.below(2000) as i32 - 1000).collect();
+            let block = Block {
+                rows: &rows,
+                row_scales: &values(5, 6, 0.1),
+                row_zeros: &[0, 17, levels as i32, 100, 3],
+                weights: &weights,
+                column_scales: &values(PANEL, 7, 0.01),
+                column_sums: &column_sums,
+                bias: &values(PANEL, 8, 1.0),
+                groups,
+                kernel,
+            };
+            // 5 of 12 rows and 21 of 32 columns are real; the rest of `output` stays untouched.
+            let (stride, columns) = (40, 21);
+            let (mut simd, mut portable) = (vec![-1.0; 5 * stride], vec![-1.0; 5 * stride]);
+            block.multiply(&mut simd, stride, columns);
+            block.multiply_portable(&mut portable, stride, columns);
+            assert_eq!(simd, portable, "{kernel:?}");
+            assert_eq!(
+                portable.iter().filter(|&&v| v == -1.0).count(),
+                5 * (stride - columns)
+            );
+        }
     }
 
     #[test]
@@ -564,13 +753,15 @@ mod tests {
         use burn::nn::LinearConfig;
         let device = Default::default();
         let linear = LinearConfig::new(24, 40).init::<Flex>(&device);
-        let copy = Int8Copy::of(&linear);
-        let x =
-            Tensor::<Flex, 2>::from_data(TensorData::new(values(9 * 24, 9, 2.0), [9, 24]), &device);
-        let Ok(int8) = copy.forward(&linear, x.clone()) else {
-            assert!(!supported(), "a CPU with the kernel gets a copy");
+        let Some(&kernel) = Kernel::available().first() else {
             return;
         };
+        let copy = Int8Copy::of(&linear, kernel);
+        let x =
+            Tensor::<Flex, 2>::from_data(TensorData::new(values(9 * 24, 9, 2.0), [9, 24]), &device);
+        let int8 = copy
+            .forward(&linear, x.clone())
+            .expect("a Flex layer gets a copy");
         let f32_output = linear.forward(x.clone());
         let error = (int8 - f32_output.clone()).abs().max().into_scalar();
         let largest = f32_output.abs().max().into_scalar();

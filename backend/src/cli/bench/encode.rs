@@ -16,7 +16,7 @@ use crate::compute::{Compute, DeviceChoice};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_encoder, resolve_model_dir};
 use crate::with_backend;
-use flipside_shared::models::int8;
+use flipside_shared::models::int8::Kernel;
 
 const REFERENCE_SCRIPT: &str = include_str!("../../../bench/sentence_transformers_encode.py");
 
@@ -74,42 +74,47 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
         super::cpu_features()
     );
 
-    let int8_possible = args.sides.device == DeviceChoice::Cpu && int8::supported();
+    // Every int8 kernel this CPU has, fastest first (CPU backend only).
+    let kernels = match args.sides.device {
+        DeviceChoice::Cpu => Kernel::available(),
+        _ => Vec::new(),
+    };
     let (reference, reference_int8) = match args.sides.reference_python(home)? {
         Some(python) => {
             let request = serde_json::json!({
                 "model_dir": model_dir, "sentences": sentences, "batch_size": args.batch_size,
                 "max_len": max_len, "threads": threads, "device": args.sides.device,
-                "int8": int8_possible,
+                "int8": !kernels.is_empty(),
             });
             let (f32s, int8) = run_reference(python, &request)?;
             (Some(f32s), int8)
         }
         None => (None, None),
     };
-    // Flipside runs second, on the same thread count (rayon reads RAYON_NUM_THREADS); then in
-    // int8 where the CPU has the kernel.
+    // Flipside runs second, on the same thread count (rayon reads RAYON_NUM_THREADS), in f32
+    // and then with each int8 kernel.
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()?;
-    let run = |int8| {
+    let run = |kernel| {
         pool.install(|| {
             with_backend!(
                 args.sides.device,
-                time_flipside(&model_dir, &sentences, args.batch_size, int8)
+                time_flipside(&model_dir, &sentences, args.batch_size, kernel)
             )
         })
     };
-    let ours = run(false)?;
-    let int8 = match int8_possible {
-        true => Some(run(true)?),
-        false => None,
-    };
+    let ours = run(None)?;
+    let int8s = kernels
+        .iter()
+        .map(|&kernel| run(Some(kernel)))
+        .collect::<Result<Vec<_>>>()?;
 
     let rate = |timing: &Timing| sentences.len() as f64 / timing.seconds;
-    let timings: Vec<&Timing> = [Some(&ours), int8.as_ref(), reference.as_ref()]
+    let timings: Vec<&Timing> = [Some(&ours)]
         .into_iter()
-        .chain([reference_int8.as_ref()])
+        .chain(int8s.iter().map(Some))
+        .chain([reference.as_ref(), reference_int8.as_ref()])
         .flatten()
         .collect();
     let width = timings
@@ -124,10 +129,11 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
             rate(timing)
         );
     }
-    if let Some(int8) = &int8 {
+    for (kernel, int8) in kernels.iter().zip(&int8s) {
         let agreement = EmbeddingAgreement::of(&ours.first_embeddings, &int8.first_embeddings);
         println!(
-            "int8 vs f32: {:.2}x; cosine of the two embeddings min {:.4}, mean {:.4}; top-10 neighbours shared {:.1}%",
+            "int8 ({}) vs f32: {:.2}x; cosine of the two embeddings min {:.4}, mean {:.4}; top-10 neighbours shared {:.1}%",
+            kernel.name(),
             rate(int8) / rate(&ours),
             agreement.min_cosine,
             agreement.mean_cosine,
@@ -137,17 +143,20 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
     if let Some(reference) = reference {
         let theirs_rate = rate(&reference);
         println!(
-            "ratio flipside / sentence-transformers: {:.2}x{}",
+            "ratio flipside / sentence-transformers: {:.2}x",
             rate(&ours) / theirs_rate,
-            match (&int8, &reference_int8) {
-                (Some(int8), Some(theirs)) => format!(
-                    "; int8: {:.2}x PyTorch's f32, {:.2}x its int8",
-                    rate(int8) / theirs_rate,
-                    rate(int8) / rate(theirs)
-                ),
-                _ => String::new(),
-            }
         );
+        for (kernel, int8) in kernels.iter().zip(&int8s) {
+            let against_int8 = reference_int8
+                .as_ref()
+                .map(|theirs| format!(", {:.2}x its dynamic int8", rate(int8) / rate(theirs)))
+                .unwrap_or_default();
+            println!(
+                "ratio flipside int8 ({}) / sentence-transformers: {:.2}x PyTorch's f32{against_int8}",
+                kernel.name(),
+                rate(int8) / theirs_rate,
+            );
+        }
         let max_diff = ours
             .first_embeddings
             .iter()
@@ -165,11 +174,11 @@ fn time_flipside<B: Backend>(
     model_dir: &Path,
     sentences: &[String],
     batch_size: usize,
-    int8: bool,
+    int8: Option<Kernel>,
 ) -> Result<Timing> {
     let mut encoder = load_encoder::<B>(model_dir, &compute.device)?;
-    if int8 {
-        encoder = encoder.with_int8_copies();
+    if let Some(kernel) = int8 {
+        encoder = encoder.with_int8_copies(kernel);
     }
     let texts: Vec<&str> = sentences.iter().map(String::as_str).collect();
     let warm_up = &texts[..(2 * batch_size).min(texts.len())];
@@ -183,7 +192,8 @@ fn time_flipside<B: Backend>(
         description: format!(
             "flipside (burn {}){}",
             std::any::type_name::<B>(),
-            if int8 { ", int8" } else { "" }
+            int8.map(|kernel| format!(", int8 {}", kernel.name()))
+                .unwrap_or_default()
         ),
     })
 }

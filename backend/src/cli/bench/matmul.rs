@@ -17,7 +17,7 @@ use crate::home::Home;
 use crate::models::{BertFiles, DEFAULT_ENCODER, resolve_model_dir};
 use crate::with_backend;
 use flipside_shared::models::bert::BertConfig;
-use flipside_shared::models::int8::{self, Int8Linear};
+use flipside_shared::models::int8::{Int8Linear, Kernel};
 use flipside_shared::random::SplitMix64;
 
 const REFERENCE_SCRIPT: &str = include_str!("../../../bench/torch_linear_layers.py");
@@ -115,8 +115,14 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
             time_flipside(&shapes, args.rows, args.passes)
         )
     })?;
-    let int8_seconds = (args.sides.device == DeviceChoice::Cpu && int8::supported())
-        .then(|| pool.install(|| time_int8(&shapes, args.rows, args.passes)));
+    let kernels = match args.sides.device {
+        DeviceChoice::Cpu => Kernel::available(),
+        _ => Vec::new(),
+    };
+    let int8_seconds: Vec<f64> = kernels
+        .iter()
+        .map(|&kernel| pool.install(|| time_int8(&shapes, args.rows, args.passes, kernel)))
+        .collect();
 
     let tokens = (args.rows * args.passes) as f64;
     let ours = flops / seconds / 1e9;
@@ -125,10 +131,10 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
         "flipside (burn matmul + bias)",
         tokens / seconds
     );
-    if let Some(int8_seconds) = int8_seconds {
+    for (kernel, int8_seconds) in kernels.iter().zip(int8_seconds) {
         println!(
             "{:<40} {:>7.1} GOPS    {:>8.0} tokens/s  ({:.2}x burn's f32)",
-            "flipside int8 (models::int8, VNNI)",
+            format!("flipside int8 ({})", kernel.name()),
             flops / int8_seconds / 1e9,
             tokens / int8_seconds,
             seconds / int8_seconds
@@ -186,7 +192,7 @@ fn time_flipside<B: Backend>(
 
 /// Seconds of the same passes through [`Int8Linear`]s (weights packed beforehand, activations
 /// quantised in every product, as in encoding).
-fn time_int8(shapes: &Shapes, rows: usize, passes: usize) -> f64 {
+fn time_int8(shapes: &Shapes, rows: usize, passes: usize, kernel: Kernel) -> f64 {
     let mut rng = SplitMix64(7);
     let mut normal = |n: usize| -> Vec<f32> {
         (0..n)
@@ -198,8 +204,9 @@ fn time_int8(shapes: &Shapes, rows: usize, passes: usize) -> f64 {
         .iter()
         .map(|&(inputs, outputs)| {
             let weight = normal(inputs * outputs);
-            let layer = Int8Linear::new(&weight, inputs, outputs, Some(&vec![0.0; outputs]))
-                .expect("the CPU was checked to have the int8 kernel");
+            let bias = vec![0.0; outputs];
+            let layer = Int8Linear::with_kernel(&weight, inputs, outputs, Some(&bias), kernel)
+                .expect("the kernel is one this CPU has");
             (normal(rows * inputs), layer)
         })
         .collect();
