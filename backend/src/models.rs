@@ -17,6 +17,7 @@ use flipside_shared::models::classifier::{
 };
 use flipside_shared::models::compact::compact;
 use flipside_shared::models::encoder::SentenceEncoder;
+use flipside_shared::models::int8::Kernel;
 use flipside_shared::tokenize::TextTokenizer;
 
 use crate::home::Home;
@@ -120,6 +121,19 @@ pub fn read_checkpoint(dir: &Path) -> Result<CheckpointFiles> {
 pub fn load_encoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<SentenceEncoder<B>> {
     SentenceEncoder::from_files(read_checkpoint(dir)?, sentence_max_len(dir)?, device)
         .with_context(|| format!("loading {}", dir.display()))
+}
+
+/// `encoder` multiplying in int8 where this CPU has a kernel worth it ([`Kernel::best`]: AVX-512
+/// VNNI) and the backend is the CPU's; elsewhere unchanged, with a warning.
+pub fn int8_where_possible<B: Backend>(encoder: SentenceEncoder<B>) -> SentenceEncoder<B> {
+    let encoder = match Kernel::best() {
+        Some(kernel) => encoder.with_int8_copies(kernel),
+        None => encoder,
+    };
+    if encoder.model.int8_kernel().is_none() {
+        tracing::warn!("int8 needs the CPU backend on a CPU with AVX-512 VNNI: encoding in f32");
+    }
+    encoder
 }
 
 /// Writes a classifier directory (creating it), replacing any previous files atomically.

@@ -11,7 +11,7 @@ use flipside_shared::models::encoder::cosine;
 
 use crate::compute::{Compute, DeviceChoice};
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, load_encoder, resolve_model_dir};
+use crate::models::{DEFAULT_ENCODER, int8_where_possible, load_encoder, resolve_model_dir};
 use crate::progress;
 use crate::with_backend;
 
@@ -30,6 +30,10 @@ pub struct EmbedArgs {
     pub batch_size: usize,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
+    /// Multiply in int8 (CPU backend, CPUs with AVX-512 VNNI; f32 elsewhere): about 2x the
+    /// texts per second, embeddings within cosine 0.996 of f32 (README, "Encoding in int8")
+    #[arg(long)]
+    pub int8: bool,
 }
 
 #[derive(Debug, Args)]
@@ -62,7 +66,10 @@ pub fn embed(home: &Home, args: EmbedArgs) -> Result<()> {
     }
     let dir = resolve_model_dir(home, &args.model)?;
     let texts: Vec<&str> = lines.iter().map(|(_, t)| t.as_str()).collect();
-    let vectors = with_backend!(args.device, embed_texts(&dir, &texts, args.batch_size))?;
+    let vectors = with_backend!(
+        args.device,
+        embed_texts(&dir, &texts, args.batch_size, args.int8)
+    )?;
     match &args.output {
         Some(path) if path.extension().is_some_and(|e| e == "npy") => {
             write_npy(path, &vectors)?;
@@ -107,8 +114,12 @@ pub(super) fn embed_texts<B: Backend>(
     dir: &std::path::Path,
     texts: &[&str],
     batch_size: usize,
+    int8: bool,
 ) -> Result<Vec<Vec<f32>>> {
-    let encoder = load_encoder::<B>(dir, &compute.device)?;
+    let mut encoder = load_encoder::<B>(dir, &compute.device)?;
+    if int8 {
+        encoder = int8_where_possible(encoder);
+    }
     let bar = progress::items(texts.len() as u64, "embedding");
     let vectors = encoder.embed_all(texts, batch_size, &compute.batches, &|n| bar.inc(n as u64))?;
     bar.finish_and_clear();
@@ -119,7 +130,7 @@ pub fn similarity(home: &Home, args: SimilarityArgs) -> Result<()> {
     let dir = resolve_model_dir(home, &args.model)?;
     let vectors = with_backend!(
         args.device,
-        embed_texts(&dir, &[args.a.as_str(), args.b.as_str()], 2)
+        embed_texts(&dir, &[args.a.as_str(), args.b.as_str()], 2, false)
     )?;
     println!("{:.4}", cosine(&vectors[0], &vectors[1]));
     Ok(())

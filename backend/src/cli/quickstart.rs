@@ -57,7 +57,7 @@ pub fn run(home: &Home, args: QuickstartArgs) -> Result<()> {
     let texts: Vec<&str> = std::iter::once(query).chain(others).collect();
     let vectors = with_backend!(
         crate::compute::DeviceChoice::Cpu,
-        super::embed::embed_texts(&encoder, &texts, 8)
+        super::embed::embed_texts(&encoder, &texts, 8, false)
     )?;
     for (text, vector) in others.iter().zip(&vectors[1..]) {
         let score = flipside_shared::models::encoder::cosine(&vectors[0], vector);

@@ -18,7 +18,7 @@ use super::encoders::RetrieverEncoders;
 use super::flat::FlatGraph;
 use crate::compute::Compute;
 use crate::corpus::{Corpus, Sentence};
-use crate::models::{load_encoder, write_atomic};
+use crate::models::{int8_where_possible, load_encoder, write_atomic};
 use crate::progress;
 
 const META: &str = "index.json";
@@ -139,14 +139,7 @@ pub fn build_index<B: Backend>(
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut encoder = load_encoder::<B>(&encoders.document_dir, &compute.device)?;
     if options.int8 {
-        if let Some(kernel) = Kernel::best() {
-            encoder = encoder.with_int8_copies(kernel);
-        }
-        if encoder.model.int8_kernel().is_none() {
-            tracing::warn!(
-                "int8 needs the CPU backend on a CPU with AVX-512 VNNI: encoding in f32"
-            );
-        }
+        encoder = int8_where_possible(encoder);
     }
     let wanted = EmbeddingsMeta {
         document_fingerprint: encoders.document_fingerprint()?,
