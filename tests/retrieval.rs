@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::{asset, failure, flipside, success};
-use flipside_backend::retrieval::index::index_dir;
+use flipside_backend::retrieval::index::{encoded_in_int8, index_dir};
 use flipside_shared::models::int8::Kernel;
 
 const REVIEWS: &str = "\
@@ -77,9 +77,32 @@ fn a_corpus_is_built_indexed_resumed_searched_and_grown() {
         kernel.is_none(),
         "{stderr}"
     );
-    let meta = index_dir(&corpus, "minilm").join("index.json");
-    let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(meta).unwrap()).unwrap();
+    let index = index_dir(&corpus, "minilm");
+    let meta = std::fs::read(index.join("index.json")).unwrap();
+    let meta: serde_json::Value = serde_json::from_slice(&meta).unwrap();
     assert_eq!(meta["int8"], serde_json::json!(kernel), "{stderr}");
+    assert_eq!(encoded_in_int8(&index), kernel.is_some());
+    if kernel.is_some() {
+        // Back to f32, then int8 paused after 5 rows: the f32 index must not stay looking up to
+        // date over rows that are now 5 int8 ones.
+        let f32s = in_corpus(&corpus, &["index", "build"]).output().unwrap();
+        assert!(!String::from_utf8_lossy(&f32s.stderr).contains("is up to date"));
+        let paused = in_corpus(&corpus, &["index", "build", "--int8", "--pause-after", "5"])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&paused.stderr).contains("paused after 5 of 13"));
+        let search = in_corpus(&corpus, &["index", "search", "a film"])
+            .output()
+            .unwrap();
+        assert!(!search.status.success());
+        let again = in_corpus(&corpus, &["index", "build"]).output().unwrap();
+        let stderr = String::from_utf8_lossy(&again.stderr);
+        assert!(
+            again.status.success() && !stderr.contains("is up to date"),
+            "{stderr}"
+        );
+        assert!(!encoded_in_int8(&index));
+    }
 
     let out = success(&mut in_corpus(
         &corpus,

@@ -12,7 +12,7 @@ use crate::data::{BUILTIN_SPLITS, DatasetSpec, ReadOptions};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::retrieval::encoders::RetrieverEncoders;
-use crate::retrieval::index::{BuildOptions, build_index, index_dir};
+use crate::retrieval::index::{BuildOptions, build_index, encoded_in_int8, index_dir};
 use crate::train::{TrainConfig, TrainRun, train_classifier};
 use crate::with_backend;
 
@@ -65,9 +65,13 @@ pub fn corpus_with_index(home: &Home, name: &str, sources: &[&str]) -> Result<Pa
 fn index(home: &Home, corpus: &Corpus) -> Result<()> {
     let encoders = RetrieverEncoders::resolve(home, DEFAULT_ENCODER)?;
     let dir = index_dir(corpus.dir(), DEFAULT_ENCODER);
+    let options = BuildOptions {
+        int8: encoded_in_int8(&dir),
+        ..BuildOptions::default()
+    };
     with_backend!(
         DeviceChoice::Cpu,
-        build_index(corpus, &encoders, &dir, &BuildOptions::default())
+        build_index(corpus, &encoders, &dir, &options)
     )?;
     Ok(())
 }

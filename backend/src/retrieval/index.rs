@@ -86,6 +86,15 @@ impl Default for BuildOptions {
     }
 }
 
+/// Whether the index in `dir` is (being) encoded in int8, so that a caller without a preference
+/// (the server's first-run preparation) keeps it instead of encoding it again in f32.
+pub fn encoded_in_int8(dir: &Path) -> bool {
+    std::fs::read(dir.join(EMBEDDINGS_META))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<EmbeddingsMeta>(&bytes).ok())
+        .is_some_and(|meta| meta.int8.is_some())
+}
+
 /// The directory of the index of `corpus_dir` built with retriever `encoder`.
 pub fn index_dir(corpus_dir: &Path, encoder: &str) -> PathBuf {
     let label: String = Path::new(encoder)
@@ -246,6 +255,11 @@ fn open_embeddings(corpus: &Corpus, dir: &Path, wanted: &EmbeddingsMeta) -> Resu
                 "the stored embeddings are from another encoder, corpus or precision: starting over"
             );
         }
+        // The old index goes first: until the new one is built, `index.json` and the graph
+        // would describe rows that are no longer there (a paused or killed build in another
+        // precision then looked up to date, and searched rows the graph was not built over).
+        let _ = std::fs::remove_file(dir.join(META));
+        let _ = std::fs::remove_dir_all(dir.join(GRAPH));
         let _ = std::fs::remove_file(dir.join(EMBEDDINGS));
     }
     write_atomic(&meta_path, &serde_json::to_vec_pretty(wanted)?)?;

@@ -142,6 +142,11 @@ impl Int8Linear {
             inputs * outputs,
             "weight is [inputs, outputs]"
         );
+        // |Σ q_x·q_w| ≤ inputs · 255 · 127 must fit an i32.
+        assert!(
+            inputs <= 65_000,
+            "{inputs} inputs would overflow the i32 sums"
+        );
         let groups = inputs.div_ceil(4);
         let columns = outputs.div_ceil(PANEL) * PANEL;
         let mut scales = vec![1.0; columns];
@@ -249,34 +254,58 @@ impl Int8Linear {
 /// A burn `Linear`'s int8 copy ([`Int8Linear`]), used while the layer still holds the very
 /// weights it was made from: a layer trained or loaded since falls back to f32 by itself.
 /// Empty (`Default`) until [`Int8Copy::of`] fills it, and where it cannot (off Flex).
-#[derive(Debug, Clone, Default)]
-pub struct Int8Copy(Option<Arc<(Tensor<Flex, 2>, Int8Linear)>>);
+#[derive(Clone, Default)]
+pub struct Int8Copy(Option<Arc<CopyOf>>);
+
+/// An [`Int8Linear`] and the tensors it was packed from (kept, so that their buffers cannot be
+/// reused by other tensors while the copy lives).
+struct CopyOf {
+    weight: Tensor<Flex, 2>,
+    bias: Option<Tensor<Flex, 1>>,
+    layer: Int8Linear,
+}
+
+/// The kernel and shape, not the megabytes of weights (models print their fields).
+impl std::fmt::Debug for Int8Copy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Some(copy) => write!(
+                f,
+                "Int8Copy({:?}, {} × {})",
+                copy.layer.kernel, copy.layer.inputs, copy.layer.outputs
+            ),
+            None => f.write_str("Int8Copy(none)"),
+        }
+    }
+}
 
 impl Int8Copy {
     /// The int8 copy of `linear` for `kernel` when it runs on Flex and this CPU has the kernel.
     pub fn of<B: Backend>(linear: &Linear<B>, kernel: Kernel) -> Self {
-        let Some(weight) = as_flex(linear.weight.val()) else {
+        let Some((weight, bias)) = flex_parameters(linear) else {
             return Self(None);
         };
         let [inputs, outputs] = weight.dims();
-        let values = weight.to_data().convert::<f32>();
-        let values = values.as_slice::<f32>().expect("converted to f32");
-        let bias = linear
-            .bias
+        let values = weight.to_data();
+        let values = values.as_slice::<f32>().expect("an f32 tensor");
+        let bias_values = bias.as_ref().map(Tensor::to_data);
+        let bias_values = bias_values
             .as_ref()
-            .map(|bias| bias.val().into_data().convert::<f32>());
-        let bias = bias
-            .as_ref()
-            .map(|bias| bias.as_slice::<f32>().expect("converted to f32"));
+            .map(|bias| bias.as_slice::<f32>().expect("an f32 tensor"));
         Self(
-            Int8Linear::with_kernel(values, inputs, outputs, bias, kernel)
-                .map(|layer| Arc::new((weight, layer))),
+            Int8Linear::with_kernel(values, inputs, outputs, bias_values, kernel).map(|layer| {
+                Arc::new(CopyOf {
+                    weight,
+                    bias,
+                    layer,
+                })
+            }),
         )
     }
 
     /// The kernel of the int8 weights this copy holds, if it holds any.
     pub fn kernel(&self) -> Option<Kernel> {
-        self.0.as_ref().map(|copy| copy.1.kernel())
+        self.0.as_ref().map(|copy| copy.layer.kernel())
     }
 
     /// `linear`'s output for `x` (`[rows, inputs]`) computed in int8, or `x` back when this copy
@@ -287,15 +316,22 @@ impl Int8Copy {
         x: Tensor<B, 2>,
     ) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
         let Some(copy) = &self.0 else { return Err(x) };
-        let (source, layer) = (&copy.0, &copy.1);
-        let current = as_flex(linear.weight.val()).map(|w| w.into_primitive().tensor());
-        let source_primitive = source.clone().into_primitive().tensor();
-        if !current.is_some_and(|current| {
-            Arc::ptr_eq(&current.data_arc(), &source_primitive.data_arc())
-                && current.layout() == source_primitive.layout()
-        }) {
+        if x.dtype() != burn::tensor::DType::F32 {
             return Err(x);
         }
+        let current = flex_parameters(linear);
+        let unchanged = current.is_some_and(|(weight, bias)| {
+            same_buffer(&weight, &copy.weight)
+                && match (&bias, &copy.bias) {
+                    (Some(bias), Some(source)) => same_buffer(bias, source),
+                    (None, None) => true,
+                    _ => false,
+                }
+        });
+        if !unchanged {
+            return Err(x);
+        }
+        let layer = &copy.layer;
         let x: Tensor<Flex, 2> = as_flex(x).expect("the weights are on Flex, so x is too");
         let [rows, _] = x.dims();
         let device = x.device();
@@ -315,14 +351,35 @@ impl Int8Copy {
     }
 }
 
+/// `linear`'s weight and bias as Flex f32 tensors, when they are.
+fn flex_parameters<B: Backend>(
+    linear: &Linear<B>,
+) -> Option<(Tensor<Flex, 2>, Option<Tensor<Flex, 1>>)> {
+    let weight = as_flex(linear.weight.val())?;
+    let bias = match &linear.bias {
+        Some(bias) => Some(as_flex(bias.val())?),
+        None => None,
+    };
+    Some((weight, bias))
+}
+
+/// Whether `a` and `b` view the same buffer the same way.
+fn same_buffer<const D: usize>(a: &Tensor<Flex, D>, b: &Tensor<Flex, D>) -> bool {
+    let (a, b) = (
+        a.clone().into_primitive().tensor(),
+        b.clone().into_primitive().tensor(),
+    );
+    Arc::ptr_eq(&a.data_arc(), &b.data_arc()) && a.layout() == b.layout()
+}
+
 /// `tensor` as a Flex f32 tensor, when it is one.
-fn as_flex<B: Backend>(tensor: Tensor<B, 2>) -> Option<Tensor<Flex, 2>> {
+fn as_flex<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Option<Tensor<Flex, D>> {
     if tensor.dtype() != burn::tensor::DType::F32 {
         return None;
     }
     let tensor: Box<dyn Any> = Box::new(tensor);
     tensor
-        .downcast::<Tensor<Flex, 2>>()
+        .downcast::<Tensor<Flex, D>>()
         .ok()
         .map(|tensor| *tensor)
 }
@@ -351,6 +408,11 @@ impl Block<'_> {
     /// Writes the tile's real rows' first `columns` outputs into `output`, whose rows are
     /// `stride` apart.
     fn multiply(&self, output: &mut [f32], stride: usize, columns: usize) {
+        assert!(
+            self.row_scales.len() <= TILE_ROWS && self.row_zeros.len() == self.row_scales.len()
+        );
+        assert!(columns <= PANEL && self.column_scales.len() == PANEL);
+        assert!(self.column_sums.len() == PANEL && self.bias.len() == PANEL);
         assert!(output.len() >= (self.row_scales.len() - 1) * stride + columns);
         // SAFETY: the CPU has the kernel's instructions (`kernel` is one it has); the slices
         // have the lengths documented on the fields, and `output` holds every row written.
@@ -757,6 +819,10 @@ mod tests {
             return;
         };
         let copy = Int8Copy::of(&linear, kernel);
+        assert_eq!(
+            format!("{copy:?}"),
+            format!("Int8Copy({kernel:?}, 24 × 40)")
+        );
         let x =
             Tensor::<Flex, 2>::from_data(TensorData::new(values(9 * 24, 9, 2.0), [9, 24]), &device);
         let int8 = copy
@@ -773,8 +839,17 @@ mod tests {
         let mut changed = linear.clone();
         changed.weight = Param::from_tensor(linear.weight.val() * 1.0);
         assert!(
-            copy.forward(&changed, x).is_err(),
+            copy.forward(&changed, x.clone()).is_err(),
             "new weights must fall back to f32"
+        );
+        let mut changed = linear.clone();
+        changed.bias = linear
+            .bias
+            .as_ref()
+            .map(|b| Param::from_tensor(b.val() + 1.0));
+        assert!(
+            copy.forward(&changed, x).is_err(),
+            "a new bias must fall back to f32"
         );
     }
 }
