@@ -4,7 +4,7 @@
 //! PyTorch's dynamic quantisation of linear layers. Two kernels ([`Kernel`]): AVX-512 VNNI's
 //! `vpdpbusd` (64 byte products summed into 16 `i32` lanes per instruction) and, on CPUs without
 //! it, AVX2's `vpmaddubsw` + `vpmaddwd` with 7-bit activations (benched, not chosen: see
-//! [`Kernel::best`]). Without VNNI [`Int8Linear::new`] returns `None` and callers keep f32.
+//! [`Kernel::best`]). Encoding uses VNNI only; without it callers keep f32.
 
 use std::any::Any;
 #[cfg(target_arch = "x86_64")]
@@ -107,18 +107,8 @@ pub struct Int8Linear {
 
 impl Int8Linear {
     /// Packs `weight` (`[inputs, outputs]` row-major, burn's `Linear` layout) and `bias`
-    /// (`outputs` values) for this CPU's best kernel; `None` when it has none.
+    /// (`outputs` values) for `kernel`; `None` when this CPU lacks it.
     pub fn new(
-        weight: &[f32],
-        inputs: usize,
-        outputs: usize,
-        bias: Option<&[f32]>,
-    ) -> Option<Self> {
-        Kernel::best().map(|kernel| Self::pack(weight, inputs, outputs, bias, kernel))
-    }
-
-    /// [`Self::new`] with a chosen kernel (benches compare them); `None` when this CPU lacks it.
-    pub fn with_kernel(
         weight: &[f32],
         inputs: usize,
         outputs: usize,
@@ -181,16 +171,6 @@ impl Int8Linear {
             sums,
             bias: padded_bias,
         }
-    }
-
-    /// The kernel it multiplies with.
-    pub fn kernel(&self) -> Kernel {
-        self.kernel
-    }
-
-    /// The layer's input width.
-    pub fn inputs(&self) -> usize {
-        self.inputs
     }
 
     /// The layer's output width.
@@ -293,7 +273,7 @@ impl Int8Copy {
             .as_ref()
             .map(|bias| bias.as_slice::<f32>().expect("an f32 tensor"));
         Self(
-            Int8Linear::with_kernel(values, inputs, outputs, bias_values, kernel).map(|layer| {
+            Int8Linear::new(values, inputs, outputs, bias_values, kernel).map(|layer| {
                 Arc::new(CopyOf {
                     weight,
                     bias,
@@ -305,7 +285,7 @@ impl Int8Copy {
 
     /// The kernel of the int8 weights this copy holds, if it holds any.
     pub fn kernel(&self) -> Option<Kernel> {
-        self.0.as_ref().map(|copy| copy.layer.kernel())
+        self.0.as_ref().map(|copy| copy.layer.kernel)
     }
 
     /// `linear`'s output for `x` (`[rows, inputs]`) computed in int8, or `x` back when this copy
@@ -749,7 +729,7 @@ mod tests {
         let expected = f32_product(&x, &w, &b, rows, k, n);
         let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
         for kernel in Kernel::available() {
-            let layer = Int8Linear::with_kernel(&w, k, n, Some(&b), kernel).unwrap();
+            let layer = Int8Linear::new(&w, k, n, Some(&b), kernel).unwrap();
             let got = layer.forward(&x, rows);
             let worst = got
                 .iter()

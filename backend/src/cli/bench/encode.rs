@@ -12,7 +12,7 @@ use super::{TorchBenchArgs, run_reference_script};
 use serde::Deserialize;
 
 use crate::cli::data::ReadArgs;
-use crate::compute::{Compute, DeviceChoice};
+use crate::compute::Compute;
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_encoder, resolve_model_dir};
 use crate::with_backend;
@@ -74,11 +74,7 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
         super::cpu_features()
     );
 
-    // Every int8 kernel this CPU has, fastest first (CPU backend only).
-    let kernels = match args.sides.device {
-        DeviceChoice::Cpu => Kernel::available(),
-        _ => Vec::new(),
-    };
+    let kernels = args.sides.int8_kernels();
     let (reference, reference_int8) = match args.sides.reference_python(home)? {
         Some(python) => {
             let request = serde_json::json!({

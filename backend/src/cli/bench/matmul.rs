@@ -12,7 +12,7 @@ use clap::Args;
 use serde::Deserialize;
 
 use super::{TorchBenchArgs, run_reference_script};
-use crate::compute::{Compute, DeviceChoice};
+use crate::compute::Compute;
 use crate::home::Home;
 use crate::models::{BertFiles, DEFAULT_ENCODER, resolve_model_dir};
 use crate::with_backend;
@@ -115,10 +115,7 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
             time_flipside(&shapes, args.rows, args.passes)
         )
     })?;
-    let kernels = match args.sides.device {
-        DeviceChoice::Cpu => Kernel::available(),
-        _ => Vec::new(),
-    };
+    let kernels = args.sides.int8_kernels();
     let int8_seconds: Vec<f64> = kernels
         .iter()
         .map(|&kernel| pool.install(|| time_int8(&shapes, args.rows, args.passes, kernel)))
@@ -205,7 +202,7 @@ fn time_int8(shapes: &Shapes, rows: usize, passes: usize, kernel: Kernel) -> f64
         .map(|&(inputs, outputs)| {
             let weight = normal(inputs * outputs);
             let bias = vec![0.0; outputs];
-            let layer = Int8Linear::with_kernel(&weight, inputs, outputs, Some(&bias), kernel)
+            let layer = Int8Linear::new(&weight, inputs, outputs, Some(&bias), kernel)
                 .expect("the kernel is one this CPU has");
             (normal(rows * inputs), layer)
         })

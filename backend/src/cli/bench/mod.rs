@@ -18,6 +18,7 @@ use clap::{Args, Subcommand};
 
 use crate::compute::DeviceChoice;
 use crate::home::Home;
+use flipside_shared::models::int8::Kernel;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -78,6 +79,15 @@ pub struct TorchBenchArgs {
 }
 
 impl TorchBenchArgs {
+    /// The int8 kernels to time beside f32: every one this CPU has on the CPU backend, none
+    /// on a GPU.
+    pub fn int8_kernels(&self) -> Vec<Kernel> {
+        match self.device {
+            DeviceChoice::Cpu => Kernel::available(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The thread count both sides use.
     pub fn threads(&self) -> usize {
         self.threads
