@@ -180,6 +180,30 @@ fn answers_while_preparing_and_stops_when_the_preparation_fails() {
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no-such-classifier"), "{stderr}");
+
+    // `--prepare-only` (what `scripts/serve` runs while the browser app builds) goes through
+    // the first three steps and exits without listening; it fails as the server would.
+    let output = serve_command(&missing, &data_dir, &["--prepare-only"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no-such-classifier"), "{stderr}");
+    let prepared = EditingSetup {
+        classifier: setup.classifier.clone(),
+        ..missing
+    };
+    let output = serve_command(&prepared, &data_dir, &["--prepare-only"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("3. the classifier (step 3 of 4)"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("prepared\n"), "{stdout}");
+    assert!(!stdout.contains("listening on"), "{stdout}");
 }
 
 #[test]

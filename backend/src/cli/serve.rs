@@ -138,6 +138,11 @@ pub struct ServeArgs {
     /// without one the lass method is refused]
     #[command(flatten)]
     pub lass: LassArgs,
+    /// Prepare the first-run defaults (fetch the models and data, index the corpus, train the
+    /// classifier) and exit without serving: `scripts/serve` runs this while the browser app
+    /// builds
+    #[arg(long)]
+    pub prepare_only: bool,
 }
 
 /// Serves until interrupted, answering from the start while the defaults are prepared on
@@ -153,8 +158,15 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     for method in METHODS.iter().filter(|m| m.uses_llm()) {
         method.check(&settings)?;
     }
-    let static_dir = browser_app_dir(args.static_dir.as_deref())?;
     let dis_ae = args.lass.dir(home, false)?;
+    if args.prepare_only {
+        prepare_defaults(home, &args, dis_ae.as_deref(), |n| {
+            println!("{}. {}", n + 1, STEPS[n])
+        })?;
+        println!("prepared");
+        return Ok(());
+    }
+    let static_dir = browser_app_dir(args.static_dir.as_deref())?;
     // Model work yields the CPU to request handling (before anything starts rayon's pool).
     crate::server::priority::lower_rayon_pool();
     println!("Flipside home: {}", home.root().display());
@@ -223,6 +235,57 @@ fn prepare(
         println!("{}. {}", n + 1, STEPS[n]);
         preparation.step(STEPS[n]);
     };
+    let Defaults {
+        corpus,
+        retrieval,
+        classifier_dir,
+    } = prepare_defaults(home, &args, dis_ae.as_deref(), step)?;
+
+    step(3);
+    let llm: Arc<dyn LlmClient> = if args.llm.remote() {
+        args.llm.client(home)?
+    } else {
+        Arc::new(args.llm.local(home)?)
+    };
+    let fluency = match &dis_ae {
+        Some(_) => args.lass.fluency(home)?,
+        None => None,
+    };
+    Resources::load(
+        home,
+        ResourceConfig {
+            retrieval,
+            corpus,
+            classifier_dir,
+            llm,
+            settings,
+            infiller: InfillerSetup::resolve(
+                home,
+                args.infiller.as_deref(),
+                false,
+                RationaleSettings::default(),
+            )?,
+            dis_ae,
+            fluency,
+        },
+    )
+}
+
+/// What the first three steps of [`prepare`] leave ready to load.
+struct Defaults {
+    corpus: String,
+    retrieval: RetrievalSetup,
+    classifier_dir: PathBuf,
+}
+
+/// Steps 1–3 of [`prepare`] (fetching, the corpus and its index, the classifier), each skipped
+/// where its result exists; `step(n)` is called as step `n` (from 0) starts.
+fn prepare_defaults(
+    home: &Home,
+    args: &ServeArgs,
+    dis_ae: Option<&Path>,
+    step: impl Fn(usize),
+) -> Result<Defaults> {
     step(0);
     let mut assets = vec!["minilm", "movie-reviews", "lexicons", "pos-lexicon"];
     if !args.llm.remote() && args.llm.model == DEFAULT_EDITOR_MODEL {
@@ -266,35 +329,11 @@ fn prepare(
         None => imdb_classifier(home, DEFAULT_CLASSIFIER_SIZE)?,
     };
     println!("   {}", classifier_dir.display());
-
-    step(3);
-    let llm: Arc<dyn LlmClient> = if args.llm.remote() {
-        args.llm.client(home)?
-    } else {
-        Arc::new(args.llm.local(home)?)
-    };
-    let fluency = match &dis_ae {
-        Some(_) => args.lass.fluency(home)?,
-        None => None,
-    };
-    Resources::load(
-        home,
-        ResourceConfig {
-            retrieval,
-            corpus: corpus.to_string(),
-            classifier_dir,
-            llm,
-            settings,
-            infiller: InfillerSetup::resolve(
-                home,
-                args.infiller.as_deref(),
-                false,
-                RationaleSettings::default(),
-            )?,
-            dis_ae,
-            fluency,
-        },
-    )
+    Ok(Defaults {
+        corpus: corpus.to_string(),
+        retrieval,
+        classifier_dir,
+    })
 }
 
 /// The browser app's directory: `explicit` (which must hold an `index.html`), else `dist` when
