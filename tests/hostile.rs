@@ -506,7 +506,17 @@ fn under_retention_old_uploads_and_finished_jobs_are_deleted_with_their_files() 
     let id = job["id"].as_str().unwrap();
     let finished = wait_for_status(&admin, &team, id, "done");
     assert_eq!(finished["done"], 1);
-    // A finished job goes 3 s after it finished, and then the upload it read.
+    // A finished job goes 3 s after it finished, and then the upload it read. The rows go
+    // before the files (a sweep deletes a job's row, then its files), so the files are
+    // awaited too.
+    let files_left = || -> Vec<_> {
+        ["datasets", "jobs"]
+            .iter()
+            .flat_map(|dir| std::fs::read_dir(data_dir.join(dir)).into_iter().flatten())
+            .flatten()
+            .map(|f| f.file_name())
+            .collect()
+    };
     let started = Instant::now();
     loop {
         let job_gone = admin.get(&format!("{jobs}/{id}")).status() == 404;
@@ -516,19 +526,14 @@ fn under_retention_old_uploads_and_finished_jobs_are_deleted_with_their_files() 
             .unwrap()
             .iter()
             .all(|d| d["id"] != dataset.as_str());
-        if job_gone && upload_gone {
+        let left = files_left();
+        if job_gone && upload_gone && left.is_empty() {
             break;
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),
-            "still there after 30 s: job {job_gone}, upload {upload_gone}"
+            "still there after 30 s: job {job_gone}, upload {upload_gone}, files {left:?}"
         );
         std::thread::sleep(Duration::from_millis(200));
-    }
-    for dir in ["datasets", "jobs"] {
-        let left: Vec<_> = std::fs::read_dir(data_dir.join(dir))
-            .map(|files| files.flatten().map(|f| f.file_name()).collect())
-            .unwrap_or_default();
-        assert!(left.is_empty(), "{dir}: {left:?}");
     }
 }
