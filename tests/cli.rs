@@ -265,7 +265,8 @@ fn embed_writes_json_lines_and_npy_and_similarity_ranks_meaning() {
         assert!((norm - 1.0).abs() < 1e-5, "{norm}");
     }
 
-    // `--int8`: the same texts within cosine 0.99 (VNNI), or in f32 with a warning without it.
+    // `--int8`: the same texts within cosine 0.99 (AMX, VNNI), or in f32 with a warning without
+    // either.
     let int8 = flipside()
         .args(["embed", "--int8"])
         .arg(&input)

@@ -95,11 +95,11 @@ fn int8_copies_embed_close_to_the_numpy_reference_with_every_kernel() {
             .map(|(a, b)| a.iter().zip(b).map(|(x, y)| x * y).sum())
             .collect();
         eprintln!("{kernel:?}: cosines with the numpy reference: {cosines:?}");
-        // all-MiniLM-L6-v2 in int8 measured 0.996 (VNNI) and 0.988 (AVX2, 7-bit activations)
+        // all-MiniLM-L6-v2 in int8 measured 0.996 (AMX, VNNI) and 0.988 (AVX2, 7-bit activations)
         // at worst over 2048 Rotten Tomatoes sentences (`flipside bench encode`); a broken
         // kernel gives ~0 or NaN.
         let floor = match kernel {
-            Kernel::Vnni => 0.99,
+            Kernel::Amx | Kernel::Vnni => 0.99,
             Kernel::Avx2 => 0.98,
         };
         assert!(

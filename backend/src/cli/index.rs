@@ -57,9 +57,9 @@ pub struct BuildArgs {
     /// Stop after encoding this many new sentences (the next run resumes)
     #[arg(long, value_name = "N")]
     pub pause_after: Option<usize>,
-    /// Encode with int8 matrix products (CPU backend, CPUs with AVX-512 VNNI; f32 elsewhere):
-    /// about 2x the sentences per second, embeddings within cosine 0.996 of f32 (README,
-    /// "Encoding in int8")
+    /// Encode with int8 matrix products (CPU backend, CPUs with AMX or AVX-512 VNNI; f32
+    /// elsewhere): about 2-2.5x the sentences per second, embeddings within cosine 0.996 of f32
+    /// (README, "Encoding in int8")
     #[arg(long)]
     pub int8: bool,
 }

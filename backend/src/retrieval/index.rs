@@ -69,7 +69,7 @@ pub struct BuildOptions {
     pub hnsw: HnswParams,
     /// Stop after encoding this many new sentences (for testing resumption).
     pub stop_after: Option<usize>,
-    /// Encode with int8 products where the CPU has AVX-512 VNNI
+    /// Encode with int8 products where the CPU has AMX or AVX-512 VNNI
     /// ([`flipside_shared::models::int8`]); f32 elsewhere.
     pub int8: bool,
 }
@@ -231,9 +231,18 @@ fn up_to_date(
         && meta.corpus_fingerprint == wanted.corpus_fingerprint
         && meta.sentences == sentences
         && meta.hnsw == hnsw
-        && meta.int8 == wanted.int8
+        && same_precision(meta.int8, wanted.int8)
         && FlatGraph::is_saved_in(&dir.join(GRAPH));
     same.then_some(meta)
+}
+
+/// Whether rows encoded with `a` and with `b` (an int8 kernel, or f32) are the same numbers:
+/// an index built with AMX stays up to date on a CPU with VNNI alone, and the other way round.
+fn same_precision(a: Option<Kernel>, b: Option<Kernel>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.same_results(b),
+        (a, b) => a == b,
+    }
 }
 
 /// Opens `embeddings.f32`, starting over when its rows belong to another encoder or corpus.
@@ -245,7 +254,7 @@ fn open_embeddings(corpus: &Corpus, dir: &Path, wanted: &EmbeddingsMeta) -> Resu
     let reusable = existing.as_ref().is_some_and(|old| {
         old.document_fingerprint == wanted.document_fingerprint
             && old.dim == wanted.dim
-            && old.int8 == wanted.int8
+            && same_precision(old.int8, wanted.int8)
             && old.corpus_sources <= corpus.sources().len()
             && corpus.fingerprint(old.corpus_sources) == old.corpus_fingerprint
     });

@@ -1,12 +1,15 @@
 //! Int8 matrix products for inference on x86-64 CPUs: `x · W + b` with `W` quantised once per
 //! output column (symmetric, `i8`) and `x` quantised per row on every call (asymmetric, `u8` with
 //! a zero point), multiplied in integers and scaled back to f32 — the scheme of ONNX Runtime's and
-//! PyTorch's dynamic quantisation of linear layers. Two kernels ([`Kernel`]): AVX-512 VNNI's
-//! `vpdpbusd` (64 byte products summed into 16 `i32` lanes per instruction) and, on CPUs without
-//! it, AVX2's `vpmaddubsw` + `vpmaddwd` with 7-bit activations (benched, not chosen: see
-//! [`Kernel::best`]). Encoding uses VNNI only; without it callers keep f32.
+//! PyTorch's dynamic quantisation of linear layers. Three kernels ([`Kernel`]): AMX's `tdpbusd`
+//! (a 16 × 64-byte tile of activations times a 64 × 16 tile of weights per instruction), AVX-512
+//! VNNI's `vpdpbusd` (64 byte products summed into 16 `i32` lanes per instruction) and, on CPUs
+//! without either, AVX2's `vpmaddubsw` + `vpmaddwd` with 7-bit activations (benched, not chosen:
+//! see [`Kernel::best`]). Encoding uses AMX or VNNI only; without them callers keep f32.
 
 use std::any::Any;
+#[cfg(target_arch = "x86_64")]
+use std::arch::asm;
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 use std::sync::Arc;
@@ -18,10 +21,15 @@ use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
 /// Output columns per panel: two 16-lane `i32` vectors.
 const PANEL: usize = 32;
-/// Rows multiplied together: 12 × 2 accumulators, each weight vector loaded once for 12 rows
-/// (8 rows measured 2-7 % slower on one AVX-512 core).
+/// Rows multiplied together by the VNNI and AVX2 kernels: 12 × 2 accumulators, each weight
+/// vector loaded once for 12 rows (8 rows measured 2-7 % slower on one AVX-512 core).
 const TILE_ROWS: usize = 12;
-/// Rows per parallel task (quantised together, then multiplied tile by tile): 8 tiles.
+/// Rows multiplied together by the AMX kernel: two tiles of 16 rows.
+const AMX_TILE_ROWS: usize = 32;
+/// Inputs per AMX step: a tile row holds 64 bytes (16 groups of 4).
+const AMX_INPUTS: usize = 64;
+/// Rows per parallel task (quantised together, then multiplied tile by tile): a multiple of
+/// both kernels' tile rows.
 const TASK_ROWS: usize = 96;
 /// Bytes of one group of 4 inputs for one panel: 32 columns × 4 bytes.
 const GROUP_BYTES: usize = PANEL * 4;
@@ -30,6 +38,9 @@ const GROUP_BYTES: usize = PANEL * 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Kernel {
+    /// AMX's `tdpbusd` on tiles (Intel Sapphire Rapids and later); activations in 8 bits. Its
+    /// results are exactly VNNI's (the same quantisation, integer sums).
+    Amx,
     /// AVX-512 VNNI's `vpdpbusd`; activations in 8 bits (0..=255).
     Vnni,
     /// AVX2's `vpmaddubsw` (pairs of byte products summed into 16 bits, saturating) and
@@ -49,6 +60,9 @@ impl Kernel {
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512vnni")
             {
+                if amx::usable() {
+                    kernels.push(Self::Amx);
+                }
                 kernels.push(Self::Vnni);
             }
             if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
@@ -60,28 +74,51 @@ impl Kernel {
         Vec::new()
     }
 
-    /// The kernel to encode with on this CPU: VNNI where it has it, else none. The AVX2 kernel
-    /// is measured (`flipside bench matmul`, `bench encode`) but not chosen: on a Sapphire
+    /// The kernel to encode with on this CPU: AMX where it has it (on a 2-core AMX VM, 1.46x
+    /// VNNI's products and 1.26x its MiniLM encoding), else VNNI, else none. The AVX2 kernel is
+    /// measured (`flipside bench matmul`, `bench encode`) but not chosen: on a Sapphire
     /// Rapids core it ran no faster than burn's AVX-512 f32 products (132 vs 134 GOPS), its
     /// 7-bit activations cost accuracy (MiniLM embeddings within cosine 0.988 of f32, VNNI's
     /// 0.996), and it has not been measured on a CPU with AVX2 only.
     pub fn best() -> Option<Self> {
         Self::available()
             .into_iter()
-            .find(|&kernel| kernel == Self::Vnni)
+            .find(|&kernel| kernel != Self::Avx2)
+    }
+
+    /// Whether products with `self` and with `other` are the same numbers (AMX and VNNI are).
+    pub fn same_results(self, other: Self) -> bool {
+        self.levels() == other.levels()
     }
 
     /// The largest quantised activation.
     fn levels(self) -> f32 {
         match self {
-            Self::Vnni => 255.0,
+            Self::Amx | Self::Vnni => 255.0,
             Self::Avx2 => 127.0,
+        }
+    }
+
+    /// Rows one block multiplies (tasks quantise whole blocks, padded with zero rows).
+    fn tile_rows(self) -> usize {
+        match self {
+            Self::Amx => AMX_TILE_ROWS,
+            Self::Vnni | Self::Avx2 => TILE_ROWS,
+        }
+    }
+
+    /// Inputs are padded with zeros to a multiple of this.
+    fn input_multiple(self) -> usize {
+        match self {
+            Self::Amx => AMX_INPUTS,
+            Self::Vnni | Self::Avx2 => 4,
         }
     }
 
     /// A short name for benches and logs.
     pub fn name(self) -> &'static str {
         match self {
+            Self::Amx => "AMX",
             Self::Vnni => "AVX-512 VNNI",
             Self::Avx2 => "AVX2",
         }
@@ -94,7 +131,7 @@ pub struct Int8Linear {
     kernel: Kernel,
     inputs: usize,
     outputs: usize,
-    /// Groups of 4 inputs (the inputs rounded up to a multiple of 4).
+    /// Groups of 4 inputs (the inputs rounded up to the kernel's [`Kernel::input_multiple`]).
     groups: usize,
     /// Per panel, per group: 32 columns × 4 quantised weights (zero past the real ones).
     weights: Vec<i8>,
@@ -137,7 +174,7 @@ impl Int8Linear {
             inputs <= 65_000,
             "{inputs} inputs would overflow the i32 sums"
         );
-        let groups = inputs.div_ceil(4);
+        let groups = inputs.div_ceil(kernel.input_multiple()) * kernel.input_multiple() / 4;
         let columns = outputs.div_ceil(PANEL) * PANEL;
         let mut scales = vec![1.0; columns];
         let mut sums = vec![0; columns];
@@ -204,15 +241,19 @@ impl Int8Linear {
     fn forward_task(&self, x: &[f32], output: &mut [f32]) {
         let rows = x.len() / self.inputs.max(1);
         let quantised = QuantisedRows::new(x, rows, self.inputs, self.groups * 4, self.kernel);
+        // SAFETY: an Int8Linear is only packed for a kernel this CPU has.
+        #[cfg(target_arch = "x86_64")]
+        let _tiles = (self.kernel == Kernel::Amx).then(|| unsafe { amx::Tiles::configure() });
+        let block_rows = self.kernel.tile_rows();
         for tile in 0..quantised.tiles() {
-            let first_row = tile * TILE_ROWS;
-            let tile_rows = TILE_ROWS.min(rows - first_row);
+            let first_row = tile * block_rows;
+            let tile_rows = block_rows.min(rows - first_row);
             for panel in 0..self.bias.len() / PANEL {
                 let first_column = panel * PANEL;
                 let columns = first_column..first_column + PANEL;
                 let block = Block {
                     rows: &quantised.values[first_row * quantised.width..]
-                        [..TILE_ROWS * quantised.width],
+                        [..block_rows * quantised.width],
                     row_scales: &quantised.scales[first_row..][..tile_rows],
                     row_zeros: &quantised.zeros[first_row..][..tile_rows],
                     weights: &self.weights[panel * self.groups * GROUP_BYTES..]
@@ -364,10 +405,11 @@ fn as_flex<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Option<Tensor<Fl
         .map(|tensor| *tensor)
 }
 
-/// One tile of 12 quantised rows against one panel of 32 columns, with what scales the integer
-/// products back: `x·w ≈ row_scale · column_scale · (Σ q_x·q_w − row_zero · Σ q_w) + bias`.
+/// One tile of quantised rows (the kernel's [`Kernel::tile_rows`]) against one panel of 32
+/// columns, with what scales the integer products back:
+/// `x·w ≈ row_scale · column_scale · (Σ q_x·q_w − row_zero · Σ q_w) + bias`.
 struct Block<'a> {
-    /// 12 rows of `groups · 4` bytes (rows past the real ones are zeros).
+    /// The kernel's tile rows of `groups · 4` bytes (rows past the real ones are zeros).
     rows: &'a [u8],
     /// One per real row of the tile.
     row_scales: &'a [f32],
@@ -389,7 +431,8 @@ impl Block<'_> {
     /// `stride` apart.
     fn multiply(&self, output: &mut [f32], stride: usize, columns: usize) {
         assert!(
-            self.row_scales.len() <= TILE_ROWS && self.row_zeros.len() == self.row_scales.len()
+            self.row_scales.len() <= self.kernel.tile_rows()
+                && self.row_zeros.len() == self.row_scales.len()
         );
         assert!(columns <= PANEL && self.column_scales.len() == PANEL);
         assert!(self.column_sums.len() == PANEL && self.bias.len() == PANEL);
@@ -398,7 +441,11 @@ impl Block<'_> {
         // have the lengths documented on the fields, and `output` holds every row written.
         #[cfg(target_arch = "x86_64")]
         unsafe {
+            // Tasks configure AMX's tiles once for all their blocks; a block alone does here.
+            let _tiles =
+                (self.kernel == Kernel::Amx && !amx::configured()).then(|| amx::Tiles::configure());
             match self.kernel {
+                Kernel::Amx => self.multiply_amx(output, stride, columns),
                 Kernel::Vnni => self.multiply_vnni(output, stride, columns),
                 Kernel::Avx2 => self.multiply_avx2(output, stride, columns),
             }
@@ -470,7 +517,93 @@ impl Block<'_> {
                 sums[1] = _mm512_dpbusd_epi32(sums[1], x, w[1]);
             }
         }
-        for (half, first) in [(0, 0), (1, 16)] {
+        let mut stored = [[0; PANEL]; TILE_ROWS];
+        for (stored, sums) in stored.iter_mut().zip(&sums) {
+            // SAFETY: 32 i32 are two vectors.
+            unsafe {
+                _mm512_storeu_si512(stored.as_mut_ptr().cast(), sums[0]);
+                _mm512_storeu_si512(stored[16..].as_mut_ptr().cast(), sums[1]);
+            }
+        }
+        // SAFETY: the CPU has AVX-512 F (it has VNNI); `multiply` checked `output`.
+        unsafe { self.rescale_avx512(&stored, output, stride, columns) };
+    }
+
+    /// AMX: per 64 inputs, two tiles of 16 rows × 64 activation bytes (row pitch: the rows'
+    /// width) times two tiles of 16 groups × 16 columns × 4 weight bytes (the panel's halves,
+    /// pitch GROUP_BYTES — the packing is already AMX's) into four 16 × 16 tiles of `i32` sums.
+    /// The caller configured the tiles on this thread ([`amx::Tiles::configure`]).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn multiply_amx(&self, output: &mut [f32], stride: usize, columns: usize) {
+        let width = self.groups * 4;
+        assert!(width.is_multiple_of(AMX_INPUTS));
+        assert!(
+            self.rows.len() >= AMX_TILE_ROWS * width
+                && self.weights.len() >= self.groups * GROUP_BYTES
+        );
+        let (rows, weights) = (self.rows.as_ptr(), self.weights.as_ptr());
+        let mut sums = [[0i32; PANEL]; AMX_TILE_ROWS];
+        // SAFETY: each step reads 32 rows × 64 bytes from `rows` and 16 groups × 128 bytes from
+        // `weights`, within the lengths asserted above; the stores write the 32 × 32 `sums`.
+        unsafe {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            );
+            for step in 0..width / AMX_INPUTS {
+                let a = rows.add(step * AMX_INPUTS);
+                let b = weights.add(step * (AMX_INPUTS / 4) * GROUP_BYTES);
+                asm!(
+                    "tileloadd tmm4, [{a} + {width}*1]",
+                    "tileloadd tmm5, [{a16} + {width}*1]",
+                    "tileloadd tmm6, [{b} + {pitch}*1]",
+                    "tileloadd tmm7, [{b16} + {pitch}*1]",
+                    "tdpbusd tmm0, tmm4, tmm6",
+                    "tdpbusd tmm1, tmm4, tmm7",
+                    "tdpbusd tmm2, tmm5, tmm6",
+                    "tdpbusd tmm3, tmm5, tmm7",
+                    a = in(reg) a,
+                    a16 = in(reg) a.add(16 * width),
+                    width = in(reg) width,
+                    b = in(reg) b,
+                    b16 = in(reg) b.add(64),
+                    pitch = in(reg) GROUP_BYTES,
+                    options(nostack, readonly)
+                );
+            }
+            let c = sums.as_mut_ptr().cast::<i32>();
+            asm!(
+                "tilestored [{c} + {pitch}*1], tmm0",
+                "tilestored [{c1} + {pitch}*1], tmm1",
+                "tilestored [{c2} + {pitch}*1], tmm2",
+                "tilestored [{c3} + {pitch}*1], tmm3",
+                c = in(reg) c,
+                c1 = in(reg) c.add(16),
+                c2 = in(reg) c.add(16 * PANEL),
+                c3 = in(reg) c.add(16 * PANEL + 16),
+                pitch = in(reg) PANEL * 4,
+                options(nostack)
+            );
+            self.rescale_avx512(&sums, output, stride, columns);
+        }
+    }
+
+    /// Scales the integer sums of the tile's real rows back to f32 and writes their first
+    /// `columns` outputs, sixteen columns at a time.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn rescale_avx512(
+        &self,
+        sums: &[[i32; PANEL]],
+        output: &mut [f32],
+        stride: usize,
+        columns: usize,
+    ) {
+        for first in [0, 16] {
             if first >= columns {
                 break;
             }
@@ -479,6 +612,7 @@ impl Block<'_> {
             } else {
                 (1 << (columns - first)) - 1
             };
+            // SAFETY: 16 values from `first` < 32 in each per-column slice (32 each).
             let (column_scales, column_sums, bias) = unsafe {
                 (
                     _mm512_loadu_ps(self.column_scales[first..].as_ptr()),
@@ -486,15 +620,21 @@ impl Block<'_> {
                     _mm512_loadu_ps(self.bias[first..].as_ptr()),
                 )
             };
-            for (r, (&scale, &zero)) in self.row_scales.iter().zip(self.row_zeros).enumerate() {
-                let corrected = _mm512_sub_epi32(
-                    sums[r][half],
-                    _mm512_mullo_epi32(_mm512_set1_epi32(zero), column_sums),
-                );
-                let scales = _mm512_mul_ps(_mm512_set1_ps(scale), column_scales);
-                let values = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corrected), scales, bias);
-                let out = &mut output[r * stride + first..];
-                unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr(), mask, values) };
+            let rows = self.row_scales.iter().zip(self.row_zeros).zip(sums);
+            for (r, ((&scale, &zero), sums)) in rows.enumerate() {
+                // SAFETY: 16 of the row's 32 sums; the store writes the lanes below `columns`
+                // of a row `multiply` checked `output` holds.
+                unsafe {
+                    let sum = _mm512_loadu_si512(sums[first..].as_ptr().cast());
+                    let corrected = _mm512_sub_epi32(
+                        sum,
+                        _mm512_mullo_epi32(_mm512_set1_epi32(zero), column_sums),
+                    );
+                    let scales = _mm512_mul_ps(_mm512_set1_ps(scale), column_scales);
+                    let values = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corrected), scales, bias);
+                    let out = &mut output[r * stride + first..];
+                    _mm512_mask_storeu_ps(out.as_mut_ptr(), mask, values);
+                }
             }
         }
     }
@@ -593,13 +733,15 @@ impl Block<'_> {
 struct QuantisedRows {
     values: Vec<u8>,
     width: usize,
+    tile_rows: usize,
     scales: Vec<f32>,
     zeros: Vec<i32>,
 }
 
 impl QuantisedRows {
     fn new(x: &[f32], rows: usize, inputs: usize, width: usize, kernel: Kernel) -> Self {
-        let padded_rows = rows.div_ceil(TILE_ROWS) * TILE_ROWS;
+        let tile_rows = kernel.tile_rows();
+        let padded_rows = rows.div_ceil(tile_rows) * tile_rows;
         let mut values = vec![0u8; padded_rows * width];
         let (scales, zeros) = x
             .chunks_exact(inputs)
@@ -609,13 +751,14 @@ impl QuantisedRows {
         Self {
             values,
             width,
+            tile_rows,
             scales,
             zeros,
         }
     }
 
     fn tiles(&self) -> usize {
-        self.values.len() / (TILE_ROWS * self.width)
+        self.values.len() / (self.tile_rows * self.width)
     }
 }
 
@@ -623,8 +766,8 @@ impl QuantisedRows {
 fn quantise_row(row: &[f32], out: &mut [u8], kernel: Kernel) -> (f32, i32) {
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: the CPU has AVX-512 F and BW (it has VNNI).
-        Kernel::Vnni => unsafe { quantise_row_avx512(row, out, kernel.levels()) },
+        // SAFETY: the CPU has AVX-512 F and BW (it has VNNI, and AMX CPUs have it too).
+        Kernel::Amx | Kernel::Vnni => unsafe { quantise_row_avx512(row, out, kernel.levels()) },
         _ => quantise_row_portable(row, out, kernel.levels()),
     }
 }
@@ -688,6 +831,98 @@ unsafe fn quantise_row_avx512(row: &[f32], out: &mut [u8], levels: f32) -> (f32,
     (scale, zero as i32)
 }
 
+/// AMX's tile registers: Linux's permission to use them, and their shape.
+#[cfg(target_arch = "x86_64")]
+mod amx {
+    use std::arch::asm;
+    use std::cell::Cell;
+    use std::sync::OnceLock;
+
+    thread_local! {
+        /// Whether this thread's tiles are configured (a [`Tiles`] lives).
+        static CONFIGURED: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// Whether a [`Tiles`] of this thread lives.
+    pub fn configured() -> bool {
+        CONFIGURED.get()
+    }
+
+    /// Whether the CPU has AMX with int8 products and the OS lets this process use the tiles
+    /// (Linux hands their 8 KB of state only to processes that ask; asked once).
+    pub fn usable() -> bool {
+        static USABLE: OnceLock<bool> = OnceLock::new();
+        *USABLE.get_or_init(|| {
+            // CPUID leaf 7: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8.
+            let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+            edx & (1 << 24) != 0 && edx & (1 << 25) != 0 && request_permission()
+        })
+    }
+
+    #[cfg(target_os = "linux")]
+    fn request_permission() -> bool {
+        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: libc::c_long = 18;
+        // SAFETY: arch_prctl with these arguments only asks for permission.
+        unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            ) == 0
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn request_permission() -> bool {
+        false
+    }
+
+    /// The tile configuration (palette 1): eight tiles of 16 rows × 64 bytes — sums in 0–3,
+    /// activations in 4–5, weights in 6–7.
+    #[repr(C, align(64))]
+    struct Config {
+        palette: u8,
+        start_row: u8,
+        reserved: [u8; 14],
+        bytes_per_row: [u16; 16],
+        rows: [u8; 16],
+        unused: [u8; 16],
+    }
+
+    /// This thread's tiles, configured until dropped (one at a time per thread).
+    pub struct Tiles(());
+
+    impl Tiles {
+        /// # Safety
+        /// [`usable`] must have returned true.
+        pub unsafe fn configure() -> Self {
+            let mut config = Config {
+                palette: 1,
+                start_row: 0,
+                reserved: [0; 14],
+                bytes_per_row: [0; 16],
+                rows: [0; 16],
+                unused: [0; 16],
+            };
+            config.bytes_per_row[..8].fill(64);
+            config.rows[..8].fill(16);
+            // SAFETY: a valid palette-1 configuration of 64 bytes; the CPU has AMX.
+            unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
+            CONFIGURED.set(true);
+            Self(())
+        }
+    }
+
+    impl Drop for Tiles {
+        fn drop(&mut self) {
+            // SAFETY: the tiles were configured by `configure`.
+            unsafe { asm!("tilerelease", options(nostack, nomem)) };
+            CONFIGURED.set(false);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -728,9 +963,17 @@ mod tests {
         let b = values(n, 3, 1.0);
         let expected = f32_product(&x, &w, &b, rows, k, n);
         let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
+        assert!(Kernel::Amx.same_results(Kernel::Vnni) && !Kernel::Vnni.same_results(Kernel::Avx2));
+        let mut outputs: Vec<(Kernel, Vec<f32>)> = Vec::new();
         for kernel in Kernel::available() {
             let layer = Int8Linear::new(&w, k, n, Some(&b), kernel).unwrap();
             let got = layer.forward(&x, rows);
+            // AMX and VNNI sum the same integer products: the same numbers, bit for bit.
+            for (other, output) in &outputs {
+                if kernel.same_results(*other) {
+                    assert_eq!(&got, output, "{kernel:?} against {other:?}");
+                }
+            }
             let worst = got
                 .iter()
                 .zip(&expected)
@@ -741,12 +984,14 @@ mod tests {
                 "{kernel:?}: worst error {worst}, largest output {scale}"
             );
             assert!(worst > 0.0, "{kernel:?}: int8 products are not exact");
+            outputs.push((kernel, got));
         }
     }
 
     #[test]
     fn simd_paths_match_the_portable_ones_exactly() {
-        let groups = 13;
+        // Two of AMX's steps of 64 inputs.
+        let groups = 32;
         for kernel in Kernel::available() {
             let levels = kernel.levels();
             // A row of 45 values: two vectors and a tail.
@@ -758,7 +1003,7 @@ mod tests {
             assert!(simd.iter().any(|&q| f32::from(q) == levels), "{simd:?}");
 
             let mut rng = SplitMix64(5);
-            let rows: Vec<u8> = (0..TILE_ROWS * groups * 4)
+            let rows: Vec<u8> = (0..kernel.tile_rows() * groups * 4)
                 .map(|_| rng.below(levels as usize + 1) as u8)
                 .collect();
             let weights: Vec<i8> = (0..groups * GROUP_BYTES)
@@ -776,7 +1021,8 @@ mod tests {
                 groups,
                 kernel,
             };
-            // 5 of 12 rows and 21 of 32 columns are real; the rest of `output` stays untouched.
+            // 5 rows of the tile and 21 of 32 columns are real; the rest of `output` stays
+            // untouched.
             let (stride, columns) = (40, 21);
             let (mut simd, mut portable) = (vec![-1.0; 5 * stride], vec![-1.0; 5 * stride]);
             block.multiply(&mut simd, stride, columns);
