@@ -160,9 +160,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     }
     let dis_ae = args.lass.dir(home, false)?;
     if args.prepare_only {
-        prepare_defaults(home, &args, dis_ae.as_deref(), |n| {
-            println!("{}. {}", n + 1, STEPS[n])
-        })?;
+        prepare_defaults(home, &args, dis_ae.as_deref(), print_step)?;
         println!("prepared");
         return Ok(());
     }
@@ -222,6 +220,11 @@ const STEPS: [&str; 4] = [
     "loading the models (step 4 of 4)",
 ];
 
+/// Prints step `n` (from 0) of [`STEPS`] as it starts.
+fn print_step(n: usize) {
+    println!("{}. {}", n + 1, STEPS[n]);
+}
+
 /// Fetches what is missing, builds the default corpus and classifier when they are missing, and
 /// loads the models (with the Dis-AE in `dis_ae`, if any), telling `preparation` each step.
 fn prepare(
@@ -232,7 +235,7 @@ fn prepare(
     preparation: &Preparation,
 ) -> Result<Resources> {
     let step = |n: usize| {
-        println!("{}. {}", n + 1, STEPS[n]);
+        print_step(n);
         preparation.step(STEPS[n]);
     };
     let Defaults {

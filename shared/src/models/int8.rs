@@ -86,9 +86,14 @@ impl Kernel {
             .find(|&kernel| kernel != Self::Avx2)
     }
 
-    /// Whether products with `self` and with `other` are the same numbers (AMX and VNNI are).
+    /// Whether products with `self` and with `other` are the same numbers: AMX and VNNI are
+    /// (the same 8-bit quantisation, exact integer sums).
     pub fn same_results(self, other: Self) -> bool {
-        self.levels() == other.levels()
+        self == other
+            || matches!(
+                (self, other),
+                (Self::Amx, Self::Vnni) | (Self::Vnni, Self::Amx)
+            )
     }
 
     /// The largest quantised activation.
