@@ -132,8 +132,17 @@ fn answers_while_preparing_and_stops_when_the_preparation_fails() {
     );
 
     let data_dir = held.dir.path().join("server");
-    let (child, url, _lines) =
-        spawn_listening(serve_command(&held, &data_dir, &[]).stderr(Stdio::null()));
+    // The browser app is still being built, as `scripts/serve` starts the server.
+    let app = held.dir.path().join("dist");
+    let app_arg = app.display().to_string();
+    let (child, url, _lines) = spawn_listening(
+        serve_command(
+            &held,
+            &data_dir,
+            &["--static-dir", &app_arg, "--app-building"],
+        )
+        .stderr(Stdio::null()),
+    );
     let server = Server::of(child, url);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -164,6 +173,30 @@ fn answers_while_preparing_and_stops_when_the_preparation_fails() {
     );
     // What needs no model answers meanwhile.
     json_of(server.get("/openapi.json"), 200);
+    // Until the app's index.html is there, its page says so and reloads itself; then the page
+    // is the app's, and the policy allows its inline bootstrap.
+    let page = |server: &Server| server.http.get(&server.url).send().unwrap();
+    let holding = page(&server);
+    assert_eq!(holding.status(), 503);
+    let policy = holding.headers()["content-security-policy"].to_owned();
+    assert!(!policy.to_str().unwrap().contains("sha256-"), "{policy:?}");
+    let html = holding.text().unwrap();
+    assert!(html.contains("http-equiv=\"refresh\""), "{html}");
+    assert!(html.contains("loading the models (step 4 of 4)"), "{html}");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::write(
+        app.join("index.html"),
+        "<html><script>alert(1)</script></html>",
+    )
+    .unwrap();
+    let built = page(&server);
+    assert_eq!(built.status(), 200);
+    let policy = built.headers()["content-security-policy"].to_str().unwrap();
+    assert!(
+        policy.contains("'sha256-bhHHL3z2vDgxUt0W3dWQOrprscmda2Y5pLsLg4GF+pI='"),
+        "{policy}"
+    );
+    assert!(built.text().unwrap().contains("alert(1)"));
     let (_admin, team) = first_admin(&server, &data_dir, &[], "ada@lab.org", "lab");
     assert!(!team.is_empty());
     drop(server);
@@ -181,8 +214,8 @@ fn answers_while_preparing_and_stops_when_the_preparation_fails() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no-such-classifier"), "{stderr}");
 
-    // `--prepare-only` (what `scripts/serve` runs while the browser app builds) goes through
-    // the first three steps and exits without listening; it fails as the server would.
+    // `--prepare-only` goes through the first three steps and exits without listening; it
+    // fails as the server would.
     let output = serve_command(&missing, &data_dir, &["--prepare-only"])
         .output()
         .unwrap();

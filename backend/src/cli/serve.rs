@@ -80,6 +80,10 @@ pub struct ServeArgs {
     /// The browser app to serve: Trunk's output directory [default: dist, if it exists]
     #[arg(long, value_name = "DIR")]
     pub static_dir: Option<PathBuf>,
+    /// The app in --static-dir is still being built (`scripts/serve` builds it beside the
+    /// server): until its index.html is there, the page says so and reloads itself
+    #[arg(long, requires = "static_dir")]
+    pub app_building: bool,
     /// Largest dataset upload, in megabytes
     #[arg(long, default_value_t = 50, value_name = "MB")]
     pub max_upload_mb: usize,
@@ -139,8 +143,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub lass: LassArgs,
     /// Prepare the first-run defaults (fetch the models and data, index the corpus, train the
-    /// classifier) and exit without serving: `scripts/serve` runs this while the browser app
-    /// builds
+    /// classifier) and exit without serving, e.g. while building a machine image
     #[arg(long)]
     pub prepare_only: bool,
 }
@@ -164,7 +167,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
         println!("prepared");
         return Ok(());
     }
-    let static_dir = browser_app_dir(args.static_dir.as_deref())?;
+    let static_dir = browser_app_dir(args.static_dir.as_deref(), args.app_building)?;
     // Model work yields the CPU to request handling (before anything starts rayon's pool).
     crate::server::priority::lower_rayon_pool();
     println!("Flipside home: {}", home.root().display());
@@ -186,6 +189,8 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     std::thread::spawn({
         let (home, preparation) = (home.clone(), preparation.clone());
         move || {
+            // Model work, like the rayon pool's: builds running beside the server go first.
+            crate::server::priority::lower_this_thread();
             let result = prepare(&home, args, settings, dis_ae, &preparation);
             let failed = result.is_err();
             preparation.finish(result);
@@ -339,13 +344,14 @@ fn prepare_defaults(
     })
 }
 
-/// The browser app's directory: `explicit` (which must hold an `index.html`), else `dist` when
-/// it has one, else none (the API is served alone, with a warning).
-fn browser_app_dir(explicit: Option<&Path>) -> Result<Option<PathBuf>> {
+/// The browser app's directory: `explicit` (which must hold an `index.html` unless the app is
+/// `building`), else `dist` when it has one, else none (the API is served alone, with a
+/// warning).
+fn browser_app_dir(explicit: Option<&Path>, building: bool) -> Result<Option<PathBuf>> {
     let dir = match explicit {
         Some(dir) => {
             anyhow::ensure!(
-                dir.join("index.html").is_file(),
+                building || dir.join("index.html").is_file(),
                 "{} has no index.html: build the app with `{BUILD_APP}`",
                 dir.display()
             );

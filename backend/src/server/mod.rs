@@ -10,6 +10,7 @@ pub mod db;
 pub mod demo;
 pub mod downloads;
 pub mod error;
+pub mod holding_page;
 pub mod jobs;
 pub mod portal;
 pub mod preparation;
@@ -304,13 +305,23 @@ pub async fn serve(
             )
             .route("/health", get(|| async { "ok" }));
     }
-    // The app's files, `/` its page (it routes by the URL's hash); anything else is 404.
+    // The app's files, `/` its page (it routes by the URL's hash); anything else is 404. While
+    // the app is being built (no `index.html` yet), `/` is a page saying so.
     if let Some(dir) = &config.static_dir {
-        app = app.fallback_service(ServeDir::new(dir).not_found_service(get(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such file")
-        })));
+        let not_found = get({
+            let (dir, preparation) = (dir.clone(), preparation.clone());
+            move |uri: axum::http::Uri| async move {
+                if uri.path() == "/" && !dir.join("index.html").is_file() {
+                    holding_page::response(preparation.status()).into_response()
+                } else {
+                    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such file")
+                        .into_response()
+                }
+            }
+        });
+        app = app.fallback_service(ServeDir::new(dir).fallback(not_found));
     }
-    let headers = security::SecurityHeaders::for_app(config.static_dir.as_deref())?;
+    let headers = security::SecurityHeaders::for_app(config.static_dir.as_deref());
     let app = app
         // Inside the pacing: the rest of a body is read at the same pace or not at all.
         .layer(axum::middleware::from_fn(unread_body::read_unread_rest))

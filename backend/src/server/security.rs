@@ -1,12 +1,13 @@
 //! Response headers that keep the browser app in its lane: a Content-Security-Policy that lets
 //! the page run only its own scripts and WebAssembly (the inline bootstrap Trunk writes is
-//! allowed by its hash, read from `index.html` when the server starts) and talk only to its own
+//! allowed by its hash, read from `index.html` whenever that file changes, so an app built or
+//! rebuilt while the server runs is served with its own hashes) and talk only to its own
 //! origin, never framed; no MIME sniffing; no referrer sent elsewhere.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
-use anyhow::{Context, Result};
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::middleware::Next;
@@ -14,49 +15,75 @@ use axum::response::Response;
 use base64::Engine;
 use sha2::{Digest, Sha256};
 
-/// The headers every response gets (unless a handler set one already).
+/// The headers every response gets (unless a handler set one already); clones share them.
 #[derive(Clone)]
-pub struct SecurityHeaders(Arc<Vec<(HeaderName, HeaderValue)>>);
+pub struct SecurityHeaders {
+    /// The app's `index.html`, if an app is served.
+    index: Option<PathBuf>,
+    /// The headers, and the modification time of the `index.html` they were made from (`None`
+    /// while it is missing).
+    current: Arc<Mutex<(Option<SystemTime>, Headers)>>,
+}
+
+type Headers = Arc<Vec<(HeaderName, HeaderValue)>>;
 
 impl SecurityHeaders {
     /// The headers for the app in `static_dir` (its `index.html`'s inline scripts are hashed
-    /// into the policy), or for the API alone.
-    pub fn for_app(static_dir: Option<&Path>) -> Result<Self> {
-        let inline = match static_dir {
-            Some(dir) => {
-                let path = dir.join("index.html");
-                let html = std::fs::read_to_string(&path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                inline_script_hashes(&html)
-            }
-            None => Vec::new(),
+    /// into the policy once it exists), or for the API alone.
+    pub fn for_app(static_dir: Option<&Path>) -> Self {
+        let headers = Self {
+            index: static_dir.map(|dir| dir.join("index.html")),
+            current: Arc::new(Mutex::new((None, headers_allowing(&[])))),
         };
-        let policy = format!(
-            "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'{}; style-src 'self' \
-             'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; worker-src 'self' \
-             blob:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-            inline
-                .iter()
-                .map(|hash| format!(" 'sha256-{hash}'"))
-                .collect::<String>()
-        );
-        let headers = vec![
-            (
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_str(&policy)?,
-            ),
-            (
-                header::X_CONTENT_TYPE_OPTIONS,
-                HeaderValue::from_static("nosniff"),
-            ),
-            (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
-            (
-                header::REFERRER_POLICY,
-                HeaderValue::from_static("same-origin"),
-            ),
-        ];
-        Ok(Self(Arc::new(headers)))
+        headers.current();
+        headers
     }
+
+    /// The headers for the `index.html` on disk now, hashed again when it has changed.
+    fn current(&self) -> Headers {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(index) = &self.index else {
+            return current.1.clone();
+        };
+        let modified = std::fs::metadata(index).and_then(|m| m.modified()).ok();
+        if modified != current.0 {
+            let html = modified.and_then(|_| std::fs::read_to_string(index).ok());
+            let hashes = html
+                .as_deref()
+                .map(inline_script_hashes)
+                .unwrap_or_default();
+            *current = (modified, headers_allowing(&hashes));
+        }
+        current.1.clone()
+    }
+}
+
+/// The headers with a policy that allows the inline scripts of these hashes.
+fn headers_allowing(inline_hashes: &[String]) -> Headers {
+    let policy = format!(
+        "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'{}; style-src 'self' \
+         'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; worker-src 'self' \
+         blob:; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+        inline_hashes
+            .iter()
+            .map(|hash| format!(" 'sha256-{hash}'"))
+            .collect::<String>()
+    );
+    Arc::new(vec![
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_str(&policy).expect("the policy is ASCII"),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+        (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
+        (
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("same-origin"),
+        ),
+    ])
 }
 
 /// Adds the headers to a response.
@@ -66,7 +93,7 @@ pub async fn add_headers(
     next: Next,
 ) -> Response {
     let mut response = next.run(request).await;
-    for (name, value) in headers.0.iter() {
+    for (name, value) in headers.current().iter() {
         response
             .headers_mut()
             .entry(name)
@@ -108,5 +135,46 @@ mod tests {
             inline_script_hashes(html),
             ["bhHHL3z2vDgxUt0W3dWQOrprscmda2Y5pLsLg4GF+pI="]
         );
+    }
+
+    fn policy(headers: &SecurityHeaders) -> String {
+        let current = headers.current();
+        let (_, value) = current
+            .iter()
+            .find(|(name, _)| name == header::CONTENT_SECURITY_POLICY)
+            .unwrap();
+        value.to_str().unwrap().to_string()
+    }
+
+    #[test]
+    fn the_policy_follows_the_index_html_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let index = dir.path().join("index.html");
+        let headers = SecurityHeaders::for_app(Some(dir.path()));
+        // Not built yet: no inline script is allowed.
+        assert!(
+            !policy(&headers).contains("sha256-"),
+            "{}",
+            policy(&headers)
+        );
+
+        let write = |html: &str, seconds: u64| {
+            std::fs::write(&index, html).unwrap();
+            let file = std::fs::File::options().write(true).open(&index).unwrap();
+            let time = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(seconds);
+            file.set_modified(time).unwrap();
+        };
+        write("<script>alert(1)</script>", 1_000);
+        let built = policy(&headers);
+        assert!(
+            built.contains("'sha256-bhHHL3z2vDgxUt0W3dWQOrprscmda2Y5pLsLg4GF+pI='"),
+            "{built}"
+        );
+        // Rebuilt with another bootstrap: the old hash goes.
+        write("<script>alert(2)</script>", 2_000);
+        let rebuilt = policy(&headers);
+        assert!(rebuilt.contains("sha256-") && rebuilt != built, "{rebuilt}");
+        std::fs::remove_file(&index).unwrap();
+        assert!(!policy(&headers).contains("sha256-"));
     }
 }
