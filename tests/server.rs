@@ -183,6 +183,11 @@ fn answers_while_preparing_and_stops_when_the_preparation_fails() {
     let html = holding.text().unwrap();
     assert!(html.contains("http-equiv=\"refresh\""), "{html}");
     assert!(html.contains("loading the models (step 4 of 4)"), "{html}");
+    // Only `/` is that page: the app's other files are not there yet.
+    for path in ["index.html", "flipside-frontend.js"] {
+        let url = format!("{}{path}", server.url);
+        check_error(server.http.get(url).send().unwrap(), 404, "not_found");
+    }
     std::fs::create_dir_all(&app).unwrap();
     std::fs::write(
         app.join("index.html"),
@@ -244,7 +249,8 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     let setup = editing_setup();
     let data_dir = setup.dir.path().join("server");
 
-    // A missing app directory is refused before the (possibly long) preparation starts.
+    // A missing app directory is refused before the (possibly long) preparation starts, and so
+    // is `--app-building` without one.
     let output = serve_command(&setup, &data_dir, &["--static-dir", "no-such-app"])
         .output()
         .unwrap();
@@ -252,6 +258,12 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     assert!(output.stdout.is_empty(), "prepared before failing");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("no-such-app has no index.html"), "{stderr}");
+    let output = serve_command(&setup, &data_dir, &["--app-building"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--static-dir"), "{stderr}");
     // So is a prompt template that does not fit its method, or a method that takes none.
     let refusals = [
         (

@@ -306,12 +306,12 @@ pub async fn serve(
             .route("/health", get(|| async { "ok" }));
     }
     // The app's files, `/` its page (it routes by the URL's hash); anything else is 404. While
-    // the app is being built (no `index.html` yet), `/` is a page saying so.
+    // the app is being built (`/` finds no `index.html`), `/` is a page saying so.
     if let Some(dir) = &config.static_dir {
         let not_found = get({
-            let (dir, preparation) = (dir.clone(), preparation.clone());
+            let preparation = preparation.clone();
             move |uri: axum::http::Uri| async move {
-                if uri.path() == "/" && !dir.join("index.html").is_file() {
+                if uri.path() == "/" {
                     holding_page::response(preparation.status()).into_response()
                 } else {
                     ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such file")

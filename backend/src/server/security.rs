@@ -20,10 +20,12 @@ use sha2::{Digest, Sha256};
 pub struct SecurityHeaders {
     /// The app's `index.html`, if an app is served.
     index: Option<PathBuf>,
-    /// The headers, and the modification time of the `index.html` they were made from (`None`
-    /// while it is missing).
-    current: Arc<Mutex<(Option<SystemTime>, Headers)>>,
+    /// The headers, and which `index.html` they were made from (`None` while it is missing).
+    current: Arc<Mutex<(Option<FileVersion>, Headers)>>,
 }
+
+/// What tells one version of a file from the next: its modification time and length.
+type FileVersion = (SystemTime, u64);
 
 type Headers = Arc<Vec<(HeaderName, HeaderValue)>>;
 
@@ -41,18 +43,26 @@ impl SecurityHeaders {
 
     /// The headers for the `index.html` on disk now, hashed again when it has changed.
     fn current(&self) -> Headers {
+        let version = self.index.as_deref().and_then(|index| {
+            let metadata = std::fs::metadata(index).ok()?;
+            Some((metadata.modified().ok()?, metadata.len()))
+        });
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(index) = &self.index else {
-            return current.1.clone();
-        };
-        let modified = std::fs::metadata(index).and_then(|m| m.modified()).ok();
-        if modified != current.0 {
-            let html = modified.and_then(|_| std::fs::read_to_string(index).ok());
-            let hashes = html
-                .as_deref()
-                .map(inline_script_hashes)
-                .unwrap_or_default();
-            *current = (modified, headers_allowing(&hashes));
+        if let Some(index) = &self.index
+            && version != current.0
+        {
+            let hashes = match version.map(|_| std::fs::read_to_string(index)) {
+                Some(Ok(html)) => inline_script_hashes(&html),
+                Some(Err(error)) => {
+                    tracing::warn!(
+                        "cannot read {} (its inline scripts stay blocked): {error}",
+                        index.display()
+                    );
+                    Vec::new()
+                }
+                None => Vec::new(),
+            };
+            *current = (version, headers_allowing(&hashes));
         }
         current.1.clone()
     }
