@@ -249,47 +249,37 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     let setup = editing_setup();
     let data_dir = setup.dir.path().join("server");
 
-    // A missing app directory is refused before the (possibly long) preparation starts, and so
-    // is `--app-building` without one.
-    let output = serve_command(&setup, &data_dir, &["--static-dir", "no-such-app"])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    assert!(output.stdout.is_empty(), "prepared before failing");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("no-such-app has no index.html"), "{stderr}");
-    let output = serve_command(&setup, &data_dir, &["--app-building"])
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("--static-dir"), "{stderr}");
-    // So is a prompt template that does not fit its method, or a method that takes none.
-    let refusals = [
+    // Refused before the (possibly long) preparation starts: a missing app directory,
+    // `--app-building` without one, a prompt template that does not fit its method, or a method
+    // that takes none.
+    let refusals: [(&[&str], &str); 5] = [
         (
-            "core=llm-only-sentiment",
+            &["--static-dir", "no-such-app"],
+            "no-such-app has no index.html",
+        ),
+        (&["--app-building"], "--static-dir"),
+        (
+            &["--prompt", "core=llm-only-sentiment"],
             "has no {keywords}: the core method needs them",
         ),
         (
-            "llm-only=core-sentiment",
+            &["--prompt", "llm-only=core-sentiment"],
             "asks for {keywords}, which the llm-only method does not give",
         ),
         (
-            "retrieve-only=core-sentiment",
+            &["--prompt", "retrieve-only=core-sentiment"],
             "is not a method that prompts an LLM",
         ),
     ];
-    for (prompt, reason) in refusals {
-        let output = serve_command(&setup, &data_dir, &["--prompt", prompt])
-            .output()
-            .unwrap();
-        assert!(!output.status.success(), "{prompt}");
+    for (args, reason) in refusals {
+        let output = serve_command(&setup, &data_dir, args).output().unwrap();
+        assert!(!output.status.success(), "{args:?}");
         assert!(
             output.stdout.is_empty(),
-            "{prompt}: prepared before failing"
+            "{args:?}: prepared before failing"
         );
         let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(stderr.contains(reason), "{prompt}: {stderr}");
+        assert!(stderr.contains(reason), "{args:?}: {stderr}");
     }
 
     let server = Server::start(
