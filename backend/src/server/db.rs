@@ -389,19 +389,21 @@ impl Db {
         Ok(cancelled == 1)
     }
 
-    /// Queues a failed or cancelled job `id` again, unclaimed; returns whether it did.
-    pub async fn requeue_job(&self, id: &str) -> Result<bool> {
-        let requeued = with_pool!(self, |pool| sqlx::query(
+    /// Queues a failed or cancelled job `id` again, unclaimed; the job as queued, or `None` if
+    /// it was not failed or cancelled (read in the same statement, so a runner claiming it at
+    /// once cannot change what is returned).
+    pub async fn requeue_job(&self, id: &str) -> Result<Option<Job>> {
+        let sql = AssertSqlSafe(format!(
             "UPDATE jobs SET status = 'queued', error = NULL, runner = NULL, \
              heartbeat_at = NULL, updated_at = $2 WHERE id = $1 \
-             AND status IN ('failed', 'cancelled')"
-        )
-        .bind(id)
-        .bind(now())
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected()))?;
-        Ok(requeued == 1)
+             AND status IN ('failed', 'cancelled') RETURNING {JOB_COLUMNS}"
+        ));
+        let row: Option<JobRow> = with_pool!(self, |pool| sqlx::query_as(sql)
+            .bind(id)
+            .bind(now())
+            .fetch_optional(pool)
+            .await)?;
+        row.map(job_from_row).transpose()
     }
 
     /// Gives `team` the datasets and jobs made before accounts existed; returns how many of

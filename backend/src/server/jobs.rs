@@ -159,17 +159,20 @@ pub async fn resume(
     Path((team, id)): Path<(String, String)>,
 ) -> ApiResult<Json<Job>> {
     let job = find(&state, &caller, &team, &id, GENERATE).await?;
-    if !matches!(job.status, JobStatus::Failed | JobStatus::Cancelled)
-        || !state.db.requeue_job(&id).await?
-    {
+    let requeued = match job.status {
+        JobStatus::Failed | JobStatus::Cancelled => state.db.requeue_job(&id).await?,
+        _ => None,
+    };
+    let Some(requeued) = requeued else {
         return Err(ApiError::conflict(format!(
             "job {id} is {}: only a failed or cancelled job can be resumed",
             job.status.as_str()
         )));
-    }
+    };
     state.jobs.forget_cancel(&id);
+    let _ = state.jobs.updates.send(requeued.clone());
     state.jobs.wake();
-    Ok(Json(publish_current(&state, &team, &id).await?))
+    Ok(Json(requeued))
 }
 
 /// Deletes a finished job, its records and its checkpoint (a queued or running one must be
