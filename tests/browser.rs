@@ -13,6 +13,7 @@ use flipside_backend::models::{compact_model_dir, load_classifier};
 use flipside_backend::server::demo::{CLASSIFIER_BITS, DIS_AE_BITS};
 use flipside_shared::data::Input;
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
+use flipside_shared::models::int8::Kernel;
 
 use serde_json::json;
 
@@ -31,14 +32,27 @@ const REPRODUCED: [&str; 3] = [
 /// The text the browser's classifier scores, to match the native probabilities.
 const SCORED: &str = "The film was wonderful and the cast superb.";
 
-/// The native classifier's probabilities for [`SCORED`], as JSON for the browser test.
+/// The native classifier's probabilities for [`SCORED`], as JSON for the browser test: in f32
+/// (WebGPU's) and with the encoder in int8 as the page's CPU backend computes it (SIMD128's
+/// integer sums, here one at a time).
 fn native_score(classifier: &Path) -> String {
     let classifier = load_classifier::<Cpu>(classifier, &Default::default()).unwrap();
     let input = Input::Text {
         text: SCORED.into(),
     };
     let probabilities = classifier.predict_batch(&[&input]).unwrap();
-    serde_json::json!({"text": SCORED, "probabilities": probabilities}).to_string()
+    let int8 = classifier.with_int8_copies(Kernel::Simd128);
+    let int8_probabilities = int8.predict_batch(&[&input]).unwrap();
+    assert_ne!(
+        int8_probabilities, probabilities,
+        "the int8 copies are used"
+    );
+    serde_json::json!({
+        "text": SCORED,
+        "probabilities": probabilities,
+        "int8_probabilities": int8_probabilities,
+    })
+    .to_string()
 }
 
 /// The native Dis-AE's beam-search outputs for [`REPRODUCED`], as JSON for the browser test.

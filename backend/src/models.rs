@@ -123,19 +123,20 @@ pub fn load_encoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<Senten
         .with_context(|| format!("loading {}", dir.display()))
 }
 
-/// `encoder` multiplying in int8 where this CPU has a kernel worth it ([`Kernel::best`]: AMX or
-/// AVX-512 VNNI) and the backend is the CPU's; elsewhere unchanged, with a warning.
-pub fn int8_where_possible<B: Backend>(encoder: SentenceEncoder<B>) -> SentenceEncoder<B> {
-    let encoder = match Kernel::best() {
-        Some(kernel) => encoder.with_int8_copies(kernel),
-        None => encoder,
+/// `model` (an encoder, or a classifier's) multiplying in int8 where this CPU has a kernel worth
+/// it ([`Kernel::best`]: AMX or AVX-512 VNNI) and the backend is the CPU's; elsewhere unchanged,
+/// with a warning.
+pub fn int8_where_possible<B: Backend>(model: BertModel<B>) -> BertModel<B> {
+    let model = match Kernel::best() {
+        Some(kernel) => model.with_int8_copies(kernel),
+        None => model,
     };
-    if encoder.model.int8_kernel().is_none() {
+    if model.int8_kernel().is_none() {
         tracing::warn!(
-            "int8 needs the CPU backend on a CPU with AMX or AVX-512 VNNI: encoding in f32"
+            "int8 needs the CPU backend on a CPU with AMX or AVX-512 VNNI: computing in f32"
         );
     }
-    encoder
+    model
 }
 
 /// Writes a classifier directory (creating it), replacing any previous files atomically.

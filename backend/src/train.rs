@@ -29,7 +29,9 @@ use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
 use crate::compute::{Batches, Compute};
-use crate::models::{BertFiles, load_classifier, save_classifier, write_atomic};
+use crate::models::{
+    BertFiles, int8_where_possible, load_classifier, save_classifier, write_atomic,
+};
 use crate::progress;
 
 /// Training hyper-parameters; saved with every checkpoint and model.
@@ -789,14 +791,19 @@ fn load_for<B: Backend>(
     Ok(classifier)
 }
 
-/// Loads the classifier in `dir` and evaluates it on `dataset`, whose labels must match.
+/// Loads the classifier in `dir` and evaluates it on `dataset`, whose labels must match; with
+/// `int8`, its encoder multiplies in int8 where it can ([`int8_where_possible`]).
 pub fn evaluate_dir<B: Backend>(
     compute: Compute<B>,
     dir: &Path,
     dataset: &Dataset,
     batch_size: usize,
+    int8: bool,
 ) -> Result<Evaluation> {
-    let classifier = load_for(&compute, dir, dataset)?;
+    let mut classifier = load_for(&compute, dir, dataset)?;
+    if int8 {
+        classifier.model.bert = int8_where_possible(classifier.model.bert);
+    }
     evaluate(&classifier, dataset, batch_size, compute.batches)
 }
 

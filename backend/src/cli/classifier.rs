@@ -148,6 +148,10 @@ pub struct EvalArgs {
     pub limit: Option<usize>,
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
+    /// Multiply the encoder's layers in int8 (CPU backend, CPUs with AMX or AVX-512 VNNI; f32
+    /// elsewhere): the integer sums the browser demo's CPU backend computes
+    #[arg(long)]
+    pub int8: bool,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
     #[command(flatten)]
@@ -272,7 +276,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     }
     for spec in &args.eval {
         let dataset = args.read.load(home, spec)?;
-        let result = with_backend!(args.device, evaluate_dir(&out, &dataset, 32))?;
+        let result = with_backend!(args.device, evaluate_dir(&out, &dataset, 32, false))?;
         print_evaluation(&result);
     }
     Ok(())
@@ -290,7 +294,7 @@ fn eval(home: &Home, args: EvalArgs) -> Result<()> {
         let dataset = args.read.load(home, spec)?.limited(args.limit, 0);
         let result = with_backend!(
             args.device,
-            evaluate_dir(&args.model, &dataset, args.batch_size)
+            evaluate_dir(&args.model, &dataset, args.batch_size, args.int8)
         )?;
         print_evaluation(&result);
     }

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use super::bert::{BERT_KEYS, BertConfig, BertInput, BertModel};
 use super::checkpoint::{CheckpointError, load_renamed, save_renamed};
 use super::dropout::dropout;
+use super::int8::Kernel;
 use super::pooling::mean_pool;
 use super::{CheckpointFiles, LoadError};
 use crate::batching::{BatchExecutor, map_batches};
@@ -432,6 +433,16 @@ impl<B: Backend> TextClassifier<B> {
             config,
             device: device.clone(),
         })
+    }
+
+    /// The same classifier with its encoder's linear layers multiplying in int8 with `kernel`
+    /// where that runs ([`BertModel::with_int8_copies`]; the head stays f32).
+    pub fn with_int8_copies(self, kernel: Kernel) -> Self {
+        let model = SequenceClassifier {
+            bert: self.model.bert.with_int8_copies(kernel),
+            ..self.model
+        };
+        Self { model, ..self }
     }
 
     /// Label probabilities for one batch, row-major `[inputs.len(), labels]`.

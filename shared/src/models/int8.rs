@@ -1,11 +1,13 @@
-//! Int8 matrix products for inference on x86-64 CPUs: `x · W + b` with `W` quantised once per
-//! output column (symmetric, `i8`) and `x` quantised per row on every call (asymmetric, `u8` with
-//! a zero point), multiplied in integers and scaled back to f32 — the scheme of ONNX Runtime's and
-//! PyTorch's dynamic quantisation of linear layers. Three kernels ([`Kernel`]): AMX's `tdpbusd`
-//! (a 16 × 64-byte tile of activations times a 64 × 16 tile of weights per instruction), AVX-512
-//! VNNI's `vpdpbusd` (64 byte products summed into 16 `i32` lanes per instruction) and, on CPUs
-//! without either, AVX2's `vpmaddubsw` + `vpmaddwd` with 7-bit activations (benched, not chosen:
-//! see [`Kernel::best`]). Encoding uses AMX or VNNI only; without them callers keep f32.
+//! Int8 matrix products for inference on x86-64 CPUs and in the page: `x · W + b` with `W`
+//! quantised once per output column (symmetric, `i8`) and `x` quantised per row on every call
+//! (asymmetric, `u8` with a zero point), multiplied in integers and scaled back to f32 — the
+//! scheme of ONNX Runtime's and PyTorch's dynamic quantisation of linear layers. Four kernels
+//! ([`Kernel`]): AMX's `tdpbusd` (a 16 × 64-byte tile of activations times a 64 × 16 tile of
+//! weights per instruction), AVX-512 VNNI's `vpdpbusd` (64 byte products summed into 16 `i32`
+//! lanes per instruction), on CPUs without either AVX2's `vpmaddubsw` + `vpmaddwd` with 7-bit
+//! activations (benched, not chosen: see [`Kernel::best`]), and in WebAssembly SIMD128's
+//! `i32x4.dot_i16x8_s` on bytes widened to 16 bits. Encoding uses AMX or VNNI only; without them
+//! callers keep f32.
 
 use std::any::Any;
 #[cfg(target_arch = "x86_64")]
@@ -33,6 +35,9 @@ const AMX_INPUTS: usize = 64;
 const TASK_ROWS: usize = 96;
 /// Bytes of one group of 4 inputs for one panel: 32 columns × 4 bytes.
 const GROUP_BYTES: usize = PANEL * 4;
+/// Rows multiplied together by the SIMD128 kernel: 2 rows × 8 columns take 8 accumulators and 4
+/// weight vectors, within the 16 vector registers of the x86-64 CPUs browsers run on.
+const SIMD128_ROWS: usize = 2;
 
 /// The instructions an [`Int8Linear`] multiplies with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -47,12 +52,20 @@ pub enum Kernel {
     /// `vpmaddwd`; activations in 7 bits (0..=127) so that a pair never saturates, as PyTorch's
     /// fbgemm does (`reduce_range`).
     Avx2,
+    /// WebAssembly SIMD128 (the page): activations (8 bits) and weights widened to 16 bits and
+    /// multiplied by `i32x4.dot_i16x8_s`, which sums pairs of products exactly into `i32`, so
+    /// its sums are VNNI's (its scaling is not fused, see `multiply_add`). Off WebAssembly its
+    /// sums are computed one at a time, to check the page's numbers against (see
+    /// [`Kernel::runs_here`]).
+    Simd128,
 }
 
 impl Kernel {
     /// The kernels this CPU runs, fastest first (checked at run time: the build targets any
     /// x86-64-v3 CPU).
     pub fn available() -> Vec<Self> {
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        return vec![Self::Simd128];
         #[cfg(target_arch = "x86_64")]
         {
             let mut kernels = Vec::new();
@@ -70,8 +83,17 @@ impl Kernel {
             }
             kernels
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            all(target_arch = "wasm32", target_feature = "simd128")
+        )))]
         Vec::new()
+    }
+
+    /// Whether layers can be packed for `self` here: the kernels this CPU runs, and SIMD128's
+    /// everywhere (off WebAssembly as plain integer loops, slow but the same numbers).
+    pub fn runs_here(self) -> bool {
+        self == Self::Simd128 || Self::available().contains(&self)
     }
 
     /// The kernel to encode with on this CPU: AMX where it has it (on a 2-core AMX VM, 1.46x
@@ -86,20 +108,16 @@ impl Kernel {
             .find(|&kernel| kernel != Self::Avx2)
     }
 
-    /// Whether products with `self` and with `other` are the same numbers: AMX and VNNI are
-    /// (the same 8-bit quantisation, exact integer sums).
+    /// Whether products with `self` and with `other` are the same numbers: AMX, VNNI and
+    /// SIMD128 are (the same 8-bit quantisation, exact integer sums).
     pub fn same_results(self, other: Self) -> bool {
-        self == other
-            || matches!(
-                (self, other),
-                (Self::Amx, Self::Vnni) | (Self::Vnni, Self::Amx)
-            )
+        self == other || (self != Self::Avx2 && other != Self::Avx2)
     }
 
     /// The largest quantised activation.
     fn levels(self) -> f32 {
         match self {
-            Self::Amx | Self::Vnni => 255.0,
+            Self::Amx | Self::Vnni | Self::Simd128 => 255.0,
             Self::Avx2 => 127.0,
         }
     }
@@ -109,6 +127,7 @@ impl Kernel {
         match self {
             Self::Amx => AMX_TILE_ROWS,
             Self::Vnni | Self::Avx2 => TILE_ROWS,
+            Self::Simd128 => SIMD128_ROWS,
         }
     }
 
@@ -116,7 +135,7 @@ impl Kernel {
     fn input_multiple(self) -> usize {
         match self {
             Self::Amx => AMX_INPUTS,
-            Self::Vnni | Self::Avx2 => 4,
+            Self::Vnni | Self::Avx2 | Self::Simd128 => 4,
         }
     }
 
@@ -126,6 +145,7 @@ impl Kernel {
             Self::Amx => "AMX",
             Self::Vnni => "AVX-512 VNNI",
             Self::Avx2 => "AVX2",
+            Self::Simd128 => "WebAssembly SIMD128",
         }
     }
 }
@@ -149,7 +169,7 @@ pub struct Int8Linear {
 
 impl Int8Linear {
     /// Packs `weight` (`[inputs, outputs]` row-major, burn's `Linear` layout) and `bias`
-    /// (`outputs` values) for `kernel`; `None` when this CPU lacks it.
+    /// (`outputs` values) for `kernel`; `None` when it does not run here ([`Kernel::runs_here`]).
     pub fn new(
         weight: &[f32],
         inputs: usize,
@@ -157,8 +177,8 @@ impl Int8Linear {
         bias: Option<&[f32]>,
         kernel: Kernel,
     ) -> Option<Self> {
-        Kernel::available()
-            .contains(&kernel)
+        kernel
+            .runs_here()
             .then(|| Self::pack(weight, inputs, outputs, bias, kernel))
     }
 
@@ -246,7 +266,7 @@ impl Int8Linear {
     fn forward_task(&self, x: &[f32], output: &mut [f32]) {
         let rows = x.len() / self.inputs.max(1);
         let quantised = QuantisedRows::new(x, rows, self.inputs, self.groups * 4, self.kernel);
-        // SAFETY: an Int8Linear is only packed for a kernel this CPU has.
+        // SAFETY: an Int8Linear is only packed for a kernel that runs here.
         #[cfg(target_arch = "x86_64")]
         let _tiles = (self.kernel == Kernel::Amx).then(|| unsafe { amx::Tiles::configure() });
         let block_rows = self.kernel.tile_rows();
@@ -426,8 +446,7 @@ struct Block<'a> {
     column_sums: &'a [i32],
     bias: &'a [f32],
     groups: usize,
-    /// One this CPU has (an [`Int8Linear`] is only packed for those).
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    /// One that runs here (an [`Int8Linear`] is only packed for those).
     kernel: Kernel,
 }
 
@@ -453,15 +472,21 @@ impl Block<'_> {
                 Kernel::Amx => self.multiply_amx(output, stride, columns),
                 Kernel::Vnni => self.multiply_vnni(output, stride, columns),
                 Kernel::Avx2 => self.multiply_avx2(output, stride, columns),
+                Kernel::Simd128 => self.multiply_portable(output, stride, columns),
             }
         }
-        // Never reached (no kernel, so no Int8Linear off x86-64), but correct.
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        self.multiply_simd128(output, stride, columns);
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            all(target_arch = "wasm32", target_feature = "simd128")
+        )))]
         self.multiply_portable(output, stride, columns);
     }
 
-    /// The integer products one at a time: the kernels' test oracle.
-    #[cfg(any(test, not(target_arch = "x86_64")))]
+    /// The integer products one at a time: the kernels' test oracle, and SIMD128's sums off
+    /// WebAssembly.
+    #[cfg(any(test, not(all(target_arch = "wasm32", target_feature = "simd128"))))]
     fn multiply_portable(&self, output: &mut [f32], stride: usize, columns: usize) {
         let width = self.groups * 4;
         for (r, (&scale, &zero)) in self.row_scales.iter().zip(self.row_zeros).enumerate() {
@@ -477,10 +502,67 @@ impl Block<'_> {
         }
     }
 
-    #[cfg(any(test, not(target_arch = "x86_64")))]
     fn rescale(&self, sum: i32, row_scale: f32, row_zero: i32, c: usize) -> f32 {
-        ((sum - row_zero * self.column_sums[c]) as f32)
-            .mul_add(row_scale * self.column_scales[c], self.bias[c])
+        multiply_add(
+            (sum - row_zero * self.column_sums[c]) as f32,
+            row_scale * self.column_scales[c],
+            self.bias[c],
+        )
+    }
+
+    /// Eight columns at a time: per group of 4 inputs, four weight loads widen 2 columns × 4
+    /// bytes each to 16 bits, each row's 4 bytes are widened and repeated twice, and
+    /// `i32x4.dot_i16x8_s` gives each column's two pair sums, added up after the last group;
+    /// then every row is scaled back as [`Self::rescale`] does.
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    fn multiply_simd128(&self, output: &mut [f32], stride: usize, columns: usize) {
+        use std::arch::wasm32::*;
+        let width = self.groups * 4;
+        assert!(
+            self.rows.len() >= SIMD128_ROWS * width
+                && self.weights.len() >= self.groups * GROUP_BYTES
+        );
+        let (rows, weights) = (self.rows.as_ptr(), self.weights.as_ptr());
+        let mut sums = [[0i32; PANEL]; SIMD128_ROWS];
+        for eighth in 0..PANEL / 8 {
+            let mut partial = [[i32x4_splat(0); 4]; SIMD128_ROWS];
+            for group in 0..self.groups {
+                // SAFETY: 32 bytes of group `group` (offset `eighth · 32` within its 128) and 4
+                // bytes of each row, within the lengths asserted above; unaligned loads are
+                // allowed.
+                unsafe {
+                    let w = weights.add(group * GROUP_BYTES + eighth * 32);
+                    let w = [0, 8, 16, 24].map(|offset| i16x8_load_extend_i8x8(w.add(offset)));
+                    for (row, partial) in partial.iter_mut().enumerate() {
+                        let bytes = rows.add(row * width + group * 4).cast::<u32>();
+                        let x = u16x8_extend_low_u8x16(u32x4_splat(bytes.read_unaligned()));
+                        for (sum, w) in partial.iter_mut().zip(w) {
+                            *sum = i32x4_add(*sum, i32x4_dot_i16x8(x, w));
+                        }
+                    }
+                }
+            }
+            // Lanes hold (column 2k: inputs 0-1, inputs 2-3, column 2k+1: the same).
+            for (row, [a, b, c, d]) in partial.into_iter().enumerate() {
+                let pairs = |p, q| {
+                    i32x4_add(
+                        i32x4_shuffle::<0, 2, 4, 6>(p, q),
+                        i32x4_shuffle::<1, 3, 5, 7>(p, q),
+                    )
+                };
+                let out = &mut sums[row][eighth * 8..][..8];
+                // SAFETY: two stores of 4 `i32`s into the 8 of `out`.
+                unsafe {
+                    v128_store(out.as_mut_ptr().cast(), pairs(a, b));
+                    v128_store(out.as_mut_ptr().add(4).cast(), pairs(c, d));
+                }
+            }
+        }
+        for (r, (&scale, &zero)) in self.row_scales.iter().zip(self.row_zeros).enumerate() {
+            for (c, &sum) in sums[r][..columns].iter().enumerate() {
+                output[r * stride + c] = self.rescale(sum, scale, zero, c);
+            }
+        }
     }
 
     /// Per group of 4 inputs, the two weight vectors (16 columns × 4 bytes each) are loaded once
@@ -798,11 +880,22 @@ fn quantise_row_portable(row: &[f32], out: &mut [u8], levels: f32) -> (f32, i32)
 
 fn quantise_values(row: &[f32], out: &mut [u8], inverse: f32, zero: f32, levels: f32) {
     for (q, &v) in out.iter_mut().zip(row) {
-        *q = v
-            .mul_add(inverse, zero)
+        *q = multiply_add(v, inverse, zero)
             .round_ties_even()
             .clamp(0.0, levels) as u8;
     }
+}
+
+/// `a · b + c`, fused as the x86-64 kernels' vector code is (x86-64-v3 has FMA); in
+/// WebAssembly, which has no fused multiply-add (`mul_add` would call a software one), a
+/// product and a sum, so the page's scaling can differ from the CPUs' in the last bit and a
+/// value on a rounding boundary can land one quantisation level over.
+#[inline(always)]
+fn multiply_add(a: f32, b: f32, c: f32) -> f32 {
+    #[cfg(target_arch = "wasm32")]
+    return a * b + c;
+    #[cfg(not(target_arch = "wasm32"))]
+    a.mul_add(b, c)
 }
 
 /// [`quantise_row_portable`] sixteen values at a time (the same results: the conversion rounds
@@ -973,8 +1066,14 @@ mod tests {
         let expected = f32_product(&x, &w, &b, rows, k, n);
         let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
         assert!(Kernel::Amx.same_results(Kernel::Vnni) && !Kernel::Vnni.same_results(Kernel::Avx2));
+        assert!(
+            Kernel::Simd128.same_results(Kernel::Amx)
+                && !Kernel::Simd128.same_results(Kernel::Avx2)
+        );
+        assert!(!Kernel::available().contains(&Kernel::Simd128) && Kernel::Simd128.runs_here());
         let mut outputs: Vec<(Kernel, Vec<f32>)> = Vec::new();
-        for kernel in Kernel::available() {
+        // The page's kernel too (here its plain loops): the numbers the page is checked against.
+        for kernel in Kernel::available().into_iter().chain([Kernel::Simd128]) {
             let layer = Int8Linear::new(&w, k, n, Some(&b), kernel).unwrap();
             let got = layer.forward(&x, rows);
             // AMX and VNNI sum the same integer products: the same numbers, bit for bit.

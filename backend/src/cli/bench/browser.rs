@@ -14,6 +14,7 @@ use burn::module::Module;
 use clap::{Args, ValueEnum};
 use flipside_shared::data::Input;
 use flipside_shared::models::classifier::TextClassifier;
+use flipside_shared::models::int8::Kernel;
 use serde::Deserialize;
 
 use crate::compute::Cpu;
@@ -36,7 +37,8 @@ const REVIEW: &str = "I went in expecting another forgettable sequel, but this f
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BrowserBackend {
-    /// burn's flex backend compiled to wasm with SIMD128 (what browsers without WebGPU get)
+    /// burn's flex backend compiled to wasm with SIMD128, the encoder's products in int8 (what
+    /// browsers without WebGPU get)
     Cpu,
     /// burn's WebGPU backend (headless Chromium has only SwiftShader's CPU adapter)
     Webgpu,
@@ -46,7 +48,7 @@ impl BrowserBackend {
     /// What runs the model, for the results table.
     fn description(self) -> &'static str {
         match self {
-            BrowserBackend::Cpu => "CPU wasm, 1 thread",
+            BrowserBackend::Cpu => "CPU wasm, int8, 1 thread",
             BrowserBackend::Webgpu => "WebGPU",
         }
     }
@@ -55,6 +57,14 @@ impl BrowserBackend {
         match self {
             BrowserBackend::Cpu => "cpu",
             BrowserBackend::Webgpu => "webgpu",
+        }
+    }
+
+    /// The int8 kernel the page multiplies the encoder's layers with, if any.
+    fn int8_kernel(self) -> Option<Kernel> {
+        match self {
+            BrowserBackend::Cpu => Some(Kernel::Simd128),
+            BrowserBackend::Webgpu => None,
         }
     }
 }
@@ -161,13 +171,30 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         wasm_size(&args.static_dir)?
     );
 
-    // The server's way (all cores), and on one thread as the browser's wasm runs.
+    // The server's way (all cores), and on one thread as the browser's wasm runs; in f32 (the
+    // server's classifier) and in int8 where this CPU has a kernel worth it.
     let input = Input::Text { text: text.clone() };
+    let one_thread = rayon::ThreadPoolBuilder::new().num_threads(1).build()?;
     let (mut native_ms, native_probabilities) = time_native(&classifier, &input, &args)?;
-    let (mut one_thread_ms, _) = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()?
-        .install(|| time_native(&classifier, &input, &args))?;
+    let (mut one_thread_ms, _) = one_thread.install(|| time_native(&classifier, &input, &args))?;
+    let native_int8 = match Kernel::best() {
+        Some(kernel) => {
+            let int8 =
+                load_classifier::<Cpu>(&native_dir, &compute.device)?.with_int8_copies(kernel);
+            let (mut all, _) = time_native(&int8, &input, &args)?;
+            let (mut one, _) = one_thread.install(|| time_native(&int8, &input, &args))?;
+            Some((kernel, Latency::of(&mut all), Latency::of(&mut one)))
+        }
+        None => None,
+    };
+    // What the page should compute: the same products (SIMD128's integer sums, here one at a
+    // time) on its CPU backend, f32 on WebGPU.
+    let expected = match args.backend.int8_kernel() {
+        Some(kernel) => load_classifier::<Cpu>(&native_dir, &compute.device)?
+            .with_int8_copies(kernel)
+            .predict_batch(&[&input])?,
+        None => native_probabilities.clone(),
+    };
 
     println!("starting a server for the app and timing in headless Chromium…");
     let server = TemporaryServer::start(home, &args, &classifier_dir, dis_ae.as_deref())?;
@@ -197,12 +224,15 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         args.runs,
         native_probabilities.len()
     );
-    let max_diff = browser
-        .probabilities
-        .iter()
-        .zip(&native_probabilities)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0f32, f32::max);
+    let max_diff = |reference: &[f32]| {
+        browser
+            .probabilities
+            .iter()
+            .zip(reference)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max)
+    };
+    let (same_products, against_f32) = (max_diff(&expected), max_diff(&native_probabilities));
 
     let native = Latency::of(&mut native_ms);
     let one_thread = Latency::of(&mut one_thread_ms);
@@ -219,17 +249,31 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
     };
     row(&format!("native (burn Flex, {threads} threads)"), &native);
     row("native (burn Flex, 1 thread)", &one_thread);
+    if let Some((kernel, all, one)) = &native_int8 {
+        let name = kernel.name();
+        row(&format!("native int8 ({name}, {threads} threads)"), all);
+        row(&format!("native int8 ({name}, 1 thread)"), one);
+    }
     row(
         &format!("{} ({})", browser.browser, args.backend.description()),
         &in_browser,
     );
     println!(
         "\nbrowser / native: {:.2}× ({:.2}× against one native thread); app load to first score \
-         {:.1} s; max |Δp| browser vs native {max_diff:.1e}",
+         {:.1} s; max |Δp| browser vs native with the page's products {same_products:.1e}, vs \
+         native f32 {against_f32:.1e}",
         in_browser.median / native.median,
         in_browser.median / one_thread.median,
         browser.load_ms / 1e3
     );
+    if let Some((kernel, all, one)) = &native_int8 {
+        println!(
+            "browser / native int8 ({}): {:.2}× ({:.2}× against one native thread)",
+            kernel.name(),
+            in_browser.median / all.median,
+            in_browser.median / one.median
+        );
+    }
     if let Some(dis_ae) = dis_ae {
         let native_dis_ae = compacted.path().join("dis-ae");
         compact_model_dir(&dis_ae, &native_dis_ae, DIS_AE_BITS)?;
