@@ -43,14 +43,17 @@ fn native_score(classifier: &Path) -> String {
     let probabilities = classifier.predict_batch(&[&input]).unwrap();
     let int8 = classifier.with_int8_copies(Kernel::Simd128);
     let int8_probabilities = int8.predict_batch(&[&input]).unwrap();
-    assert_ne!(
-        int8_probabilities, probabilities,
-        "the int8 copies are used"
-    );
+    let int8_vs_f32 = int8_probabilities
+        .iter()
+        .zip(&probabilities)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(int8_vs_f32 > 0.0, "the int8 copies are used");
     serde_json::json!({
         "text": SCORED,
         "probabilities": probabilities,
         "int8_probabilities": int8_probabilities,
+        "int8_vs_f32": int8_vs_f32,
     })
     .to_string()
 }

@@ -9,7 +9,6 @@
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig};
 use burn::nn::{Linear, LinearConfig};
-use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Int, Tensor};
 use serde::{Deserialize, Serialize};
@@ -18,6 +17,7 @@ use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors}
 use super::dropout::dropout;
 use super::gelu::gelu;
 use super::int8::{Int8Copy, Kernel};
+use super::softmax::softmax_last;
 
 /// BERT's renames between Hugging Face keys and the field names below.
 pub const BERT_KEYS: KeyMap = KeyMap {
@@ -387,7 +387,7 @@ impl<B: Backend> BertSelfAttention<B> {
 
         let scores = query.matmul(key.transpose()) / (head_dim as f64).sqrt();
         let scores = scores.mask_fill(padding.clone(), f32::MIN);
-        let probs = dropout(&self.dropout, softmax(scores, 3));
+        let probs = dropout(&self.dropout, softmax_last(scores));
         probs
             .matmul(value)
             .swap_dims(1, 2)

@@ -34,7 +34,7 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
 }
 
 /// `value` as `U`, which it is (`U` is `B`'s tensor type, matched by a downcast).
-fn same_type<T: 'static, U: 'static>(value: T) -> U {
+pub(crate) fn same_type<T: 'static, U: 'static>(value: T) -> U {
     let value: Box<dyn Any> = Box::new(value);
     *value
         .downcast::<U>()
@@ -144,7 +144,7 @@ pub fn gelu_gradient_in_place(grad: &mut [f32], input: &[f32]) {
 /// e^y for y ≤ 0 to a relative 2e-7 (0 below −87): y = n·ln 2 + r with |r| ≤ ln 2 / 2, e^r by
 /// its Taylor polynomial, 2ⁿ in the exponent bits. Branch-free, so loops over it vectorise.
 #[inline(always)]
-fn exp_non_positive(y: f32) -> f32 {
+pub(crate) fn exp_non_positive(y: f32) -> f32 {
     const LN2_HI: f32 = 0.693_145_75;
     const LN2_LO: f32 = 1.428_606_8e-6;
     let y = y.max(-87.0);

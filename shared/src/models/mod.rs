@@ -16,6 +16,7 @@ pub mod lstm;
 pub mod pooling;
 pub mod search;
 pub mod sequence_loss;
+pub mod softmax;
 pub mod t5;
 
 use checkpoint::CheckpointError;
