@@ -62,7 +62,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// The kernels this CPU runs, fastest first (checked at run time: the build targets any
-    /// x86-64-v3 CPU).
+    /// x86-64-v3 CPU); in the page, SIMD128.
     pub fn available() -> Vec<Self> {
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         return vec![Self::Simd128];
@@ -97,7 +97,8 @@ impl Kernel {
     }
 
     /// The kernel to encode with on this CPU: AMX where it has it (on a 2-core AMX VM, 1.46x
-    /// VNNI's products and 1.26x its MiniLM encoding), else VNNI, else none. The AVX2 kernel is
+    /// VNNI's products and 1.26x its MiniLM encoding), else VNNI, else none (in the page,
+    /// SIMD128). The AVX2 kernel is
     /// measured (`flipside bench matmul`, `bench encode`) but not chosen: on a Sapphire
     /// Rapids core it ran no faster than burn's AVX-512 f32 products (132 vs 134 GOPS), its
     /// 7-bit activations cost accuracy (MiniLM embeddings within cosine 0.988 of f32, VNNI's
