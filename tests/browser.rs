@@ -18,7 +18,7 @@ use flipside_shared::models::int8::Kernel;
 use serde_json::json;
 
 use crate::accounts::{ADMIN_PASSWORD, add_user, sign_in, team_of};
-use crate::common::{ITEMS, editing_setup, serve, tiny_dis_ae};
+use crate::common::{ITEMS, editing_setup, max_difference, serve, tiny_dis_ae};
 use crate::portal::{add_items, finished_job, new_queue};
 use crate::server::{Server, json_of};
 
@@ -43,11 +43,7 @@ fn native_score(classifier: &Path) -> String {
     let probabilities = classifier.predict_batch(&[&input]).unwrap();
     let int8 = classifier.with_int8_copies(Kernel::Simd128);
     let int8_probabilities = int8.predict_batch(&[&input]).unwrap();
-    let int8_vs_f32 = int8_probabilities
-        .iter()
-        .zip(&probabilities)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let int8_vs_f32 = max_difference(&int8_probabilities, &probabilities);
     assert!(int8_vs_f32 > 0.0, "the int8 copies are used");
     serde_json::json!({
         "text": SCORED,

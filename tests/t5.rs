@@ -12,6 +12,8 @@ use flipside_shared::models::t5::decode::{DecodeSettings, Search, generate};
 use flipside_shared::models::t5::{DecoderCache, T5Config, T5Model};
 use serde_json::Value;
 
+use crate::common::max_difference;
+
 fn fixture(version: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/hf-t5")
@@ -68,14 +70,6 @@ fn flatten(value: &Value) -> Vec<f32> {
     }
 }
 
-fn max_difference(ours: Vec<f32>, theirs: &[f32]) -> f32 {
-    assert_eq!(ours.len(), theirs.len());
-    ours.iter()
-        .zip(theirs)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f32::max)
-}
-
 fn values<const D: usize>(tensor: Tensor<Cpu, D>) -> Vec<f32> {
     tensor.into_data().to_vec::<f32>().unwrap()
 }
@@ -90,7 +84,7 @@ fn t5_v1_0_and_v1_1_match_transformers() {
             reference.attention_mask.clone(),
         );
         let encoder_error = max_difference(
-            values(encoded.hidden.clone()),
+            &values(encoded.hidden.clone()),
             &flatten(&reference.json["encoder_hidden"]),
         );
         assert!(encoder_error < 1e-4, "{version} encoder: {encoder_error}");
@@ -102,7 +96,7 @@ fn t5_v1_0_and_v1_1_match_transformers() {
         );
         let log_probs = burn::tensor::activation::log_softmax(logits, 2);
         let decoder_error =
-            max_difference(values(log_probs), &flatten(&reference.json["log_probs"]));
+            max_difference(&values(log_probs), &flatten(&reference.json["log_probs"]));
         assert!(decoder_error < 1e-4, "{version} decoder: {decoder_error}");
 
         for (search, key) in [
@@ -155,7 +149,7 @@ fn cached_decoding_equals_full_recomputation() {
         }
         assert_eq!(cache.length, steps);
         let stepped: Vec<f32> = stepped.concat();
-        let error = max_difference(full, &stepped);
+        let error = max_difference(&full, &stepped);
         assert!(error < 1e-5, "{version}: cached vs full {error}");
     }
 }

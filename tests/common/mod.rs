@@ -14,6 +14,15 @@ use flipside_shared::models::classifier::{
 };
 
 /// The Flipside home the test command fetched assets into (`FLIPSIDE_HOME` or `~/.flipside`).
+/// The largest `|a − b|` over two equally long lists of numbers.
+pub fn max_difference(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max)
+}
+
 pub fn home() -> Home {
     Home::resolve(std::env::var_os("FLIPSIDE_HOME").map(PathBuf::from)).unwrap()
 }

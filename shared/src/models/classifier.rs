@@ -413,6 +413,7 @@ pub enum PredictError {
 }
 
 /// A classifier ready for inference: model, tokenizer and label names.
+#[derive(Clone)]
 pub struct TextClassifier<B: Backend> {
     pub model: SequenceClassifier<B>,
     pub tokenizer: TextTokenizer,

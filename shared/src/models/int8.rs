@@ -333,16 +333,16 @@ impl Int8Linear {
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn multiply_widened(&self, quantised: &QuantisedRows, rows: usize, output: &mut [f32]) {
         let wide_rows: Vec<i16> = quantised.values.iter().map(|&v| i16::from(v)).collect();
-        let mut wide_weights = vec![0i16; self.groups * GROUP_BYTES];
         let width = quantised.width;
+        let mut wide_weights = vec![0i16; self.groups * GROUP_BYTES];
         for panel in 0..self.bias.len() / PANEL {
+            // The panel's weights, as every block of it has them.
+            let (first, ..) = self.block(quantised, rows, 0, panel);
+            for (wide, &w) in wide_weights.iter_mut().zip(first.weights) {
+                *wide = i16::from(w);
+            }
             for tile in 0..quantised.tiles() {
                 let (block, offset, columns) = self.block(quantised, rows, tile, panel);
-                if tile == 0 {
-                    for (wide, &w) in wide_weights.iter_mut().zip(block.weights) {
-                        *wide = i16::from(w);
-                    }
-                }
                 let wide_rows = &wide_rows[tile * SIMD128_ROWS * width..][..SIMD128_ROWS * width];
                 let output = &mut output[offset..];
                 block.multiply_simd128(wide_rows, &wide_weights, output, self.outputs, columns);

@@ -179,8 +179,7 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
     let (mut one_thread_ms, _) = one_thread.install(|| time_native(&classifier, &input, &args))?;
     let native_int8 = match Kernel::best() {
         Some(kernel) => {
-            let int8 =
-                load_classifier::<Cpu>(&native_dir, &compute.device)?.with_int8_copies(kernel);
+            let int8 = classifier.clone().with_int8_copies(kernel);
             let (mut all, _) = time_native(&int8, &input, &args)?;
             let (mut one, _) = one_thread.install(|| time_native(&int8, &input, &args))?;
             Some((kernel, Latency::of(&mut all), Latency::of(&mut one)))
@@ -190,7 +189,8 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
     // What the page should compute: the same products (SIMD128's integer sums, here one at a
     // time) on its CPU backend, f32 on WebGPU.
     let expected = match args.backend.int8_kernel() {
-        Some(kernel) => load_classifier::<Cpu>(&native_dir, &compute.device)?
+        Some(kernel) => classifier
+            .clone()
             .with_int8_copies(kernel)
             .predict_batch(&[&input])?,
         None => native_probabilities.clone(),
