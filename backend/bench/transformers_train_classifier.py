@@ -2,11 +2,12 @@
 
 Reads a JSON request on stdin: {"model_dir", "texts", "labels" (ids), "num_labels",
 "batch_size", "max_len", "steps", "lr", "weight_decay", "warmup", "max_grad_norm", "threads",
-"device", "seed"}, fine-tunes BertForSequenceClassification (pooler over [CLS], then a linear
+"device", "seed", "autocast_bf16"}, fine-tunes BertForSequenceClassification (pooler over [CLS], then a linear
 layer: Flipside's default head) as `flipside classifier train` does: AdamW with weight decay on
 every parameter, linear warm-up and decay, gradient clipping; step i trains on the i-th
-`batch_size` texts, padded to the longest. The first step is a warm-up and is not timed. Prints a
-JSON result on stdout.
+`batch_size` texts, padded to the longest. With "autocast_bf16" the forward pass runs under
+`torch.autocast("cpu", torch.bfloat16)` (linear layers and matrix products in bf16, weights and
+optimizer in f32). The first step is a warm-up and is not timed. Prints a JSON result on stdout.
 """
 
 import json
@@ -45,7 +46,9 @@ def main():
                             max_length=request["max_len"], return_tensors="pt").to(device)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(step)
-        loss = model(**encoded, labels=torch.tensor(targets, device=device)).loss
+        with torch.autocast(device.type, dtype=torch.bfloat16,
+                            enabled=request.get("autocast_bf16", False)):
+            loss = model(**encoded, labels=torch.tensor(targets, device=device)).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), request["max_grad_norm"])
         optimizer.step()

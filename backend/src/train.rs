@@ -20,6 +20,7 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use flipside_shared::data::{Dataset, Example, stable_hash};
 use flipside_shared::metrics::{accuracy, argmax_rows};
+use flipside_shared::models::bf16::{Bf16Kernel, Bf16Training};
 use flipside_shared::models::classifier::{
     Architecture, ClassifierConfig, SequenceClassifier, TextClassifier, load_encoder_weights,
 };
@@ -59,6 +60,9 @@ pub struct TrainConfig {
     /// The classification head: Hugging Face's (a directory `transformers` loads), or the
     /// head over mean-pooled states that the re-ranker keeps.
     pub head: Head,
+    /// Multiply the encoder's linear layers (forward and gradients) in bf16 with AMX, summing in
+    /// f32 ([`flipside_shared::models::bf16`]); CPU only. The weights then depend on the CPU.
+    pub bf16: bool,
 }
 
 /// Which head a trained classifier gets.
@@ -86,6 +90,7 @@ impl Default for TrainConfig {
             seed: 42,
             checkpoint_every: 50,
             head: Head::HfPooler,
+            bf16: false,
         }
     }
 }
@@ -480,6 +485,25 @@ pub fn state_dir(out: &Path) -> PathBuf {
 /// Fine-tunes a classifier on `run.train`, starting from the encoder in `run.encoder_dir`,
 /// resuming from `run.out/train-state` if a checkpoint of the same run is there. On success the
 /// model is saved to `run.out` (see [`crate::models::save_classifier`]) and the state removed.
+/// Linear layers in bf16 on this thread while the returned value lives, when `config` asks for
+/// it: only on the CPU backend of a CPU with AMX-BF16.
+fn bf16_training<B: Backend>(config: &TrainConfig) -> Result<Option<Bf16Training>> {
+    if !config.bf16 {
+        return Ok(None);
+    }
+    if std::any::TypeId::of::<B>() != std::any::TypeId::of::<burn::backend::Flex>() {
+        bail!("--bf16 is for the CPU backend; on a GPU the products stay f32");
+    }
+    let Some(kernel) = Bf16Kernel::best() else {
+        bail!(
+            "--bf16 needs a CPU with AMX-BF16 (Intel Sapphire Rapids or later) and Linux's \
+             permission to use its tiles; this CPU has no AMX-BF16 or was refused: train \
+             without --bf16"
+        );
+    };
+    Ok(Some(Bf16Training::enter(kernel)))
+}
+
 pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Result<TrainOutcome> {
     let config = &run.config;
     if run.train.is_empty() {
@@ -491,6 +515,7 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Resu
             run.train.labels.names()
         );
     }
+    let _bf16 = bf16_training::<B>(config)?;
     let files = BertFiles::read(run.encoder_dir)?;
     let objective = ClassifierObjective {
         train: run.train,

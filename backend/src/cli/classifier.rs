@@ -92,6 +92,10 @@ pub struct TrainConfigArgs {
     /// Save a resumable checkpoint every this many steps
     #[arg(long, default_value_t = TrainConfig::default().checkpoint_every)]
     pub checkpoint_every: usize,
+    /// Multiply the linear layers in bf16 with AMX (sums, weights and optimizer in f32): faster
+    /// on CPUs with AMX-BF16, and the weights then depend on the CPU
+    #[arg(long)]
+    pub bf16: bool,
 }
 
 impl TrainConfigArgs {
@@ -108,6 +112,7 @@ impl TrainConfigArgs {
             seed: self.seed,
             checkpoint_every: self.checkpoint_every,
             head: TrainConfig::default().head,
+            bf16: self.bf16,
         }
     }
 }

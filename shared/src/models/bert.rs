@@ -398,7 +398,7 @@ impl<B: Backend> BertSelfAttention<B> {
 /// `linear` applied to every token of `[batch, seq, width]` as one `[batch·seq, width]` matrix
 /// product: burn's `linear` on a 3-d input multiplies each sequence separately (burn-flex: one
 /// small gemm per sequence, packing the weights again for each). In int8 when `int8` holds the
-/// layer's copy.
+/// layer's copy; in bf16 while training in bf16 ([`super::bf16::Bf16Training`]).
 pub fn per_token<B: Backend>(
     linear: &Linear<B>,
     int8: &Int8Copy,
@@ -406,9 +406,10 @@ pub fn per_token<B: Backend>(
 ) -> Tensor<B, 3> {
     let [batch, seq, width] = input.dims();
     let rows = input.reshape([batch * seq, width]);
-    let output = int8
-        .forward(linear, rows)
-        .unwrap_or_else(|rows| linear.forward(rows));
+    let output = int8.forward(linear, rows);
+    #[cfg(not(target_arch = "wasm32"))]
+    let output = output.or_else(|rows| super::bf16::forward(linear, rows));
+    let output = output.unwrap_or_else(|rows| linear.forward(rows));
     let [_, out_width] = output.dims();
     output.reshape([batch, seq, out_width])
 }

@@ -16,6 +16,9 @@ use std::arch::asm;
 use std::arch::x86_64::*;
 use std::sync::Arc;
 
+#[cfg(target_arch = "x86_64")]
+use super::amx;
+
 use burn::backend::Flex;
 use burn::nn::Linear;
 use burn::tensor::backend::Backend;
@@ -73,7 +76,7 @@ impl Kernel {
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512vnni")
             {
-                if amx::usable() {
+                if amx::int8_usable() {
                     kernels.push(Self::Amx);
                 }
                 kernels.push(Self::Vnni);
@@ -1047,98 +1050,6 @@ unsafe fn quantise_row_avx512(row: &[f32], out: &mut [u8], levels: f32) -> (f32,
     let done = row.len() - tail.len();
     quantise_values(tail, &mut out[done..], 1.0 / scale, zero, levels, true);
     (scale, zero as i32)
-}
-
-/// AMX's tile registers: Linux's permission to use them, and their shape.
-#[cfg(target_arch = "x86_64")]
-mod amx {
-    use std::arch::asm;
-    use std::cell::Cell;
-    use std::sync::OnceLock;
-
-    thread_local! {
-        /// Whether this thread's tiles are configured (a [`Tiles`] lives).
-        static CONFIGURED: Cell<bool> = const { Cell::new(false) };
-    }
-
-    /// Whether a [`Tiles`] of this thread lives.
-    pub fn configured() -> bool {
-        CONFIGURED.get()
-    }
-
-    /// Whether the CPU has AMX with int8 products and the OS lets this process use the tiles
-    /// (Linux hands their 8 KB of state only to processes that ask; asked once).
-    pub fn usable() -> bool {
-        static USABLE: OnceLock<bool> = OnceLock::new();
-        *USABLE.get_or_init(|| {
-            // CPUID leaf 7: EDX bit 24 is AMX-TILE, bit 25 AMX-INT8.
-            let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
-            edx & (1 << 24) != 0 && edx & (1 << 25) != 0 && request_permission()
-        })
-    }
-
-    #[cfg(target_os = "linux")]
-    fn request_permission() -> bool {
-        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
-        const XFEATURE_XTILEDATA: libc::c_long = 18;
-        // SAFETY: arch_prctl with these arguments only asks for permission.
-        unsafe {
-            libc::syscall(
-                libc::SYS_arch_prctl,
-                ARCH_REQ_XCOMP_PERM,
-                XFEATURE_XTILEDATA,
-            ) == 0
-        }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn request_permission() -> bool {
-        false
-    }
-
-    /// The tile configuration (palette 1): eight tiles of 16 rows × 64 bytes — sums in 0–3,
-    /// activations in 4–5, weights in 6–7.
-    #[repr(C, align(64))]
-    struct Config {
-        palette: u8,
-        start_row: u8,
-        reserved: [u8; 14],
-        bytes_per_row: [u16; 16],
-        rows: [u8; 16],
-        unused: [u8; 16],
-    }
-
-    /// This thread's tiles, configured until dropped (one at a time per thread).
-    pub struct Tiles(());
-
-    impl Tiles {
-        /// # Safety
-        /// [`usable`] must have returned true.
-        pub unsafe fn configure() -> Self {
-            let mut config = Config {
-                palette: 1,
-                start_row: 0,
-                reserved: [0; 14],
-                bytes_per_row: [0; 16],
-                rows: [0; 16],
-                unused: [0; 16],
-            };
-            config.bytes_per_row[..8].fill(64);
-            config.rows[..8].fill(16);
-            // SAFETY: a valid palette-1 configuration of 64 bytes; the CPU has AMX.
-            unsafe { asm!("ldtilecfg [{}]", in(reg) &config, options(nostack, readonly)) };
-            CONFIGURED.set(true);
-            Self(())
-        }
-    }
-
-    impl Drop for Tiles {
-        fn drop(&mut self) {
-            // SAFETY: the tiles were configured by `configure`.
-            unsafe { asm!("tilerelease", options(nostack, nomem)) };
-            CONFIGURED.set(false);
-        }
-    }
 }
 
 #[cfg(test)]

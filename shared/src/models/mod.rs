@@ -2,7 +2,11 @@
 //! checkpoint key map. Checkpoints are built from bytes ([`CheckpointFiles`]), so native code
 //! (reading a directory) and the browser (downloading the files) load them the same way.
 
+#[cfg(target_arch = "x86_64")]
+pub mod amx;
 pub mod bert;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod bf16;
 pub mod biencoder;
 pub mod checkpoint;
 pub mod classifier;

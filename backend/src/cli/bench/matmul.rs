@@ -17,6 +17,7 @@ use crate::home::Home;
 use crate::models::{BertFiles, DEFAULT_ENCODER, resolve_model_dir};
 use crate::with_backend;
 use flipside_shared::models::bert::BertConfig;
+use flipside_shared::models::bf16::{self, Bf16Kernel, Strided};
 use flipside_shared::models::int8::{Int8Linear, Kernel};
 use flipside_shared::random::SplitMix64;
 
@@ -121,6 +122,12 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
         .map(|&kernel| pool.install(|| time_int8(&shapes, args.rows, args.passes, kernel)))
         .collect();
 
+    let bf16_seconds = Bf16Kernel::best().map(|kernel| {
+        Product::ALL.map(|product| {
+            pool.install(|| time_bf16(&shapes, args.rows, args.passes, kernel, product))
+        })
+    });
+
     let tokens = (args.rows * args.passes) as f64;
     let ours = flops / seconds / 1e9;
     println!(
@@ -135,6 +142,15 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
             flops / int8_seconds / 1e9,
             tokens / int8_seconds,
             seconds / int8_seconds
+        );
+    }
+    for (product, bf16_seconds) in Product::ALL.iter().zip(bf16_seconds.iter().flatten()) {
+        println!(
+            "{:<40} {:>7.1} GFLOPS  {:>8.0} tokens/s  ({:.2}x burn's f32 x · W)",
+            format!("flipside bf16 (AMX), {}", product.name()),
+            flops / bf16_seconds / 1e9,
+            tokens / bf16_seconds,
+            seconds / bf16_seconds
         );
     }
     if let Some(reference) = reference {
@@ -210,6 +226,86 @@ fn time_int8(shapes: &Shapes, rows: usize, passes: usize, kernel: Kernel) -> f64
     let pass = || {
         for (x, layer) in &layers {
             drop(layer.forward(x, rows));
+        }
+    };
+    pass();
+    let started = Instant::now();
+    for _ in 0..passes {
+        pass();
+    }
+    started.elapsed().as_secs_f64()
+}
+
+/// The three products of a linear layer in training: the forward pass and its two gradients.
+#[derive(Debug, Clone, Copy)]
+enum Product {
+    Forward,
+    InputGradient,
+    WeightGradient,
+}
+
+impl Product {
+    const ALL: [Self; 3] = [Self::Forward, Self::InputGradient, Self::WeightGradient];
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Forward => "x · W",
+            Self::InputGradient => "dy · Wᵀ",
+            Self::WeightGradient => "xᵀ · dy",
+        }
+    }
+}
+
+/// Seconds of the same passes through bf16 products ([`bf16::matmul`], operands packed in every
+/// product, as in training), each layer's `product`: the same FLOPs whichever it is.
+fn time_bf16(
+    shapes: &Shapes,
+    rows: usize,
+    passes: usize,
+    kernel: Bf16Kernel,
+    product: Product,
+) -> f64 {
+    let mut rng = SplitMix64(7);
+    let mut normal = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| (rng.uniform() as f32 - 0.5) * 0.07)
+            .collect()
+    };
+    let layers: Vec<(Vec<f32>, Vec<f32>, Vec<f32>)> = shapes
+        .layers
+        .iter()
+        .map(|&(inputs, outputs)| {
+            (
+                normal(rows * inputs),
+                normal(inputs * outputs),
+                normal(rows * outputs),
+            )
+        })
+        .collect();
+    let pass = || {
+        for (&(k, n), (x, w, dy)) in shapes.layers.iter().zip(&layers) {
+            let m = rows;
+            drop(match product {
+                Product::Forward => {
+                    bf16::matmul(kernel, Strided::rows(x, k), Strided::rows(w, n), m, k, n)
+                }
+                Product::InputGradient => bf16::matmul(
+                    kernel,
+                    Strided::rows(dy, n),
+                    Strided::transposed(w, n),
+                    m,
+                    n,
+                    k,
+                ),
+                Product::WeightGradient => bf16::matmul(
+                    kernel,
+                    Strided::transposed(x, k),
+                    Strided::rows(dy, n),
+                    k,
+                    m,
+                    n,
+                ),
+            });
         }
     };
     pass();

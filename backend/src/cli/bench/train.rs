@@ -31,6 +31,10 @@ pub struct TrainBenchArgs {
     /// The encoder fine-tuned: a BERT directory or a model asset name
     #[arg(long, default_value = DEFAULT_ENCODER)]
     pub model: String,
+    /// Train with the linear layers in bf16 (AMX; `classifier train --bf16`); the reference then
+    /// runs twice, in f32 and under PyTorch's CPU autocast to bf16
+    #[arg(long)]
+    pub bf16: bool,
     #[command(flatten)]
     pub sides: TorchBenchArgs,
 }
@@ -54,6 +58,7 @@ pub fn bench_train(home: &Home, args: TrainBenchArgs) -> Result<()> {
         batch_size: args.batch_size,
         max_len: args.max_len,
         checkpoint_every: usize::MAX,
+        bf16: args.bf16,
         ..TrainConfig::default()
     };
     println!(
@@ -65,26 +70,29 @@ pub fn bench_train(home: &Home, args: TrainBenchArgs) -> Result<()> {
         super::cpu_features()
     );
 
-    let reference = match args.sides.reference_python(home)? {
-        None => None,
-        Some(python) => {
-            let request = serde_json::json!({
-                "model_dir": model_dir,
-                "texts": data.examples.iter().map(|e| e.input.texts()[0]).collect::<Vec<_>>(),
-                "labels": data.examples.iter().map(|e| e.label).collect::<Vec<_>>(),
-                "num_labels": data.labels.names().len(),
-                "batch_size": config.batch_size, "max_len": config.max_len,
-                "steps": args.steps + 1, "lr": config.lr, "weight_decay": config.weight_decay,
-                "warmup": config.warmup, "max_grad_norm": config.max_grad_norm,
-                "threads": threads, "device": device, "seed": config.seed,
-            });
-            let stdout = run_reference_script(python, REFERENCE_SCRIPT, &request, "transformers")?;
-            Some(
-                serde_json::from_slice::<ReferenceResult>(&stdout)
-                    .context("the reference printed no result")?,
-            )
-        }
-    };
+    // PyTorch in f32, and with --bf16 under its autocast to bf16 too.
+    let mut references = Vec::new();
+    let precisions: &[bool] = if args.bf16 { &[false, true] } else { &[false] };
+    for &autocast_bf16 in precisions {
+        let Some(python) = args.sides.reference_python(home)? else {
+            break;
+        };
+        let request = serde_json::json!({
+            "model_dir": model_dir,
+            "texts": data.examples.iter().map(|e| e.input.texts()[0]).collect::<Vec<_>>(),
+            "labels": data.examples.iter().map(|e| e.label).collect::<Vec<_>>(),
+            "num_labels": data.labels.names().len(),
+            "batch_size": config.batch_size, "max_len": config.max_len,
+            "steps": args.steps + 1, "lr": config.lr, "weight_decay": config.weight_decay,
+            "warmup": config.warmup, "max_grad_norm": config.max_grad_norm,
+            "threads": threads, "device": device, "seed": config.seed,
+            "autocast_bf16": autocast_bf16,
+        });
+        let stdout = run_reference_script(python, REFERENCE_SCRIPT, &request, "transformers")?;
+        let result = serde_json::from_slice::<ReferenceResult>(&stdout)
+            .context("the reference printed no result")?;
+        references.push((autocast_bf16, result));
+    }
     let out = tempfile::tempdir()?;
     let run = TrainRun {
         train: &data,
@@ -102,21 +110,26 @@ pub fn bench_train(home: &Home, args: TrainBenchArgs) -> Result<()> {
     println!(
         "{:<40} {ours:>7.3} steps/s  first loss {first_loss:.4}",
         format!(
-            "flipside (burn, {})",
-            device.to_possible_value().expect("a device").get_name()
+            "flipside (burn, {}{})",
+            device.to_possible_value().expect("a device").get_name(),
+            if args.bf16 { ", bf16 AMX" } else { "" }
         )
     );
-    if let Some(reference) = reference {
+    for (autocast_bf16, reference) in references {
         let theirs = args.steps as f64 / reference.seconds;
+        let precision = if autocast_bf16 { ", autocast bf16" } else { "" };
         println!(
             "{:<40} {theirs:>7.3} steps/s  first loss {:.4}",
             format!(
-                "transformers (torch {}, {}, {} threads)",
+                "transformers (torch {}, {}{precision}, {} threads)",
                 reference.torch, reference.device, reference.threads
             ),
             reference.losses.first().copied().unwrap_or(f64::NAN)
         );
-        println!("ratio flipside / transformers: {:.2}x", ours / theirs);
+        println!(
+            "ratio flipside / transformers{precision}: {:.2}x",
+            ours / theirs
+        );
     }
     Ok(())
 }

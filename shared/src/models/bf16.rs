@@ -1,0 +1,553 @@
+//! Fine-tuning's matrix products in bf16 on CPUs with AMX: the linear layers' `x · W` and both
+//! of its gradients (`dy · Wᵀ`, `xᵀ · dy`) round their operands to bf16 (8 bits of mantissa,
+//! f32's range) and sum the products in f32 — the mixed precision of PyTorch's CPU autocast,
+//! with the master weights, the optimizer and everything besides these products in f32.
+//! AMX's `tdpbf16ps` multiplies a 16 × 32 tile of bf16 rows by a 32 × 16 tile of weights per
+//! instruction.
+//!
+//! Opt-in ([`Bf16Training::enter`], `classifier train --bf16`): the trained weights then depend
+//! on the CPU's kind, where f32 training gives the same model everywhere. [`Bf16Kernel::Portable`]
+//! computes the same rounded products with plain loops on any CPU, for the tests.
+
+use std::cell::Cell;
+
+use burn::backend::{Autodiff, Flex};
+use burn::nn::Linear;
+use burn::tensor::backend::Backend;
+use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use rayon::prelude::*;
+
+#[cfg(target_arch = "x86_64")]
+use super::amx;
+use super::gelu::same_type;
+
+/// Rows (and columns) of the output block one AMX step computes: two tiles of 16 each way.
+const BLOCK: usize = 32;
+/// Inputs per AMX step: a tile row holds 32 bf16 values.
+const STEP: usize = 32;
+
+/// How the bf16 products are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bf16Kernel {
+    /// AMX's `tdpbf16ps` on tiles.
+    Amx,
+    /// Plain loops over the same rounded values (slow; for the tests and CPUs without AMX).
+    Portable,
+}
+
+impl Bf16Kernel {
+    /// AMX where this CPU has its bf16 products and Linux lets the process use them.
+    pub fn best() -> Option<Self> {
+        #[cfg(target_arch = "x86_64")]
+        if amx::bf16_usable() {
+            return Some(Self::Amx);
+        }
+        None
+    }
+}
+
+/// A matrix read through strides: element `(r, c)` is `values[r · row + c · column]`, so a
+/// row-major matrix and its transpose are both views of the same values.
+#[derive(Debug, Clone, Copy)]
+pub struct Strided<'a> {
+    pub values: &'a [f32],
+    pub row: usize,
+    pub column: usize,
+}
+
+impl<'a> Strided<'a> {
+    /// A row-major matrix of `columns` columns.
+    pub fn rows(values: &'a [f32], columns: usize) -> Self {
+        Self {
+            values,
+            row: columns,
+            column: 1,
+        }
+    }
+
+    /// The transpose of a row-major matrix of `columns` columns.
+    pub fn transposed(values: &'a [f32], columns: usize) -> Self {
+        Self {
+            values,
+            row: 1,
+            column: columns,
+        }
+    }
+
+    fn at(&self, r: usize, c: usize) -> f32 {
+        self.values[r * self.row + c * self.column]
+    }
+}
+
+/// `x` rounded to the nearest bf16 (ties to even), as its 16 bits.
+pub fn to_bf16(x: f32) -> u16 {
+    let bits = x.to_bits();
+    ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16
+}
+
+fn from_bf16(bits: u16) -> f32 {
+    f32::from_bits(u32::from(bits) << 16)
+}
+
+/// `a · b` (`a`: `m × k`, `b`: `k × n`) row-major, its operands rounded to bf16 and the products
+/// summed in f32.
+pub fn matmul(
+    kernel: Bf16Kernel,
+    a: Strided,
+    b: Strided,
+    m: usize,
+    k: usize,
+    n: usize,
+) -> Vec<f32> {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Bf16Kernel::Amx => amx_matmul(a, b, m, k, n),
+        #[cfg(not(target_arch = "x86_64"))]
+        Bf16Kernel::Amx => unreachable!("Bf16Kernel::best gives AMX only on x86-64"),
+        Bf16Kernel::Portable => portable_matmul(a, b, m, k, n),
+    }
+}
+
+fn portable_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> {
+    let round = |x: f32| from_bf16(to_bf16(x));
+    let b_columns: Vec<Vec<f32>> = (0..n)
+        .map(|c| (0..k).map(|i| round(b.at(i, c))).collect())
+        .collect();
+    let mut output = vec![0.0; m * n];
+    output
+        .par_chunks_mut(n.max(1))
+        .enumerate()
+        .for_each(|(r, out)| {
+            let row: Vec<f32> = (0..k).map(|i| round(a.at(r, i))).collect();
+            for (value, column) in out.iter_mut().zip(&b_columns) {
+                *value = row.iter().zip(column).map(|(x, w)| x * w).sum();
+            }
+        });
+    output
+}
+
+/// The left operand in bf16 for AMX: `m` rows padded to whole blocks, each of `k` values padded
+/// with zeros to whole steps. Each block is read in its source's order (row by row, or, for a
+/// transposed view, input by input), so that the reads are contiguous.
+#[cfg(target_arch = "x86_64")]
+fn pack_rows(a: Strided, m: usize, k: usize) -> (Vec<u16>, usize) {
+    let width = k.div_ceil(STEP) * STEP;
+    let mut packed = vec![0u16; m.div_ceil(BLOCK) * BLOCK * width];
+    packed
+        .par_chunks_mut(BLOCK * width)
+        .enumerate()
+        .for_each(|(block, out)| {
+            let first = block * BLOCK;
+            let rows = BLOCK.min(m - first);
+            if a.column == 1 {
+                for r in 0..rows {
+                    let source = &a.values[(first + r) * a.row..][..k];
+                    for (value, &x) in out[r * width..][..k].iter_mut().zip(source) {
+                        *value = to_bf16(x);
+                    }
+                }
+            } else {
+                assert_eq!(a.row, 1, "a row-major matrix or its transpose");
+                for i in 0..k {
+                    let source = &a.values[first + i * a.column..][..rows];
+                    for (r, &x) in source.iter().enumerate() {
+                        out[r * width + i] = to_bf16(x);
+                    }
+                }
+            }
+        });
+    (packed, width)
+}
+
+/// The right operand in bf16 for AMX, in panels of 32 columns: each panel holds, per pair of
+/// inputs, 32 columns × the pair (AMX's layout for `tdpbf16ps`'s second tile), zeros past `k`
+/// and `n`. Read in the source's order, as [`pack_rows`] does.
+#[cfg(target_arch = "x86_64")]
+fn pack_panels(b: Strided, k: usize, n: usize, width: usize) -> Vec<u16> {
+    let panel_len = width * BLOCK;
+    let mut packed = vec![0u16; n.div_ceil(BLOCK) * panel_len];
+    let at = |i: usize, c: usize| (i / 2 * BLOCK + c) * 2 + i % 2;
+    packed
+        .par_chunks_mut(panel_len)
+        .enumerate()
+        .for_each(|(panel, out)| {
+            let first = panel * BLOCK;
+            let columns = BLOCK.min(n - first);
+            if b.column == 1 {
+                for i in 0..k {
+                    let source = &b.values[i * b.row + first..][..columns];
+                    for (c, &x) in source.iter().enumerate() {
+                        out[at(i, c)] = to_bf16(x);
+                    }
+                }
+            } else {
+                assert_eq!(b.row, 1, "a row-major matrix or its transpose");
+                for c in 0..columns {
+                    let source = &b.values[(first + c) * b.column..][..k];
+                    for (i, &x) in source.iter().enumerate() {
+                        out[at(i, c)] = to_bf16(x);
+                    }
+                }
+            }
+        });
+    packed
+}
+
+#[cfg(target_arch = "x86_64")]
+fn amx_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> {
+    let (rows, width) = pack_rows(a, m, k);
+    let panels = pack_panels(b, k, n, width);
+    let panel_len = width * BLOCK;
+    let mut output = vec![0.0; m * n];
+    output
+        .par_chunks_mut(BLOCK * n)
+        .enumerate()
+        .for_each(|(block, out)| {
+            // SAFETY: `Bf16Kernel::Amx` exists only where `amx::bf16_usable` said so.
+            let _tiles = unsafe { amx::Tiles::configure() };
+            let block_rows = &rows[block * BLOCK * width..][..BLOCK * width];
+            let real_rows = out.len() / n;
+            for (panel, weights) in panels.chunks(panel_len).enumerate() {
+                // SAFETY: the tiles are configured; the lengths are the packings' above.
+                let sums = unsafe { amx_block(block_rows, weights, width) };
+                let first = panel * BLOCK;
+                let columns = BLOCK.min(n - first);
+                for (r, sums) in sums.iter().take(real_rows).enumerate() {
+                    out[r * n + first..][..columns].copy_from_slice(&sums[..columns]);
+                }
+            }
+        });
+    output
+}
+
+/// One 32 × 32 block of sums: per 32 inputs, two tiles of 16 rows (pitch: the rows' width)
+/// times the panel's two halves of 16 columns (pitch: a pair's 32 columns × 2 values) into four
+/// 16 × 16 tiles of f32.
+///
+/// # Safety
+/// This thread's tiles are configured ([`amx::Tiles`]); `rows` holds 32 rows of `width` values
+/// and `weights` `width / 2` pairs of 32 columns.
+#[cfg(target_arch = "x86_64")]
+unsafe fn amx_block(rows: &[u16], weights: &[u16], width: usize) -> [[f32; BLOCK]; BLOCK] {
+    use std::arch::asm;
+    assert!(rows.len() >= BLOCK * width && weights.len() >= width * BLOCK);
+    let mut sums = [[0.0f32; BLOCK]; BLOCK];
+    let (a, b) = (rows.as_ptr(), weights.as_ptr());
+    let row_pitch = width * 2;
+    let pair_pitch = BLOCK * 2 * 2;
+    // SAFETY: each step reads 32 rows × 64 bytes of `rows` and 16 pairs × 128 bytes of
+    // `weights`, within the lengths asserted; the stores write the 32 × 32 `sums`.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            options(nostack, nomem)
+        );
+        for step in 0..width / STEP {
+            let a = a.add(step * STEP);
+            let b = b.add(step * (STEP / 2) * BLOCK * 2);
+            asm!(
+                "tileloadd tmm4, [{a} + {row_pitch}*1]",
+                "tileloadd tmm5, [{a16} + {row_pitch}*1]",
+                "tileloadd tmm6, [{b} + {pair_pitch}*1]",
+                "tileloadd tmm7, [{b16} + {pair_pitch}*1]",
+                "tdpbf16ps tmm0, tmm4, tmm6",
+                "tdpbf16ps tmm1, tmm4, tmm7",
+                "tdpbf16ps tmm2, tmm5, tmm6",
+                "tdpbf16ps tmm3, tmm5, tmm7",
+                a = in(reg) a,
+                a16 = in(reg) a.add(16 * width),
+                row_pitch = in(reg) row_pitch,
+                b = in(reg) b,
+                b16 = in(reg) b.add(32),
+                pair_pitch = in(reg) pair_pitch,
+                options(nostack, readonly)
+            );
+        }
+        let c = sums.as_mut_ptr().cast::<f32>();
+        asm!(
+            "tilestored [{c} + {pitch}*1], tmm0",
+            "tilestored [{c1} + {pitch}*1], tmm1",
+            "tilestored [{c2} + {pitch}*1], tmm2",
+            "tilestored [{c3} + {pitch}*1], tmm3",
+            c = in(reg) c,
+            c1 = in(reg) c.add(16),
+            c2 = in(reg) c.add(16 * BLOCK),
+            c3 = in(reg) c.add(16 * BLOCK + 16),
+            pitch = in(reg) BLOCK * 4,
+            options(nostack)
+        );
+    }
+    sums
+}
+
+thread_local! {
+    /// The kernel linear layers train with on this thread, while a [`Bf16Training`] lives.
+    static TRAINING: Cell<Option<Bf16Kernel>> = const { Cell::new(None) };
+}
+
+/// While it lives, BERT's linear layers on `Autodiff<Flex>` multiply in bf16 on this thread
+/// (the thread that runs the forward passes; their backward steps keep the kernel).
+pub struct Bf16Training(Option<Bf16Kernel>);
+
+impl Bf16Training {
+    /// Trains in bf16 with `kernel` until the returned value is dropped.
+    pub fn enter(kernel: Bf16Kernel) -> Self {
+        Self(TRAINING.replace(Some(kernel)))
+    }
+}
+
+impl Drop for Bf16Training {
+    fn drop(&mut self) {
+        TRAINING.set(self.0);
+    }
+}
+
+/// `linear`'s output for `x` (`[rows, inputs]`) with the products in bf16, while a
+/// [`Bf16Training`] lives and `B` is `Autodiff<Flex>`; else `x` back.
+pub fn forward<B: Backend>(
+    linear: &Linear<B>,
+    x: Tensor<B, 2>,
+) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
+    let Some(kernel) = TRAINING.get() else {
+        return Err(x);
+    };
+    if x.dtype() != burn::tensor::DType::F32 {
+        return Err(x);
+    }
+    let x: Box<dyn std::any::Any> = Box::new(x);
+    let x = match x.downcast::<Tensor<Autodiff<Flex>, 2>>() {
+        Ok(x) => *x,
+        Err(x) => return Err(*x.downcast::<Tensor<B, 2>>().expect("x is a Tensor<B, 2>")),
+    };
+    let weight: Tensor<Autodiff<Flex>, 2> = same_type(linear.weight.val());
+    let output = training::product(kernel, x, weight);
+    let output = match &linear.bias {
+        Some(bias) => output + same_type::<_, Tensor<Autodiff<Flex>, 1>>(bias.val()).unsqueeze(),
+        None => output,
+    };
+    Ok(same_type(output))
+}
+
+/// The product as an autodiff op: its backward step computes both gradients in bf16 too.
+mod training {
+    use burn::backend::autodiff::checkpoint::base::Checkpointer;
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::autodiff::grads::Gradients;
+    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::flex::FlexTensor;
+    use burn::tensor::ops::FloatTensor;
+
+    use super::*;
+
+    /// The backward step; its state is the product's two operands and their shape `[m, k, n]`.
+    #[derive(Debug)]
+    struct ProductStep(Bf16Kernel);
+
+    impl Backward<Flex, 2> for ProductStep {
+        type State = (FloatTensor<Flex>, FloatTensor<Flex>, [usize; 3]);
+
+        fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+            let kernel = self.0;
+            let grad = grads.consume::<Flex>(&ops.node);
+            let (x, weight, [m, k, n]) = ops.state;
+            let [x_parent, weight_parent] = &ops.parents;
+            with_values(grad, |grad| {
+                if let Some(parent) = x_parent {
+                    // dx = dy · Wᵀ
+                    let dx = with_values(weight.clone(), |weight| {
+                        let (dy, wt) = (Strided::rows(grad, n), Strided::transposed(weight, n));
+                        matmul(kernel, dy, wt, m, n, k)
+                    });
+                    grads.register::<Flex>(parent.id, flex(dx, [m, k]));
+                }
+                if let Some(parent) = weight_parent {
+                    // dW = xᵀ · dy
+                    let dw = with_values(x.clone(), |x| {
+                        let (xt, dy) = (Strided::transposed(x, k), Strided::rows(grad, n));
+                        matmul(kernel, xt, dy, k, m, n)
+                    });
+                    grads.register::<Flex>(parent.id, flex(dw, [k, n]));
+                }
+            });
+        }
+    }
+
+    /// `x · weight` in bf16, recording [`ProductStep`] when either needs its gradient.
+    pub fn product(
+        kernel: Bf16Kernel,
+        x: Tensor<Autodiff<Flex>, 2>,
+        weight: Tensor<Autodiff<Flex>, 2>,
+    ) -> Tensor<Autodiff<Flex>, 2> {
+        let [m, k] = x.dims();
+        let [_, n] = weight.dims();
+        let (x, weight) = (
+            x.into_primitive().tensor(),
+            weight.into_primitive().tensor(),
+        );
+        let forward = |x: FloatTensor<Flex>, weight: FloatTensor<Flex>| {
+            let output = with_values(x, |x| {
+                with_values(weight, |w| {
+                    matmul(kernel, Strided::rows(x, k), Strided::rows(w, n), m, k, n)
+                })
+            });
+            flex(output, [m, n])
+        };
+        let output = match ProductStep(kernel)
+            .prepare::<NoCheckpointing>([x.node.clone(), weight.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let state = (x.primitive.clone(), weight.primitive.clone(), [m, k, n]);
+                prep.finish(state, forward(x.primitive, weight.primitive))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive, weight.primitive)),
+        };
+        Tensor::from_primitive(TensorPrimitive::Float(output))
+    }
+
+    /// Calls `f` with the tensor's values in row-major order, copying only when they are not.
+    fn with_values<R>(tensor: FloatTensor<Flex>, f: impl FnOnce(&[f32]) -> R) -> R {
+        match tensor.as_slice::<f32>() {
+            Some(values) => f(values),
+            None => {
+                let data = tensor.into_data();
+                f(data
+                    .as_slice::<f32>()
+                    .expect("an f32 tensor holds f32 values"))
+            }
+        }
+    }
+
+    fn flex(values: Vec<f32>, shape: [usize; 2]) -> FloatTensor<Flex> {
+        FlexTensor::from_data(TensorData::new(values, shape))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::Distribution;
+
+    use super::*;
+    use crate::random::SplitMix64;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut rng = SplitMix64(seed);
+        (0..n).map(|_| rng.uniform() as f32 - 0.5).collect()
+    }
+
+    #[test]
+    fn rounding_to_bf16_keeps_eight_bits_and_ties_to_even() {
+        assert_eq!(from_bf16(to_bf16(1.0)), 1.0);
+        assert_eq!(from_bf16(to_bf16(1.0 + 1.0 / 128.0)), 1.0 + 1.0 / 128.0);
+        // Half-way between 1 and 1 + 2⁻⁷: to the even one, 1.
+        assert_eq!(from_bf16(to_bf16(1.0 + 1.0 / 256.0)), 1.0);
+        // Half-way between 1 + 2⁻⁷ and 1 + 2⁻⁶: to the even one, 1 + 2⁻⁶.
+        assert_eq!(from_bf16(to_bf16(1.0 + 3.0 / 256.0)), 1.0 + 1.0 / 64.0);
+        // f32's range: large values stay finite, within half a step (2⁻⁸ relative).
+        assert_eq!(from_bf16(to_bf16(-3.0e38)), -3.004_055_3e38);
+    }
+
+    /// The portable products against f32 ones: within bf16's rounding of the operands.
+    #[test]
+    fn portable_products_are_f32_products_of_rounded_operands() {
+        let (m, k, n) = (5, 70, 9);
+        let (a, b) = (values(m * k, 1), values(k * n, 2));
+        let product = matmul(
+            Bf16Kernel::Portable,
+            Strided::rows(&a, k),
+            Strided::rows(&b, n),
+            m,
+            k,
+            n,
+        );
+        for r in 0..m {
+            for c in 0..n {
+                let exact: f32 = (0..k).map(|i| a[r * k + i] * b[i * n + c]).sum();
+                let bound: f32 = (0..k)
+                    .map(|i| (a[r * k + i] * b[i * n + c]).abs())
+                    .sum::<f32>()
+                    / 128.0;
+                assert!((product[r * n + c] - exact).abs() <= bound, "{r},{c}");
+                assert_ne!(product[r * n + c], exact, "the operands were rounded");
+            }
+        }
+    }
+
+    /// AMX against the portable loops, on shapes that are not whole tiles, through transposed
+    /// views as the gradients read them.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn amx_products_equal_the_portable_ones() {
+        let Some(kernel) = Bf16Kernel::best() else {
+            eprintln!("skipped: this CPU has no AMX-BF16");
+            return;
+        };
+        for (m, k, n) in [(1, 1, 1), (37, 70, 45), (64, 384, 96), (33, 1536, 31)] {
+            let (a, b) = (values(m * k, 3), values(k * n, 4));
+            let amx = matmul(kernel, Strided::rows(&a, k), Strided::rows(&b, n), m, k, n);
+            let portable = matmul(
+                Bf16Kernel::Portable,
+                Strided::rows(&a, k),
+                Strided::rows(&b, n),
+                m,
+                k,
+                n,
+            );
+            let worst = amx
+                .iter()
+                .zip(&portable)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
+            assert!(worst < 1e-4, "{m}×{k}×{n}: {worst}");
+            // bᵀ · aᵀ = (a · b)ᵀ through the transposed views.
+            let t = matmul(
+                kernel,
+                Strided::transposed(&b, n),
+                Strided::transposed(&a, k),
+                n,
+                k,
+                m,
+            );
+            for r in 0..m {
+                for c in 0..n {
+                    assert!((t[c * m + r] - amx[r * n + c]).abs() < 1e-4);
+                }
+            }
+        }
+    }
+
+    fn max_difference(a: Tensor<Flex, 2>, b: Tensor<Flex, 2>) -> f32 {
+        (a - b).abs().max().into_scalar()
+    }
+
+    /// Both gradients of the bf16 product against burn's f32 `matmul`'s, and the forward.
+    #[test]
+    fn gradients_match_f32_within_bf16_rounding() {
+        type B = Autodiff<Flex>;
+        let device = Default::default();
+        let kernels = [Some(Bf16Kernel::Portable), Bf16Kernel::best()];
+        for kernel in kernels.into_iter().flatten() {
+            let x = Tensor::<B, 2>::random([40, 48], Distribution::Default, &device).require_grad();
+            let w = Tensor::<B, 2>::random([48, 20], Distribution::Default, &device).require_grad();
+            let target = Tensor::<B, 2>::random([40, 20], Distribution::Default, &device);
+            let loss = |y: Tensor<B, 2>| (y * target.clone()).sum();
+            let grads_f32 = loss(x.clone().matmul(w.clone())).backward();
+            let y = training::product(kernel, x.clone(), w.clone());
+            let forward = max_difference(y.clone().inner(), x.clone().matmul(w.clone()).inner());
+            let grads = loss(y).backward();
+            let dx = max_difference(x.grad(&grads).unwrap(), x.grad(&grads_f32).unwrap());
+            let dw = max_difference(w.grad(&grads).unwrap(), w.grad(&grads_f32).unwrap());
+            // Sums of 20–48 products of values in [0, 1): bf16's relative 2⁻⁹ per operand.
+            for (what, difference) in [("y", forward), ("dx", dx), ("dw", dw)] {
+                assert!(
+                    difference > 0.0 && difference < 0.2,
+                    "{kernel:?} {what}: {difference}"
+                );
+            }
+        }
+    }
+}
