@@ -446,6 +446,39 @@ fn training_resumes_exactly_after_a_pause_or_a_kill() {
     assert_eq!(top["word"], "boring", "{out}");
 }
 
+/// `--bf16` trains with AMX's bf16 products where the CPU has them (a model that learns, with
+/// weights not f32 training's) and says what is missing where it has not.
+#[test]
+fn training_in_bf16_learns_on_amx_and_is_refused_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("toy.csv");
+    std::fs::write(&csv, common::toy_sentiment_csv()).unwrap();
+    let amx = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| info.contains(" amx_bf16"));
+    let bf16 = dir.path().join("bf16");
+    if !amx {
+        let err = failure(train_command(&csv, &bf16).arg("--bf16"));
+        assert!(err.contains("needs a CPU with AMX-BF16"), "{err}");
+        return;
+    }
+    let out = success(train_command(&csv, &bf16).arg("--bf16"));
+    assert!(out.contains("steps    12"), "{out}");
+    let f32 = dir.path().join("f32");
+    success(&mut train_command(&csv, &f32));
+    assert!(
+        weights(&bf16) != weights(&f32),
+        "bf16 training gave f32's weights"
+    );
+    let out = success(
+        flipside()
+            .args(["classifier", "eval", "--model"])
+            .arg(&bf16)
+            .arg("--data")
+            .arg(&csv),
+    );
+    let accuracy: f64 = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(accuracy >= 0.9, "{out}");
+}
+
 #[test]
 fn training_rejects_data_it_cannot_learn_from() {
     let dir = tempfile::tempdir().unwrap();
