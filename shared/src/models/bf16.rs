@@ -25,6 +25,8 @@ use super::gelu::same_type;
 const BLOCK: usize = 32;
 /// Inputs per AMX step: a tile row holds 32 bf16 values.
 const STEP: usize = 32;
+/// Steps per chunk of a panel that the blocks of a task share (256 inputs: 16 KB of the panel).
+const CHUNK_STEPS: usize = 8;
 
 /// How the bf16 products are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,10 +150,21 @@ fn pack_rows(a: Strided, m: usize, k: usize) -> (Vec<u16>, usize) {
                 }
             } else {
                 assert_eq!(a.row, 1, "a row-major matrix or its transpose");
-                for i in 0..k {
-                    let source = &a.values[first + i * a.column..][..rows];
-                    for (r, &x) in source.iter().enumerate() {
-                        out[r * width + i] = to_bf16(x);
+                // Sixteen inputs at a time: their sixteen source rows' 32 values each (L1), then
+                // sixteen values written contiguously to each packed row.
+                for i0 in (0..k).step_by(16) {
+                    let inputs = 16.min(k - i0);
+                    let mut tile = [[0u16; BLOCK]; 16];
+                    for (i, tile_row) in tile.iter_mut().enumerate().take(inputs) {
+                        let source = &a.values[first + (i0 + i) * a.column..][..rows];
+                        for (value, &x) in tile_row.iter_mut().zip(source) {
+                            *value = to_bf16(x);
+                        }
+                    }
+                    for r in 0..rows {
+                        for (i, value) in out[r * width + i0..][..inputs].iter_mut().enumerate() {
+                            *value = tile[i][r];
+                        }
                     }
                 }
             }
@@ -174,10 +187,18 @@ fn pack_panels(b: Strided, k: usize, n: usize, width: usize) -> Vec<u16> {
             let first = panel * BLOCK;
             let columns = BLOCK.min(n - first);
             if b.column == 1 {
-                for i in 0..k {
-                    let source = &b.values[i * b.row + first..][..columns];
-                    for (c, &x) in source.iter().enumerate() {
-                        out[at(i, c)] = to_bf16(x);
+                // Two rows at a time, interleaved: the pair's 32 columns are contiguous.
+                let row = |i: usize| &b.values[i * b.row + first..][..columns];
+                for (pair, out) in out.chunks_exact_mut(BLOCK * 2).take(k / 2).enumerate() {
+                    let (even, odd) = (row(2 * pair), row(2 * pair + 1));
+                    for ((out, &x), &y) in out.chunks_exact_mut(2).zip(even).zip(odd) {
+                        out[0] = to_bf16(x);
+                        out[1] = to_bf16(y);
+                    }
+                }
+                if k % 2 == 1 {
+                    for (c, &x) in row(k - 1).iter().enumerate() {
+                        out[at(k - 1, c)] = to_bf16(x);
                     }
                 }
             } else {
@@ -193,26 +214,43 @@ fn pack_panels(b: Strided, k: usize, n: usize, width: usize) -> Vec<u16> {
     packed
 }
 
+/// The AMX product, blocked for the caches: a task takes a group of row blocks; for each panel it
+/// goes through the inputs a chunk at a time, and multiplies every block of its group by the
+/// panel's chunk before the next chunk, so that the chunk (16 KB) is read from L1 by all of them.
 #[cfg(target_arch = "x86_64")]
 fn amx_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> {
     let (rows, width) = pack_rows(a, m, k);
     let panels = pack_panels(b, k, n, width);
     let panel_len = width * BLOCK;
+    let blocks = m.div_ceil(BLOCK);
+    // Groups of four blocks where that still leaves each thread several tasks.
+    let group = if blocks >= 16 * rayon::current_num_threads() {
+        4
+    } else {
+        1
+    };
     let mut output = vec![0.0; m * n];
     output
-        .par_chunks_mut(BLOCK * n)
+        .par_chunks_mut(group * BLOCK * n)
         .enumerate()
-        .for_each(|(block, out)| {
+        .for_each(|(task, out)| {
             // SAFETY: `Bf16Kernel::Amx` exists only where `amx::bf16_usable` said so.
             let _tiles = unsafe { amx::Tiles::configure() };
-            let block_rows = &rows[block * BLOCK * width..][..BLOCK * width];
             let real_rows = out.len() / n;
+            let group_rows =
+                &rows[task * group * BLOCK * width..][..real_rows.div_ceil(BLOCK) * BLOCK * width];
+            let mut sums = vec![[[0.0f32; BLOCK]; BLOCK]; real_rows.div_ceil(BLOCK)];
             for (panel, weights) in panels.chunks(panel_len).enumerate() {
-                // SAFETY: the tiles are configured; the lengths are the packings' above.
-                let sums = unsafe { amx_block(block_rows, weights, width) };
+                for first_step in (0..width / STEP).step_by(CHUNK_STEPS) {
+                    let steps = first_step..(first_step + CHUNK_STEPS).min(width / STEP);
+                    for (block_rows, sums) in group_rows.chunks(BLOCK * width).zip(&mut sums) {
+                        // SAFETY: the tiles are configured; the lengths are the packings' above.
+                        unsafe { amx_block(block_rows, weights, width, steps.clone(), sums) };
+                    }
+                }
                 let first = panel * BLOCK;
                 let columns = BLOCK.min(n - first);
-                for (r, sums) in sums.iter().take(real_rows).enumerate() {
+                for (r, sums) in sums.iter().flatten().take(real_rows).enumerate() {
                     out[r * n + first..][..columns].copy_from_slice(&sums[..columns]);
                 }
             }
@@ -220,32 +258,58 @@ fn amx_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> 
     output
 }
 
-/// One 32 × 32 block of sums: per 32 inputs, two tiles of 16 rows (pitch: the rows' width)
-/// times the panel's two halves of 16 columns (pitch: a pair's 32 columns × 2 values) into four
-/// 16 × 16 tiles of f32.
+/// Adds the products of `steps` (of 32 inputs each) to one 32 × 32 block of `sums` (starting
+/// from zero at step 0): per step, two tiles of 16 rows (pitch: the rows' width) times the
+/// panel's two halves of 16 columns (pitch: a pair's 32 columns × 2 values) into four 16 × 16
+/// tiles of f32.
 ///
 /// # Safety
 /// This thread's tiles are configured ([`amx::Tiles`]); `rows` holds 32 rows of `width` values
 /// and `weights` `width / 2` pairs of 32 columns.
 #[cfg(target_arch = "x86_64")]
-unsafe fn amx_block(rows: &[u16], weights: &[u16], width: usize) -> [[f32; BLOCK]; BLOCK] {
+unsafe fn amx_block(
+    rows: &[u16],
+    weights: &[u16],
+    width: usize,
+    steps: std::ops::Range<usize>,
+    sums: &mut [[f32; BLOCK]; BLOCK],
+) {
     use std::arch::asm;
     assert!(rows.len() >= BLOCK * width && weights.len() >= width * BLOCK);
-    let mut sums = [[0.0f32; BLOCK]; BLOCK];
+    assert!(steps.end * STEP <= width);
     let (a, b) = (rows.as_ptr(), weights.as_ptr());
     let row_pitch = width * 2;
     let pair_pitch = BLOCK * 2 * 2;
+    let c = sums.as_mut_ptr().cast::<f32>();
+    let (c1, c2, c3) = (
+        c.wrapping_add(16),
+        c.wrapping_add(16 * BLOCK),
+        c.wrapping_add(16 * BLOCK + 16),
+    );
+    let sum_pitch = BLOCK * 4;
     // SAFETY: each step reads 32 rows × 64 bytes of `rows` and 16 pairs × 128 bytes of
-    // `weights`, within the lengths asserted; the stores write the 32 × 32 `sums`.
+    // `weights`, within the lengths asserted; the loads and stores of the sums stay in `sums`.
     unsafe {
-        asm!(
-            "tilezero tmm0",
-            "tilezero tmm1",
-            "tilezero tmm2",
-            "tilezero tmm3",
-            options(nostack, nomem)
-        );
-        for step in 0..width / STEP {
+        if steps.start == 0 {
+            asm!(
+                "tilezero tmm0",
+                "tilezero tmm1",
+                "tilezero tmm2",
+                "tilezero tmm3",
+                options(nostack, nomem)
+            );
+        } else {
+            asm!(
+                "tileloadd tmm0, [{c} + {pitch}*1]",
+                "tileloadd tmm1, [{c1} + {pitch}*1]",
+                "tileloadd tmm2, [{c2} + {pitch}*1]",
+                "tileloadd tmm3, [{c3} + {pitch}*1]",
+                c = in(reg) c, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3,
+                pitch = in(reg) sum_pitch,
+                options(nostack, readonly)
+            );
+        }
+        for step in steps {
             let a = a.add(step * STEP);
             let b = b.add(step * (STEP / 2) * BLOCK * 2);
             asm!(
@@ -266,21 +330,16 @@ unsafe fn amx_block(rows: &[u16], weights: &[u16], width: usize) -> [[f32; BLOCK
                 options(nostack, readonly)
             );
         }
-        let c = sums.as_mut_ptr().cast::<f32>();
         asm!(
             "tilestored [{c} + {pitch}*1], tmm0",
             "tilestored [{c1} + {pitch}*1], tmm1",
             "tilestored [{c2} + {pitch}*1], tmm2",
             "tilestored [{c3} + {pitch}*1], tmm3",
-            c = in(reg) c,
-            c1 = in(reg) c.add(16),
-            c2 = in(reg) c.add(16 * BLOCK),
-            c3 = in(reg) c.add(16 * BLOCK + 16),
-            pitch = in(reg) BLOCK * 4,
+            c = in(reg) c, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3,
+            pitch = in(reg) sum_pitch,
             options(nostack)
         );
     }
-    sums
 }
 
 thread_local! {
