@@ -482,9 +482,6 @@ pub fn state_dir(out: &Path) -> PathBuf {
     out.join(STATE_DIR)
 }
 
-/// Fine-tunes a classifier on `run.train`, starting from the encoder in `run.encoder_dir`,
-/// resuming from `run.out/train-state` if a checkpoint of the same run is there. On success the
-/// model is saved to `run.out` (see [`crate::models::save_classifier`]) and the state removed.
 /// Linear layers in bf16 on this thread while the returned value lives, when `config` asks for
 /// it: only on the CPU backend of a CPU with AMX-BF16.
 fn bf16_training<B: Backend>(config: &TrainConfig) -> Result<Option<Bf16Training>> {
@@ -504,6 +501,9 @@ fn bf16_training<B: Backend>(config: &TrainConfig) -> Result<Option<Bf16Training
     Ok(Some(Bf16Training::enter(kernel)))
 }
 
+/// Fine-tunes a classifier on `run.train`, starting from the encoder in `run.encoder_dir`,
+/// resuming from `run.out/train-state` if a checkpoint of the same run is there. On success the
+/// model is saved to `run.out` (see [`crate::models::save_classifier`]) and the state removed.
 pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Result<TrainOutcome> {
     let config = &run.config;
     if run.train.is_empty() {

@@ -84,6 +84,10 @@ impl<'a> Strided<'a> {
 /// `x` rounded to the nearest bf16 (ties to even), as its 16 bits.
 pub fn to_bf16(x: f32) -> u16 {
     let bits = x.to_bits();
+    if x.is_nan() {
+        // Quiet, whatever its payload (rounding could carry it into the exponent).
+        return (bits >> 16) as u16 | 0x40;
+    }
     ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16
 }
 
@@ -101,6 +105,9 @@ pub fn matmul(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
+    if m == 0 || k == 0 || n == 0 {
+        return vec![0.0; m * n];
+    }
     match kernel {
         #[cfg(target_arch = "x86_64")]
         Bf16Kernel::Amx => amx_matmul(a, b, m, k, n),
@@ -219,6 +226,10 @@ fn pack_panels(b: Strided, k: usize, n: usize, width: usize) -> Vec<u16> {
 /// panel's chunk before the next chunk, so that the chunk (16 KB) is read from L1 by all of them.
 #[cfg(target_arch = "x86_64")]
 fn amx_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> {
+    assert!(
+        amx::bf16_usable(),
+        "Bf16Kernel::Amx on a CPU without AMX-BF16 (see Bf16Kernel::best)"
+    );
     let (rows, width) = pack_rows(a, m, k);
     let panels = pack_panels(b, k, n, width);
     let panel_len = width * BLOCK;
@@ -234,8 +245,9 @@ fn amx_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> 
         .par_chunks_mut(group * BLOCK * n)
         .enumerate()
         .for_each(|(task, out)| {
-            // SAFETY: `Bf16Kernel::Amx` exists only where `amx::bf16_usable` said so.
-            let _tiles = unsafe { amx::Tiles::configure() };
+            // SAFETY: checked above that the CPU has AMX-BF16 and its tiles are ours to use;
+            // a task that already holds configured tiles (the same shape) keeps them.
+            let _tiles = (!amx::configured()).then(|| unsafe { amx::Tiles::configure() });
             let real_rows = out.len() / n;
             let group_rows =
                 &rows[task * group * BLOCK * width..][..real_rows.div_ceil(BLOCK) * BLOCK * width];
@@ -349,12 +361,13 @@ thread_local! {
 
 /// While it lives, BERT's linear layers on `Autodiff<Flex>` multiply in bf16 on this thread
 /// (the thread that runs the forward passes; their backward steps keep the kernel).
-pub struct Bf16Training(Option<Bf16Kernel>);
+/// Not `Send`: it restores the thread it was made on.
+pub struct Bf16Training(Option<Bf16Kernel>, std::marker::PhantomData<*const ()>);
 
 impl Bf16Training {
     /// Trains in bf16 with `kernel` until the returned value is dropped.
     pub fn enter(kernel: Bf16Kernel) -> Self {
-        Self(TRAINING.replace(Some(kernel)))
+        Self(TRAINING.replace(Some(kernel)), std::marker::PhantomData)
     }
 }
 
@@ -508,6 +521,14 @@ mod tests {
         assert_eq!(from_bf16(to_bf16(1.0 + 3.0 / 256.0)), 1.0 + 1.0 / 64.0);
         // f32's range: large values stay finite, within half a step (2⁻⁸ relative).
         assert_eq!(from_bf16(to_bf16(-3.0e38)), -3.004_055_3e38);
+        assert_eq!(from_bf16(to_bf16(f32::INFINITY)), f32::INFINITY);
+        for nan in [
+            f32::NAN,
+            f32::from_bits(0x7f80_0001),
+            f32::from_bits(0xffff_ffff),
+        ] {
+            assert!(from_bf16(to_bf16(nan)).is_nan(), "{:#x}", nan.to_bits());
+        }
     }
 
     /// The portable products against f32 ones: within bf16's rounding of the operands.
@@ -545,7 +566,15 @@ mod tests {
             eprintln!("skipped: this CPU has no AMX-BF16");
             return;
         };
-        for (m, k, n) in [(1, 1, 1), (37, 70, 45), (64, 384, 96), (33, 1536, 31)] {
+        for (m, k, n) in [
+            (0, 3, 2),
+            (2, 0, 3),
+            (1, 1, 1),
+            (37, 70, 45),
+            (64, 384, 96),
+            (9, 71, 40),
+            (33, 1536, 31),
+        ] {
             let (a, b) = (values(m * k, 3), values(k * n, 4));
             let amx = matmul(kernel, Strided::rows(&a, k), Strided::rows(&b, n), m, k, n);
             let portable = matmul(
