@@ -84,11 +84,13 @@ impl<'a> Strided<'a> {
 /// `x` rounded to the nearest bf16 (ties to even), as its 16 bits.
 pub fn to_bf16(x: f32) -> u16 {
     let bits = x.to_bits();
-    if x.is_nan() {
-        // Quiet, whatever its payload (rounding could carry it into the exponent).
-        return (bits >> 16) as u16 | 0x40;
-    }
-    ((bits + 0x7fff + ((bits >> 16) & 1)) >> 16) as u16
+    let rounded = (bits.wrapping_add(0x7fff + ((bits >> 16) & 1)) >> 16) as u16;
+    // A NaN stays a quiet NaN, whatever its payload (rounding could carry it into the exponent
+    // or the sign).
+    let quiet = (bits >> 16) as u16 | 0x40;
+    // All ones when |x|'s bits exceed infinity's (a NaN): arithmetic, so loops stay vectorised.
+    let nan = ((0x7f80_0000 - (bits & 0x7fff_ffff) as i32) >> 31) as u16;
+    rounded ^ ((rounded ^ quiet) & nan)
 }
 
 fn from_bf16(bits: u16) -> f32 {
