@@ -325,6 +325,19 @@ fn train_command(csv: &Path, out: &Path) -> Command {
     command
 }
 
+/// `classifier eval`'s accuracy of the model in `model` on `data`, and what it printed.
+fn eval_accuracy(model: &Path, data: &Path) -> (f64, String) {
+    let out = success(
+        flipside()
+            .args(["classifier", "eval", "--model"])
+            .arg(model)
+            .arg("--data")
+            .arg(data),
+    );
+    let accuracy = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (accuracy, out)
+}
+
 fn weights(dir: &Path) -> Vec<u8> {
     std::fs::read(dir.join("model.safetensors")).unwrap()
 }
@@ -416,14 +429,7 @@ fn training_resumes_exactly_after_a_pause_or_a_kill() {
         .map(|l| l.split_whitespace().next().unwrap())
         .collect();
     assert_eq!(labels, vec!["positive", "negative"], "{out}");
-    let out = success(
-        flipside()
-            .args(["classifier", "eval", "--model"])
-            .arg(&straight)
-            .arg("--data")
-            .arg(&csv),
-    );
-    let accuracy: f64 = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let (accuracy, out) = eval_accuracy(&straight, &csv);
     assert!(accuracy >= 0.9, "{out}");
     let out = success(
         flipside()
@@ -468,14 +474,7 @@ fn training_in_bf16_learns_on_amx_and_is_refused_elsewhere() {
         weights(&bf16) != weights(&f32),
         "bf16 training gave f32's weights"
     );
-    let out = success(
-        flipside()
-            .args(["classifier", "eval", "--model"])
-            .arg(&bf16)
-            .arg("--data")
-            .arg(&csv),
-    );
-    let accuracy: f64 = out.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let (accuracy, out) = eval_accuracy(&bf16, &csv);
     assert!(accuracy >= 0.9, "{out}");
 }
 

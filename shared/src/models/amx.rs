@@ -31,11 +31,15 @@ pub fn bf16_usable() -> bool {
 }
 
 /// Whether CPUID leaf 7's EDX has AMX-TILE (bit 24) and `bits`, and Linux lets this process use
-/// the tiles (it hands their 8 KB of state only to processes that ask; asked once).
+/// the tiles (it hands their 8 KB of state only to processes that ask). Both are asked once:
+/// CPUID leaves a virtual machine for its hypervisor.
 fn has_tiles_and(bits: u32) -> bool {
-    static PERMITTED: OnceLock<bool> = OnceLock::new();
-    let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
-    edx & (1 << 24) != 0 && edx & bits == bits && *PERMITTED.get_or_init(request_permission)
+    static EDX_WITH_TILES: OnceLock<Option<u32>> = OnceLock::new();
+    let edx = EDX_WITH_TILES.get_or_init(|| {
+        let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+        (edx & (1 << 24) != 0 && request_permission()).then_some(edx)
+    });
+    edx.is_some_and(|edx| edx & bits == bits)
 }
 
 #[cfg(target_os = "linux")]
@@ -100,4 +104,76 @@ impl Drop for Tiles {
         unsafe { asm!("tilerelease", options(nostack, nomem)) };
         CONFIGURED.set(false);
     }
+}
+
+/// A block of 32 × 32 four-byte sums (`i32` or f32) as the kernels keep it in tiles 0–3: its four
+/// 16 × 16 quarters (top left, top right, bottom left, bottom right), rows 128 bytes apart.
+pub type Sums<T> = [[T; 32]; 32];
+
+/// Bytes from one row of [`Sums`] to the next.
+const SUMS_PITCH: usize = 32 * 4;
+
+/// Sets tiles 0–3, the sums, to zero.
+///
+/// # Safety
+/// This thread's tiles are configured ([`Tiles`]).
+pub unsafe fn zero_sums() {
+    // SAFETY: the caller configured the tiles.
+    unsafe {
+        asm!(
+            "tilezero tmm0",
+            "tilezero tmm1",
+            "tilezero tmm2",
+            "tilezero tmm3",
+            options(nostack, nomem)
+        )
+    };
+}
+
+/// Loads tiles 0–3 from `sums` (`T` of four bytes).
+///
+/// # Safety
+/// This thread's tiles are configured ([`Tiles`]).
+pub unsafe fn load_sums<T>(sums: &Sums<T>) {
+    const { assert!(size_of::<T>() == 4) };
+    let c = std::ptr::from_ref(sums).cast::<u8>();
+    // SAFETY: the caller configured the tiles; the four loads read the 4 KB of `sums`.
+    unsafe {
+        asm!(
+            "tileloadd tmm0, [{c} + {pitch}*1]",
+            "tileloadd tmm1, [{c1} + {pitch}*1]",
+            "tileloadd tmm2, [{c2} + {pitch}*1]",
+            "tileloadd tmm3, [{c3} + {pitch}*1]",
+            c = in(reg) c,
+            c1 = in(reg) c.add(64),
+            c2 = in(reg) c.add(16 * SUMS_PITCH),
+            c3 = in(reg) c.add(16 * SUMS_PITCH + 64),
+            pitch = in(reg) SUMS_PITCH,
+            options(nostack, readonly)
+        )
+    };
+}
+
+/// Stores tiles 0–3 into `sums` (`T` of four bytes), all 4 KB of it.
+///
+/// # Safety
+/// This thread's tiles are configured ([`Tiles`]); `sums` is valid for writes.
+pub unsafe fn store_sums<T>(sums: *mut Sums<T>) {
+    const { assert!(size_of::<T>() == 4) };
+    let c = sums.cast::<u8>();
+    // SAFETY: the caller configured the tiles; the four stores write the 4 KB of `sums`.
+    unsafe {
+        asm!(
+            "tilestored [{c} + {pitch}*1], tmm0",
+            "tilestored [{c1} + {pitch}*1], tmm1",
+            "tilestored [{c2} + {pitch}*1], tmm2",
+            "tilestored [{c3} + {pitch}*1], tmm3",
+            c = in(reg) c,
+            c1 = in(reg) c.add(64),
+            c2 = in(reg) c.add(16 * SUMS_PITCH),
+            c3 = in(reg) c.add(16 * SUMS_PITCH + 64),
+            pitch = in(reg) SUMS_PITCH,
+            options(nostack)
+        )
+    };
 }

@@ -286,7 +286,7 @@ unsafe fn amx_block(
     weights: &[u16],
     width: usize,
     steps: std::ops::Range<usize>,
-    sums: &mut [[f32; BLOCK]; BLOCK],
+    sums: &mut amx::Sums<f32>,
 ) {
     use std::arch::asm;
     assert!(rows.len() >= BLOCK * width && weights.len() >= width * BLOCK);
@@ -294,34 +294,13 @@ unsafe fn amx_block(
     let (a, b) = (rows.as_ptr(), weights.as_ptr());
     let row_pitch = width * 2;
     let pair_pitch = BLOCK * 2 * 2;
-    let c = sums.as_mut_ptr().cast::<f32>();
-    let (c1, c2, c3) = (
-        c.wrapping_add(16),
-        c.wrapping_add(16 * BLOCK),
-        c.wrapping_add(16 * BLOCK + 16),
-    );
-    let sum_pitch = BLOCK * 4;
     // SAFETY: each step reads 32 rows × 64 bytes of `rows` and 16 pairs × 128 bytes of
     // `weights`, within the lengths asserted; the loads and stores of the sums stay in `sums`.
     unsafe {
         if steps.start == 0 {
-            asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                options(nostack, nomem)
-            );
+            amx::zero_sums();
         } else {
-            asm!(
-                "tileloadd tmm0, [{c} + {pitch}*1]",
-                "tileloadd tmm1, [{c1} + {pitch}*1]",
-                "tileloadd tmm2, [{c2} + {pitch}*1]",
-                "tileloadd tmm3, [{c3} + {pitch}*1]",
-                c = in(reg) c, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3,
-                pitch = in(reg) sum_pitch,
-                options(nostack, readonly)
-            );
+            amx::load_sums(sums);
         }
         for step in steps {
             let a = a.add(step * STEP);
@@ -344,15 +323,7 @@ unsafe fn amx_block(
                 options(nostack, readonly)
             );
         }
-        asm!(
-            "tilestored [{c} + {pitch}*1], tmm0",
-            "tilestored [{c1} + {pitch}*1], tmm1",
-            "tilestored [{c2} + {pitch}*1], tmm2",
-            "tilestored [{c3} + {pitch}*1], tmm3",
-            c = in(reg) c, c1 = in(reg) c1, c2 = in(reg) c2, c3 = in(reg) c3,
-            pitch = in(reg) sum_pitch,
-            options(nostack)
-        );
+        amx::store_sums(sums);
     }
 }
 

@@ -700,17 +700,11 @@ impl Block<'_> {
         // Not zeroed first: the tile stores write all of it (zeroing its 4 KB for every block
         // was about 5 % of an int8 index build's samples; without it `bench matmul` ran 8-10 %
         // faster).
-        let mut sums = std::mem::MaybeUninit::<[[i32; PANEL]; AMX_TILE_ROWS]>::uninit();
+        let mut sums = std::mem::MaybeUninit::<amx::Sums<i32>>::uninit();
         // SAFETY: each step reads 32 rows × 64 bytes from `rows` and 16 groups × 128 bytes from
         // `weights`, within the lengths asserted above; the stores write the 32 × 32 `sums`.
         unsafe {
-            asm!(
-                "tilezero tmm0",
-                "tilezero tmm1",
-                "tilezero tmm2",
-                "tilezero tmm3",
-                options(nostack, nomem)
-            );
+            amx::zero_sums();
             for step in 0..width / AMX_INPUTS {
                 let a = rows.add(step * AMX_INPUTS);
                 let b = weights.add(step * (AMX_INPUTS / 4) * GROUP_BYTES);
@@ -732,19 +726,7 @@ impl Block<'_> {
                     options(nostack, readonly)
                 );
             }
-            let c = sums.as_mut_ptr().cast::<i32>();
-            asm!(
-                "tilestored [{c} + {pitch}*1], tmm0",
-                "tilestored [{c1} + {pitch}*1], tmm1",
-                "tilestored [{c2} + {pitch}*1], tmm2",
-                "tilestored [{c3} + {pitch}*1], tmm3",
-                c = in(reg) c,
-                c1 = in(reg) c.add(16),
-                c2 = in(reg) c.add(16 * PANEL),
-                c3 = in(reg) c.add(16 * PANEL + 16),
-                pitch = in(reg) PANEL * 4,
-                options(nostack)
-            );
+            amx::store_sums(sums.as_mut_ptr());
             // The four 16 × 16 tiles stored above are the 32 × 32 sums.
             self.rescale_avx512(sums.assume_init_ref(), output, stride, columns);
         }
