@@ -5,6 +5,7 @@
 //! The library does not know the command line: `cli/` parses arguments and calls it, as the
 //! server does.
 
+pub mod adamw;
 pub mod allocator;
 pub mod assets;
 pub mod baseline;

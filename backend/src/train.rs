@@ -14,7 +14,7 @@ use anyhow::{Context, Result, bail};
 use burn::backend::Autodiff;
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::optim::{AdamWConfig, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
@@ -29,6 +29,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
+use crate::adamw::AdamW;
 use crate::compute::{Batches, Compute};
 use crate::models::{
     BertFiles, int8_where_possible, load_classifier, save_classifier, write_atomic,
@@ -304,10 +305,7 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
     let total = fresh.total_steps;
     let steps_per_epoch = fresh.steps_per_epoch();
     let recorder = NamedMpkFileRecorder::<FullPrecisionSettings>::new();
-    let mut optimizer = AdamWConfig::new()
-        .with_weight_decay(config.weight_decay as f32)
-        .with_epsilon(1e-8)
-        .init::<B, O::Model>();
+    let mut optimizer = AdamW::new(config.weight_decay as f32, 1e-8).init::<B, O::Model>();
 
     let mut best: Option<O::Model> = None;
     let (mut model, mut record) = match read_record(state_dir)? {
