@@ -2,27 +2,35 @@
 //! burn-flex's softmax calls libm's scalar `expf` there (4 % of the page's classifier time in
 //! Chromium's profiler), while the loop's exp ([`exp_non_positive`]) has no branches or calls and
 //! compiles to SIMD128. Natively burn-flex's own softmax, one fused SIMD pass, was faster than a
-//! loop like this one (README, *Fused attention and softmax were slower*), so everywhere else
-//! this is burn's `softmax`.
+//! loop like this one (README, *Fused attention and softmax were slower*), so natively it is
+//! burn-flex's softmax; when training on `Autodiff<Flex>` it is one autodiff op (burn's autodiff
+//! composes softmax of five tracked tensor operations, each a pass over the attention scores
+//! forward and more backward) whose gradient is one pass, `y ⊙ (g − Σ g ⊙ y)` per row. Every
+//! other backend uses burn's `softmax`.
 
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, activation};
 
 use super::gelu::exp_non_positive;
-#[cfg(target_arch = "wasm32")]
 use super::gelu::same_type;
 
 /// Softmax of `x` over its last dimension.
 pub fn softmax_last<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    #[cfg(target_arch = "wasm32")]
-    if x.dtype() == burn::tensor::DType::F32 {
-        let x: Box<dyn std::any::Any> = Box::new(x);
-        return match x.downcast::<Tensor<burn::backend::Flex, D>>() {
-            Ok(x) => same_type(on_flex(*x)),
-            Err(x) => activation::softmax(*x.downcast().expect("x is a Tensor<B, D>"), D - 1),
-        };
+    if x.dtype() != burn::tensor::DType::F32 {
+        return activation::softmax(x, D - 1);
     }
-    activation::softmax(x, D - 1)
+    let x: Box<dyn std::any::Any> = Box::new(x);
+    #[cfg(target_arch = "wasm32")]
+    let x = match x.downcast::<Tensor<burn::backend::Flex, D>>() {
+        Ok(x) => return same_type(on_flex(*x)),
+        Err(x) => x,
+    };
+    #[cfg(not(target_arch = "wasm32"))]
+    let x = match x.downcast::<Tensor<burn::backend::Autodiff<burn::backend::Flex>, D>>() {
+        Ok(x) => return same_type(training::softmax_last(*x)),
+        Err(x) => x,
+    };
+    activation::softmax(*x.downcast().expect("x is a Tensor<B, D>"), D - 1)
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -48,11 +56,99 @@ pub fn softmax_in_place(row: &mut [f32]) {
     }
 }
 
+/// Softmax with its gradient on `Autodiff<Flex>`: burn-flex's fused softmax forward, and a
+/// backward step that keeps the output.
+#[cfg(not(target_arch = "wasm32"))]
+mod training {
+    use burn::backend::autodiff::checkpoint::base::Checkpointer;
+    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+    use burn::backend::autodiff::grads::Gradients;
+    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+    use burn::backend::flex::FlexTensor;
+    use burn::backend::{Autodiff, Flex};
+    use burn::tensor::TensorPrimitive;
+    use burn::tensor::ops::{ActivationOps, FloatTensor};
+    use rayon::prelude::*;
+
+    use super::*;
+
+    /// The backward step; its state is the softmax's output.
+    #[derive(Debug)]
+    struct SoftmaxStep;
+
+    impl Backward<Flex, 1> for SoftmaxStep {
+        type State = FloatTensor<Flex>;
+
+        fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+            let grad = grads.consume::<Flex>(&ops.node);
+            if let Some(parent) = &ops.parents[0] {
+                let output = ops.state;
+                let row = *output
+                    .layout()
+                    .shape()
+                    .last()
+                    .expect("a softmax has a last dimension");
+                // Read where it is (the attention's product keeps it for its own gradient).
+                let copy;
+                let output = match output.as_slice::<f32>() {
+                    Some(values) => values,
+                    None => {
+                        copy = output.clone().into_data();
+                        copy.as_slice::<f32>().expect("an f32 softmax")
+                    }
+                };
+                let mut grad = grad.into_data();
+                softmax_gradient_in_place(
+                    grad.as_mut_slice::<f32>().expect("an f32 gradient"),
+                    output,
+                    row,
+                );
+                grads.register::<Flex>(parent.id, FlexTensor::from_data(grad));
+            }
+        }
+    }
+
+    /// Softmax of `x` over its last dimension, recording [`SoftmaxStep`] when `x` needs its
+    /// gradient.
+    pub fn softmax_last<const D: usize>(x: Tensor<Autodiff<Flex>, D>) -> Tensor<Autodiff<Flex>, D> {
+        let x = x.into_primitive().tensor();
+        let forward = |input: FloatTensor<Flex>| Flex::softmax(input, D - 1);
+        let output = match SoftmaxStep
+            .prepare::<NoCheckpointing>([x.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let output = forward(x.primitive);
+                prep.finish(output.clone(), output)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive)),
+        };
+        Tensor::from_primitive(TensorPrimitive::Float(output))
+    }
+
+    /// Replaces `grad` (the gradient of softmax output `output`, rows of `row` values) with the
+    /// gradient of its input: per row, `y ⊙ (g − Σ g ⊙ y)`.
+    pub(super) fn softmax_gradient_in_place(grad: &mut [f32], output: &[f32], row: usize) {
+        let rows_per_task = (1 << 14) / row.max(1) + 1;
+        grad.par_chunks_mut(row * rows_per_task)
+            .zip(output.par_chunks(row * rows_per_task))
+            .for_each(|(grad, output)| {
+                for (g, y) in grad.chunks_exact_mut(row).zip(output.chunks_exact(row)) {
+                    let dot: f32 = g.iter().zip(y).map(|(g, y)| g * y).sum();
+                    for (g, &y) in g.iter_mut().zip(y) {
+                        *g = y * (*g - dot);
+                    }
+                }
+            });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use burn::backend::Flex;
-    use burn::tensor::TensorData;
+    use burn::tensor::{TensorData, Tolerance};
 
     #[test]
     fn matches_burns_softmax_with_masked_and_extreme_scores() {
@@ -82,5 +178,40 @@ mod tests {
             );
         }
         assert!(ours[5] < 1e-37, "a masked score's share is ~0: {}", ours[5]);
+    }
+
+    #[test]
+    fn autodiff_flex_takes_one_op_with_burns_values_and_gradient() {
+        type Ad = burn::backend::Autodiff<Flex>;
+        let device = Default::default();
+        let values: Vec<f32> = (0..2 * 3 * 37)
+            .map(|i| ((i * 29) % 41) as f32 * 0.3 - 6.0)
+            .collect();
+        let weights: Vec<f32> = (0..2 * 3 * 37)
+            .map(|i| ((i * 7) % 13) as f32 - 6.0)
+            .collect();
+        let weights = Tensor::<Ad, 3>::from_data(TensorData::new(weights, [2, 3, 37]), &device);
+        let run = |ours: bool| {
+            let x =
+                Tensor::<Ad, 3>::from_data(TensorData::new(values.clone(), [2, 3, 37]), &device)
+                    .require_grad();
+            let y = if ours {
+                softmax_last(x.clone())
+            } else {
+                activation::softmax(x.clone(), 2)
+            };
+            let grads = (y.clone() * weights.clone()).sum().backward();
+            let grad = x.grad(&grads).expect("x requires its gradient").into_data();
+            (y.into_data(), grad)
+        };
+        let ((ours, our_grad), (burns, burns_grad)) = (run(true), run(false));
+        ours.assert_approx_eq::<f32>(&burns, Tolerance::absolute(1e-6));
+        our_grad.assert_approx_eq::<f32>(&burns_grad, Tolerance::absolute(2e-5));
+        assert_ne!(our_grad, burns_grad, "burn's composed softmax ran");
+        let grad = our_grad.into_vec::<f32>().unwrap();
+        for row in grad.chunks(37) {
+            // The gradient of a softmax's input sums to zero over each row.
+            assert!(row.iter().sum::<f32>().abs() < 1e-4, "{row:?}");
+        }
     }
 }
