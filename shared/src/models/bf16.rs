@@ -242,8 +242,9 @@ fn amx_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> 
     } else {
         1
     };
-    let mut output = vec![0.0; m * n];
-    output
+    // Not zeroed first: every element is written below (each row, panel by panel).
+    let mut output = Vec::with_capacity(m * n);
+    output.spare_capacity_mut()[..m * n]
         .par_chunks_mut(group * BLOCK * n)
         .enumerate()
         .for_each(|(task, out)| {
@@ -265,10 +266,12 @@ fn amx_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> 
                 let first = panel * BLOCK;
                 let columns = BLOCK.min(n - first);
                 for (r, sums) in sums.iter().flatten().take(real_rows).enumerate() {
-                    out[r * n + first..][..columns].copy_from_slice(&sums[..columns]);
+                    out[r * n + first..][..columns].write_copy_of_slice(&sums[..columns]);
                 }
             }
         });
+    // SAFETY: the panels cover the `n` columns of every one of the `m` rows written above.
+    unsafe { output.set_len(m * n) };
     output
 }
 
