@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
 use super::dropout::dropout;
 use super::gelu::gelu;
+use super::heads::{merge_heads, split_heads};
 use super::int8::{Int8Copy, Kernel};
 use super::softmax::softmax_last;
 
@@ -374,12 +375,8 @@ impl<B: Backend> BertSelfAttention<B> {
     }
 
     fn forward(&self, hidden: Tensor<B, 3>, padding: &Tensor<B, 4, Bool>) -> Tensor<B, 3> {
-        let [batch, seq, width] = hidden.dims();
-        let head_dim = width / self.num_heads;
-        let heads = |x: Tensor<B, 3>| {
-            x.reshape([batch, seq, self.num_heads, head_dim])
-                .swap_dims(1, 2)
-        };
+        let head_dim = hidden.dims()[2] / self.num_heads;
+        let heads = |x: Tensor<B, 3>| split_heads(x, self.num_heads);
         let [query_int8, key_int8, value_int8] = &self.int8;
         let query = heads(per_token(&self.query, query_int8, hidden.clone()));
         let key = heads(per_token(&self.key, key_int8, hidden.clone()));
@@ -388,10 +385,7 @@ impl<B: Backend> BertSelfAttention<B> {
         let scores = query.matmul(key.transpose()) / (head_dim as f64).sqrt();
         let scores = scores.mask_fill(padding.clone(), f32::MIN);
         let probs = dropout(&self.dropout, softmax_last(scores));
-        probs
-            .matmul(value)
-            .swap_dims(1, 2)
-            .reshape([batch, seq, width])
+        merge_heads(probs.matmul(value))
     }
 }
 

@@ -4,7 +4,8 @@
 //! libm, on one thread: `perf` put erf at 9.5 % of MiniLM's encoding and 7.8 % of its fine-tuning
 //! on an AVX2 machine. On Flex, with or without autodiff, GELU and its gradient take the loops
 //! here instead: an erf without branches, tables or libm calls (Abramowitz & Stegun 7.1.28) and
-//! an exp of the same kind, which compile to AVX2 natively and SIMD128 in the page. The GELU is
+//! an exp of the same kind, which compile to AVX2 natively and SIMD128 in the page, in chunks on
+//! rayon's threads. The GELU is
 //! within 9e-7 of the exact one for every f32 input (PyTorch's own f32 GELU: 4e-7). Every other
 //! backend uses burn's `gelu`.
 
@@ -13,6 +14,8 @@ use std::any::Any;
 use burn::backend::Flex;
 use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive, activation};
+
+use super::chunks::for_each_chunk_mut;
 
 /// GELU of every element: the vectorised loops for f32 tensors on Flex (and, natively,
 /// `Autodiff<Flex>`), burn's `gelu` otherwise.
@@ -51,7 +54,12 @@ fn on_flex<const D: usize>(x: Tensor<Flex, D>) -> Tensor<Flex, D> {
     if !input.is_unique()
         && let Some(values) = input.as_slice::<f32>()
     {
-        let output: Vec<f32> = values.iter().map(|&value| gelu_value(value)).collect();
+        let mut output = vec![0.0; values.len()];
+        for_each_chunk_mut(&mut output, CHUNK, |i, output| {
+            for (out, &value) in output.iter_mut().zip(&values[i * CHUNK..]) {
+                *out = gelu_value(value);
+            }
+        });
         return Tensor::from_data(TensorData::new(output, dims), &device);
     }
     let mut data = Tensor::<Flex, D>::from_primitive(TensorPrimitive::Float(input)).into_data();
@@ -121,10 +129,15 @@ mod training {
 
 /// Replaces every value `x` with `0.5·x·(1 + erf(x/√2))`.
 pub fn gelu_in_place(values: &mut [f32]) {
-    for value in values {
-        *value = gelu_value(*value);
-    }
+    for_each_chunk_mut(values, CHUNK, |_, values| {
+        for value in values {
+            *value = gelu_value(*value);
+        }
+    });
 }
+
+/// Values per task of the loops here.
+const CHUNK: usize = 1 << 14;
 
 #[inline(always)]
 fn gelu_value(x: f32) -> f32 {
@@ -135,10 +148,12 @@ fn gelu_value(x: f32) -> f32 {
 /// `Φ(x) + x·φ(x) = 0.5·(1 + erf(x/√2)) + x·exp(−x²/2)/√(2π)`.
 pub fn gelu_gradient_in_place(grad: &mut [f32], input: &[f32]) {
     const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
-    for (g, &x) in grad.iter_mut().zip(input) {
-        let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
-        *g *= cdf + x * FRAC_1_SQRT_2PI * exp_non_positive(-0.5 * x * x);
-    }
+    for_each_chunk_mut(grad, CHUNK, |i, grad| {
+        for (g, &x) in grad.iter_mut().zip(&input[i * CHUNK..]) {
+            let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
+            *g *= cdf + x * FRAC_1_SQRT_2PI * exp_non_positive(-0.5 * x * x);
+        }
+    });
 }
 
 /// e^y for y ≤ 0 to a relative 2e-7 (0 below −87): y = n·ln 2 + r with |r| ≤ ln 2 / 2, e^r by

@@ -68,8 +68,8 @@ mod training {
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::TensorPrimitive;
     use burn::tensor::ops::{ActivationOps, FloatTensor};
-    use rayon::prelude::*;
 
+    use super::super::chunks::for_each_chunk_mut;
     use super::*;
 
     /// The backward step; its state is the softmax's output.
@@ -130,17 +130,16 @@ mod training {
     /// Replaces `grad` (the gradient of softmax output `output`, rows of `row` values) with the
     /// gradient of its input: per row, `y ⊙ (g − Σ g ⊙ y)`.
     pub(super) fn softmax_gradient_in_place(grad: &mut [f32], output: &[f32], row: usize) {
-        let rows_per_task = (1 << 14) / row.max(1) + 1;
-        grad.par_chunks_mut(row * rows_per_task)
-            .zip(output.par_chunks(row * rows_per_task))
-            .for_each(|(grad, output)| {
-                for (g, y) in grad.chunks_exact_mut(row).zip(output.chunks_exact(row)) {
-                    let dot: f32 = g.iter().zip(y).map(|(g, y)| g * y).sum();
-                    for (g, &y) in g.iter_mut().zip(y) {
-                        *g = y * (*g - dot);
-                    }
+        let chunk = row * ((1 << 14) / row.max(1) + 1);
+        for_each_chunk_mut(grad, chunk, |i, grad| {
+            let output = &output[i * chunk..];
+            for (g, y) in grad.chunks_exact_mut(row).zip(output.chunks_exact(row)) {
+                let dot: f32 = g.iter().zip(y).map(|(g, y)| g * y).sum();
+                for (g, &y) in g.iter_mut().zip(y) {
+                    *g = y * (*g - dot);
                 }
-            });
+            }
+        });
     }
 }
 
