@@ -18,6 +18,7 @@ use super::dropout::dropout;
 use super::gelu::gelu;
 use super::heads::{merge_heads, split_heads};
 use super::int8::{Int8Copy, Kernel};
+use super::layer_norm::layer_norm;
 use super::softmax::softmax_last;
 
 /// BERT's renames between Hugging Face keys and the field names below.
@@ -230,6 +231,10 @@ pub struct BertEmbeddings<B: Backend> {
     /// None when `type_vocab_size` is 0 (DistilBERT has no segments).
     pub token_type_embeddings: Option<Embedding<B>>,
     pub layer_norm: LayerNorm<B>,
+    /// `layer_norm`'s epsilon ([`models::layer_norm`](super::layer_norm) needs it; burn's
+    /// `LayerNorm` keeps its own private).
+    #[module(skip)]
+    pub layer_norm_eps: f64,
     pub dropout: Dropout,
     pub position_offset: usize,
 }
@@ -243,6 +248,7 @@ impl<B: Backend> BertEmbeddings<B> {
             token_type_embeddings: (config.type_vocab_size > 0)
                 .then(|| embedding(config.type_vocab_size)),
             layer_norm: config.layer_norm(device),
+            layer_norm_eps: config.layer_norm_eps,
             dropout: config.hidden_dropout(),
             position_offset: config.position_offset,
         }
@@ -259,7 +265,8 @@ impl<B: Backend> BertEmbeddings<B> {
         if let Some(token_types) = &self.token_type_embeddings {
             embedded = embedded + token_types.forward(token_type_ids);
         }
-        dropout(&self.dropout, self.layer_norm.forward(embedded))
+        let normalised = layer_norm(&self.layer_norm, self.layer_norm_eps, embedded);
+        dropout(&self.dropout, normalised)
     }
 }
 
@@ -304,6 +311,7 @@ impl<B: Backend> BertLayer<B> {
                 output: BertOutput {
                     dense: LinearConfig::new(config.hidden_size, config.hidden_size).init(device),
                     layer_norm: config.layer_norm(device),
+                    layer_norm_eps: config.layer_norm_eps,
                     dropout: config.hidden_dropout(),
                     int8: Int8Copy::default(),
                 },
@@ -315,6 +323,7 @@ impl<B: Backend> BertLayer<B> {
             output: BertOutput {
                 dense: LinearConfig::new(config.intermediate_size, config.hidden_size).init(device),
                 layer_norm: config.layer_norm(device),
+                layer_norm_eps: config.layer_norm_eps,
                 dropout: config.hidden_dropout(),
                 int8: Int8Copy::default(),
             },
@@ -422,6 +431,9 @@ pub struct BertIntermediate<B: Backend> {
 pub struct BertOutput<B: Backend> {
     pub dense: Linear<B>,
     pub layer_norm: LayerNorm<B>,
+    /// `layer_norm`'s epsilon, as in [`BertEmbeddings`].
+    #[module(skip)]
+    pub layer_norm_eps: f64,
     pub dropout: Dropout,
     #[module(skip)]
     pub int8: Int8Copy,
@@ -433,6 +445,6 @@ impl<B: Backend> BertOutput<B> {
             &self.dropout,
             per_token(&self.dense, &self.int8, intermediate),
         );
-        self.layer_norm.forward(projected + residual)
+        layer_norm(&self.layer_norm, self.layer_norm_eps, projected + residual)
     }
 }

@@ -18,6 +18,7 @@ pub mod encoder;
 pub mod gelu;
 pub mod heads;
 pub mod int8;
+pub mod layer_norm;
 pub mod lstm;
 pub mod pooling;
 pub mod search;
