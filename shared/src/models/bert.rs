@@ -19,7 +19,7 @@ use super::gelu::gelu;
 use super::heads::{merge_heads, split_heads};
 use super::int8::{Int8Copy, Kernel};
 use super::layer_norm::layer_norm;
-use super::softmax::softmax_last;
+use super::softmax::masked_softmax_last;
 
 /// BERT's renames between Hugging Face keys and the field names below.
 pub const BERT_KEYS: KeyMap = KeyMap {
@@ -391,9 +391,9 @@ impl<B: Backend> BertSelfAttention<B> {
         let key = heads(per_token(&self.key, key_int8, hidden.clone()));
         let value = heads(per_token(&self.value, value_int8, hidden));
 
-        let scores = query.matmul(key.transpose()) / (head_dim as f64).sqrt();
-        let scores = scores.mask_fill(padding.clone(), f32::MIN);
-        let probs = dropout(&self.dropout, softmax_last(scores));
+        let scores = query.matmul(key.transpose());
+        let probs = masked_softmax_last(scores, (head_dim as f64).sqrt(), padding.clone());
+        let probs = dropout(&self.dropout, probs);
         merge_heads(probs.matmul(value))
     }
 }

@@ -9,7 +9,7 @@
 //! other backend uses burn's `softmax`.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Tensor, activation};
+use burn::tensor::{Bool, Tensor, activation};
 
 use super::gelu::exp_non_positive;
 use super::gelu::same_type;
@@ -27,10 +27,38 @@ pub fn softmax_last<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D>
     };
     #[cfg(not(target_arch = "wasm32"))]
     let x = match x.downcast::<Tensor<burn::backend::Autodiff<burn::backend::Flex>, D>>() {
-        Ok(x) => return same_type(training::softmax_last(*x)),
+        Ok(x) => return same_type(training::softmax_last(*x, 1.0, None)),
         Err(x) => x,
     };
     activation::softmax(*x.downcast().expect("x is a Tensor<B, D>"), D - 1)
+}
+
+/// Attention's probabilities: the softmax over the last dimension of `scores / divisor` with
+/// the `masked` positions at `f32::MIN` (so about 0 after it). On `Autodiff<Flex>` one autodiff
+/// op: the division and the mask have no gradient steps of their own (passes over the scores).
+pub fn masked_softmax_last<B: Backend, const D: usize>(
+    scores: Tensor<B, D>,
+    divisor: f64,
+    masked: Tensor<B, D, Bool>,
+) -> Tensor<B, D> {
+    #[cfg(not(target_arch = "wasm32"))]
+    if scores.dtype() == burn::tensor::DType::F32 {
+        type Ad = burn::backend::Autodiff<burn::backend::Flex>;
+        let both: Box<dyn std::any::Any> = Box::new((scores, masked));
+        return match both.downcast::<(Tensor<Ad, D>, Tensor<Ad, D, Bool>)>() {
+            Ok(both) => {
+                let (scores, masked) = *both;
+                same_type(training::softmax_last(scores, divisor, Some(masked)))
+            }
+            Err(both) => {
+                let (scores, masked) = *both
+                    .downcast::<(Tensor<B, D>, Tensor<B, D, Bool>)>()
+                    .expect("the pair built above");
+                softmax_last((scores / divisor).mask_fill(masked, f32::MIN))
+            }
+        };
+    }
+    softmax_last((scores / divisor).mask_fill(masked, f32::MIN))
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -67,14 +95,15 @@ mod training {
     use burn::backend::flex::FlexTensor;
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::TensorPrimitive;
-    use burn::tensor::ops::{ActivationOps, FloatTensor};
+    use burn::tensor::ops::{ActivationOps, FloatTensor, FloatTensorOps};
 
     use super::super::chunks::for_each_chunk_mut;
     use super::*;
 
-    /// The backward step; its state is the softmax's output.
+    /// The backward step; its state is the softmax's output, and the step the scores were
+    /// divided by before it.
     #[derive(Debug)]
-    struct SoftmaxStep;
+    struct SoftmaxStep(f32);
 
     impl Backward<Flex, 1> for SoftmaxStep {
         type State = FloatTensor<Flex>;
@@ -102,18 +131,33 @@ mod training {
                     grad.as_mut_slice::<f32>().expect("an f32 gradient"),
                     output,
                     row,
+                    self.0,
                 );
                 grads.register::<Flex>(parent.id, FlexTensor::from_data(grad));
             }
         }
     }
 
-    /// Softmax of `x` over its last dimension, recording [`SoftmaxStep`] when `x` needs its
-    /// gradient.
-    pub fn softmax_last<const D: usize>(x: Tensor<Autodiff<Flex>, D>) -> Tensor<Autodiff<Flex>, D> {
+    /// Softmax of `x / divisor` over its last dimension, `masked` positions at `f32::MIN`
+    /// first, recording [`SoftmaxStep`] when `x` needs its gradient.
+    pub fn softmax_last<const D: usize>(
+        x: Tensor<Autodiff<Flex>, D>,
+        divisor: f64,
+        masked: Option<Tensor<Autodiff<Flex>, D, Bool>>,
+    ) -> Tensor<Autodiff<Flex>, D> {
         let x = x.into_primitive().tensor();
-        let forward = |input: FloatTensor<Flex>| Flex::softmax(input, D - 1);
-        let output = match SoftmaxStep
+        let masked = masked.map(|masked| masked.into_primitive());
+        let forward = |input: FloatTensor<Flex>| {
+            let mut input = input;
+            if divisor != 1.0 {
+                input = Flex::float_div_scalar(input, divisor.into());
+            }
+            if let Some(masked) = masked {
+                input = Flex::float_mask_fill(input, masked, f32::MIN.into());
+            }
+            Flex::softmax(input, D - 1)
+        };
+        let output = match SoftmaxStep(divisor as f32)
             .prepare::<NoCheckpointing>([x.node.clone()])
             .compute_bound()
             .stateful()
@@ -128,15 +172,21 @@ mod training {
     }
 
     /// Replaces `grad` (the gradient of softmax output `output`, rows of `row` values) with the
-    /// gradient of its input: per row, `y ⊙ (g − Σ g ⊙ y)`.
-    pub(super) fn softmax_gradient_in_place(grad: &mut [f32], output: &[f32], row: usize) {
+    /// gradient of its input, the scores before their division by `divisor`: per row,
+    /// `y ⊙ (g − Σ g ⊙ y) / divisor` (0 where the mask made `y` 0).
+    pub(super) fn softmax_gradient_in_place(
+        grad: &mut [f32],
+        output: &[f32],
+        row: usize,
+        divisor: f32,
+    ) {
         let chunk = row * ((1 << 14) / row.max(1) + 1);
         for_each_chunk_mut(grad, chunk, |i, grad| {
             let output = &output[i * chunk..];
             for (g, y) in grad.chunks_exact_mut(row).zip(output.chunks_exact(row)) {
                 let dot: f32 = g.iter().zip(y).map(|(g, y)| g * y).sum();
                 for (g, &y) in g.iter_mut().zip(y) {
-                    *g = y * (*g - dot);
+                    *g = y * (*g - dot) / divisor;
                 }
             }
         });
@@ -147,7 +197,7 @@ mod training {
 mod tests {
     use super::*;
     use burn::backend::Flex;
-    use burn::tensor::{TensorData, Tolerance};
+    use burn::tensor::{Bool, TensorData, Tolerance};
 
     #[test]
     fn matches_burns_softmax_with_masked_and_extreme_scores() {
@@ -211,6 +261,43 @@ mod tests {
         for row in grad.chunks(37) {
             // The gradient of a softmax's input sums to zero over each row.
             assert!(row.iter().sum::<f32>().abs() < 1e-4, "{row:?}");
+        }
+    }
+
+    /// Attention's scaled and masked softmax: values and gradient as burn's division, mask and
+    /// softmax give them (masked positions: a zero gradient).
+    #[test]
+    fn masked_softmax_on_autodiff_flex_gives_burns_values_and_gradient() {
+        type Ad = burn::backend::Autodiff<Flex>;
+        let device = Default::default();
+        let shape = [2, 3, 37];
+        let count = 2 * 3 * 37;
+        let values: Vec<f32> = (0..count)
+            .map(|i| ((i * 29) % 41) as f32 * 0.7 - 14.0)
+            .collect();
+        let weights: Vec<f32> = (0..count).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+        let mask: Vec<bool> = (0..count).map(|i| i % 37 >= 30 || i % 5 == 3).collect();
+        let weights = Tensor::<Ad, 3>::from_data(TensorData::new(weights, shape), &device);
+        let mask = Tensor::<Ad, 3, Bool>::from_data(TensorData::new(mask, shape), &device);
+        let run = |ours: bool| {
+            let x = Tensor::<Ad, 3>::from_data(TensorData::new(values.clone(), shape), &device)
+                .require_grad();
+            let y = if ours {
+                masked_softmax_last(x.clone(), 5.5, mask.clone())
+            } else {
+                activation::softmax((x.clone() / 5.5).mask_fill(mask.clone(), f32::MIN), 2)
+            };
+            let grads = (y.clone() * weights.clone()).sum().backward();
+            let grad = x.grad(&grads).expect("x requires its gradient").into_data();
+            (y.into_data(), grad)
+        };
+        let ((ours, our_grad), (burns, burns_grad)) = (run(true), run(false));
+        ours.assert_approx_eq::<f32>(&burns, Tolerance::absolute(1e-6));
+        our_grad.assert_approx_eq::<f32>(&burns_grad, Tolerance::absolute(1e-5));
+        assert_ne!(our_grad, burns_grad, "burn's composed ops ran");
+        let masked = mask.into_data().into_vec::<bool>().unwrap();
+        for (g, masked) in our_grad.into_vec::<f32>().unwrap().iter().zip(masked) {
+            assert!(!masked || *g == 0.0, "a masked score has no gradient: {g}");
         }
     }
 }
