@@ -6,7 +6,7 @@
 //! the parameter are updated in place, element by element, with burn's operations in burn's
 //! order, so the numbers are the same; every other backend takes burn's `AdamW` itself.
 
-use std::any::Any;
+use std::any::TypeId;
 
 use burn::backend::Flex;
 use burn::module::AutodiffModule;
@@ -14,6 +14,7 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamWConfig, AdamWState, AdaptiveMomentumState, LearningRate, SimpleOptimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
+use flipside_shared::models::same_type;
 use rayon::prelude::*;
 
 /// burn's AdamW defaults for the moments' decay rates.
@@ -60,31 +61,30 @@ impl<B: Backend> SimpleOptimizer<B> for AdamW {
         grad: Tensor<B, D>,
         state: Option<Self::State<D>>,
     ) -> (Tensor<B, D>, Option<Self::State<D>>) {
-        if tensor.dtype() != DType::F32 || grad.dtype() != DType::F32 {
+        let all_f32 = [Some(&tensor), Some(&grad)]
+            .into_iter()
+            .chain(state.iter().flat_map(|state| {
+                let momentum = &state.momentum;
+                [Some(&momentum.moment_1), Some(&momentum.moment_2)]
+            }))
+            .flatten()
+            .all(|tensor| tensor.dtype() == DType::F32);
+        if !(all_f32 && fused_on::<B>()) {
             return self.burns.step(lr, tensor, grad, state);
         }
-        let flex: Box<dyn Any> = Box::new((tensor, grad, state));
-        match flex.downcast::<FlexStep<D>>() {
-            Ok(flex) => {
-                let (tensor, grad, state) = *flex;
-                let (tensor, state) = self.step_on_flex(lr, tensor, grad, state);
-                let same: Box<dyn Any> = Box::new((tensor, Some(state)));
-                *same
-                    .downcast()
-                    .expect("B is Flex, matched by the downcast above")
-            }
-            Err(other) => {
-                let (tensor, grad, state) = *other
-                    .downcast::<(Tensor<B, D>, Tensor<B, D>, Option<AdamWState<B, D>>)>()
-                    .expect("the tuple built above");
-                self.burns.step(lr, tensor, grad, state)
-            }
-        }
+        let (tensor, grad, state): FlexStep<D> = same_type((tensor, grad, state));
+        let (tensor, state) = self.step_on_flex(lr, tensor, grad, state);
+        same_type((tensor, Some(state)))
     }
 
     fn to_device<const D: usize>(state: Self::State<D>, device: &B::Device) -> Self::State<D> {
         <burn::optim::AdamW as SimpleOptimizer<B>>::to_device(state, device)
     }
+}
+
+/// Whether the update of `B`'s tensors is fused here (burn's CPU backend), not burn's.
+fn fused_on<B: Backend>() -> bool {
+    TypeId::of::<B>() == TypeId::of::<Flex>()
 }
 
 type FlexStep<const D: usize> = (
@@ -243,6 +243,13 @@ mod tests {
         let (fused, reference) = (values(fused.0), values(reference.0));
         assert_ne!(fused, values(start), "the parameter moved");
         assert_eq!(fused, reference, "the same operations in the same order");
+    }
+
+    #[test]
+    fn the_cpu_training_backend_takes_the_fused_update() {
+        type Inner = <Autodiff<Flex> as burn::tensor::backend::AutodiffBackend>::InnerBackend;
+        assert!(fused_on::<Inner>());
+        assert!(!fused_on::<Autodiff<Flex>>());
     }
 
     /// Through burn's optimizer adaptor, on `Autodiff<Flex>`: the fused path trains as burn's.

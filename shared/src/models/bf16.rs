@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 use super::amx;
-use super::gelu::same_type;
+use super::same_type;
 
 /// Rows (and columns) of the output block one AMX step computes: two tiles of 16 each way.
 const BLOCK: usize = 32;

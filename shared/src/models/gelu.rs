@@ -16,6 +16,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive, activation};
 
 use super::chunks::for_each_chunk_mut;
+use super::same_type;
 
 /// GELU of every element: the vectorised loops for f32 tensors on Flex (and, natively,
 /// `Autodiff<Flex>`), burn's `gelu` otherwise.
@@ -34,14 +35,6 @@ pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
         Err(x) => x,
     };
     activation::gelu(*x.downcast::<Tensor<B, D>>().expect("x is a Tensor<B, D>"))
-}
-
-/// `value` as `U`, which it is (`U` is `B`'s tensor type, matched by a downcast).
-pub(crate) fn same_type<T: 'static, U: 'static>(value: T) -> U {
-    let value: Box<dyn Any> = Box::new(value);
-    *value
-        .downcast::<U>()
-        .expect("the value has the type it was matched as")
 }
 
 /// GELU of a Flex tensor: in place when it holds its data alone (`into_data` then takes the
@@ -246,9 +239,11 @@ mod tests {
 
     #[test]
     fn flex_tensors_take_the_loops_here_with_burns_values() {
-        let values: Vec<f32> = (-50..50).map(|i| i as f32 * 0.17).collect();
+        // More values than one task's.
+        let values: Vec<f32> = (-20_000..20_000).map(|i| i as f32 * 4.3e-4).collect();
         let device = Default::default();
-        let input = Tensor::<Flex, 2>::from_data(TensorData::new(values.clone(), [4, 25]), &device);
+        let input =
+            Tensor::<Flex, 2>::from_data(TensorData::new(values.clone(), [400, 100]), &device);
         // A shared input (the clone) is read, not overwritten: burn's GELU below sees it intact.
         let ours = gelu(input.clone()).into_data();
         let burns = activation::gelu(input).into_data();
@@ -256,7 +251,7 @@ mod tests {
         // Not burn's op: the erfs differ in the last bits.
         assert_ne!(ours, burns);
         // An input held nowhere else is overwritten in place, to the same values.
-        let alone = Tensor::<Flex, 2>::from_data(TensorData::new(values, [4, 25]), &device);
+        let alone = Tensor::<Flex, 2>::from_data(TensorData::new(values, [400, 100]), &device);
         assert_eq!(gelu(alone).into_data(), ours);
     }
 
@@ -279,12 +274,12 @@ mod tests {
     #[test]
     fn autodiff_flex_takes_the_loops_here_with_burns_gradient() {
         type Ad = burn::backend::Autodiff<Flex>;
-        let values: Vec<f32> = (-60..60).map(|i| i as f32 * 0.11).collect();
+        let values: Vec<f32> = (-12_000..12_000).map(|i| i as f32 * 5.5e-4).collect();
         let device = Default::default();
-        let weights: Vec<f32> = (0..120).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
-        let weights = Tensor::<Ad, 2>::from_data(TensorData::new(weights, [3, 40]), &device);
+        let weights: Vec<f32> = (0..24_000).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+        let weights = Tensor::<Ad, 2>::from_data(TensorData::new(weights, [300, 80]), &device);
         let gradient = |ours: bool| {
-            let x = Tensor::<Ad, 2>::from_data(TensorData::new(values.clone(), [3, 40]), &device)
+            let x = Tensor::<Ad, 2>::from_data(TensorData::new(values.clone(), [300, 80]), &device)
                 .require_grad();
             let y = if ours {
                 gelu(x.clone())

@@ -15,7 +15,7 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive};
 
 use super::chunks::for_each_chunk_mut;
-use super::gelu::same_type;
+use super::same_type;
 
 /// `[batch, seq, heads · dim]` as `[batch, heads, seq, dim]`.
 pub fn split_heads<B: Backend>(x: Tensor<B, 3>, heads: usize) -> Tensor<B, 4> {

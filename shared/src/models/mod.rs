@@ -48,3 +48,11 @@ pub enum LoadError {
     #[error(transparent)]
     Weights(#[from] CheckpointError),
 }
+
+/// `value` as `U`, which it is: the fast paths on burn's CPU backend match a generic backend's
+/// tensors by downcasting, and hand their results back through this.
+pub fn same_type<T: 'static, U: 'static>(value: T) -> U {
+    *(Box::new(value) as Box<dyn std::any::Any>)
+        .downcast::<U>()
+        .expect("the value has the type it was matched as")
+}

@@ -12,7 +12,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, activation};
 
 use super::gelu::exp_non_positive;
-use super::gelu::same_type;
+use super::same_type;
 
 /// Softmax of `x` over its last dimension.
 pub fn softmax_last<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
@@ -88,6 +88,8 @@ pub fn softmax_in_place(row: &mut [f32]) {
 /// backward step that keeps the output.
 #[cfg(not(target_arch = "wasm32"))]
 mod training {
+    use std::borrow::Cow;
+
     use burn::backend::autodiff::checkpoint::base::Checkpointer;
     use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
     use burn::backend::autodiff::grads::Gradients;
@@ -95,23 +97,27 @@ mod training {
     use burn::backend::flex::FlexTensor;
     use burn::backend::{Autodiff, Flex};
     use burn::tensor::TensorPrimitive;
-    use burn::tensor::ops::{ActivationOps, FloatTensor, FloatTensorOps};
+    use burn::tensor::ops::{
+        ActivationOps, BoolTensor, BoolTensorOps, FloatTensor, FloatTensorOps,
+    };
 
     use super::super::chunks::for_each_chunk_mut;
     use super::*;
 
-    /// The backward step; its state is the softmax's output, and the step the scores were
-    /// divided by before it.
+    /// The backward step, knowing the divisor of the scores; its state is the softmax's output
+    /// and the mask (at the scores' shape), whose positions get no gradient, as under burn's
+    /// `mask_fill` (their output is 0 anyway, except in a row masked whole).
     #[derive(Debug)]
     struct SoftmaxStep(f32);
 
     impl Backward<Flex, 1> for SoftmaxStep {
-        type State = FloatTensor<Flex>;
+        type State = (FloatTensor<Flex>, Option<BoolTensor<Flex>>);
 
         fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
             let grad = grads.consume::<Flex>(&ops.node);
             if let Some(parent) = &ops.parents[0] {
-                let output = ops.state;
+                let (output, masked) = ops.state;
+                let masked = masked.as_ref().map(mask_values);
                 let row = *output
                     .layout()
                     .shape()
@@ -132,10 +138,24 @@ mod training {
                     output,
                     row,
                     self.0,
+                    masked.as_deref(),
                 );
                 grads.register::<Flex>(parent.id, FlexTensor::from_data(grad));
             }
         }
+    }
+
+    /// Whether each element of `mask` is set (0 or 1), in row-major order: read where it is
+    /// when it is stored that way a byte an element (the mask is shared by every layer), else
+    /// copied.
+    fn mask_values(mask: &BoolTensor<Flex>) -> Cow<'_, [u8]> {
+        if mask.dtype().size() == 1
+            && let Some((start, end)) = mask.layout().contiguous_offsets()
+        {
+            return Cow::Borrowed(&mask.bytes()[start..end]);
+        }
+        let values = mask.clone().into_data();
+        Cow::Owned(values.iter::<bool>().map(u8::from).collect())
     }
 
     /// Softmax of `x / divisor` over its last dimension, `masked` positions at `f32::MIN`
@@ -145,9 +165,10 @@ mod training {
         divisor: f64,
         masked: Option<Tensor<Autodiff<Flex>, D, Bool>>,
     ) -> Tensor<Autodiff<Flex>, D> {
+        let shape = x.shape();
         let x = x.into_primitive().tensor();
-        let masked = masked.map(|masked| masked.into_primitive());
-        let forward = |input: FloatTensor<Flex>| {
+        let masked = masked.map(|masked| Flex::bool_expand(masked.into_primitive(), shape));
+        let forward = |input: FloatTensor<Flex>, masked: Option<BoolTensor<Flex>>| {
             let mut input = input;
             if divisor != 1.0 {
                 input = Flex::float_div_scalar(input, divisor.into());
@@ -163,22 +184,23 @@ mod training {
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let output = forward(x.primitive);
-                prep.finish(output.clone(), output)
+                let output = forward(x.primitive, masked.clone());
+                prep.finish((output.clone(), masked), output)
             }
-            OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive)),
+            OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive, masked)),
         };
         Tensor::from_primitive(TensorPrimitive::Float(output))
     }
 
     /// Replaces `grad` (the gradient of softmax output `output`, rows of `row` values) with the
     /// gradient of its input, the scores before their division by `divisor`: per row,
-    /// `y ⊙ (g − Σ g ⊙ y) / divisor` (0 where the mask made `y` 0).
+    /// `y ⊙ (g − Σ g ⊙ y) / divisor`, and 0 where `masked` (the scores' shape) is true.
     pub(super) fn softmax_gradient_in_place(
         grad: &mut [f32],
         output: &[f32],
         row: usize,
         divisor: f32,
+        masked: Option<&[u8]>,
     ) {
         let chunk = row * ((1 << 14) / row.max(1) + 1);
         for_each_chunk_mut(grad, chunk, |i, grad| {
@@ -187,6 +209,14 @@ mod training {
                 let dot: f32 = g.iter().zip(y).map(|(g, y)| g * y).sum();
                 for (g, &y) in g.iter_mut().zip(y) {
                     *g = y * (*g - dot) / divisor;
+                }
+            }
+            if let Some(masked) = masked {
+                let masked = &masked[i * chunk..][..grad.len()];
+                for (g, &masked) in grad.iter_mut().zip(masked) {
+                    if masked != 0 {
+                        *g = 0.0;
+                    }
                 }
             }
         });
