@@ -197,13 +197,11 @@ mod tests {
     use burn::module::Param;
     use burn::nn::Linear;
     use burn::optim::{GradientsParams, Optimizer};
+    use flipside_shared::random::SplitMix64;
 
     /// Values that vary in sign and size (no RNG: burn's is global, and tests run in parallel).
-    fn varied<B: Backend, const D: usize>(shape: [usize; D], seed: usize) -> Tensor<B, D> {
-        let count = shape.iter().product::<usize>();
-        let values: Vec<f32> = (0..count)
-            .map(|i| (((i + seed) * 37) % 101) as f32 / 50.0 - 1.0)
-            .collect();
+    fn varied<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
+        let values = SplitMix64(seed).centred_f32s(shape.iter().product(), 2.0);
         Tensor::from_data(TensorData::new(values, shape), &Default::default())
     }
 
@@ -221,7 +219,7 @@ mod tests {
         let start = varied::<Flex, 2>([41, 19], 1);
         let (mut fused, mut reference) = ((start.clone(), None), (start.clone(), None));
         for step in 0..4usize {
-            let grad = varied([41, 19], 10 + step);
+            let grad = varied([41, 19], 10 + step as u64);
             let lr = 1e-2 / (step + 1) as f64;
             let (tensor, state) = ours.step_on_flex(lr, fused.0, grad.clone(), fused.1);
             fused = (tensor, Some(state));
@@ -262,7 +260,7 @@ mod tests {
                 bias: Some(Param::from_tensor(varied([23], 4))),
             };
             for step in 0..3usize {
-                let x = varied::<Training, 2>([5, 37], 5 + step);
+                let x = varied::<Training, 2>([5, 37], 5 + step as u64);
                 let loss = linear.forward(x).powi_scalar(2).mean();
                 let grads = GradientsParams::from_grads(loss.backward(), &linear);
                 linear = optimizer.step(1e-2 / (step + 1) as f64, linear, grads);

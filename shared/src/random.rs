@@ -25,4 +25,11 @@ impl SplitMix64 {
     pub fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
+
+    /// `n` uniform numbers in `[−spread/2, spread/2)` as f32 (test inputs, weights).
+    pub fn centred_f32s(&mut self, n: usize, spread: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| (self.uniform() as f32 - 0.5) * spread)
+            .collect()
+    }
 }

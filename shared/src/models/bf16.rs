@@ -483,8 +483,7 @@ mod tests {
     use crate::random::SplitMix64;
 
     fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut rng = SplitMix64(seed);
-        (0..n).map(|_| rng.uniform() as f32 - 0.5).collect()
+        SplitMix64(seed).centred_f32s(n, 1.0)
     }
 
     #[test]

@@ -183,11 +183,10 @@ mod tests {
     use super::*;
     use burn::backend::Autodiff;
 
-    fn varied<B: Backend, const D: usize>(shape: [usize; D], seed: usize) -> Tensor<B, D> {
-        let count = shape.iter().product::<usize>();
-        let values: Vec<f32> = (0..count)
-            .map(|i| (((i + seed) * 37) % 101) as f32 / 50.0 - 1.0)
-            .collect();
+    use crate::random::SplitMix64;
+
+    fn varied<B: Backend, const D: usize>(shape: [usize; D], seed: u64) -> Tensor<B, D> {
+        let values = SplitMix64(seed).centred_f32s(shape.iter().product(), 2.0);
         Tensor::from_data(TensorData::new(values, shape), &Default::default())
     }
 

@@ -1039,13 +1039,6 @@ mod tests {
     use super::*;
     use crate::random::SplitMix64;
 
-    fn values(n: usize, seed: u64, spread: f32) -> Vec<f32> {
-        let mut rng = SplitMix64(seed);
-        (0..n)
-            .map(|_| (rng.uniform() as f32 - 0.5) * spread)
-            .collect()
-    }
-
     fn f32_product(x: &[f32], w: &[f32], b: &[f32], rows: usize, k: usize, n: usize) -> Vec<f32> {
         let mut out = vec![0.0; rows * n];
         for r in 0..rows {
@@ -1066,12 +1059,13 @@ mod tests {
         // Shapes off every multiple: 110 rows (two tasks, a partial tile), 37 inputs (a partial
         // group), 45 outputs (a partial panel); activations skewed like a GELU's output.
         let (rows, k, n) = (110, 37, 45);
-        let x: Vec<f32> = values(rows * k, 1, 4.0)
+        let x: Vec<f32> = SplitMix64(1)
+            .centred_f32s(rows * k, 4.0)
             .iter()
             .map(|v| v.max(-0.2))
             .collect();
-        let w = values(k * n, 2, 0.5);
-        let b = values(n, 3, 1.0);
+        let w = SplitMix64(2).centred_f32s(k * n, 0.5);
+        let b = SplitMix64(3).centred_f32s(n, 1.0);
         let expected = f32_product(&x, &w, &b, rows, k, n);
         let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
         assert!(Kernel::Amx.same_results(Kernel::Vnni) && !Kernel::Vnni.same_results(Kernel::Avx2));
@@ -1117,7 +1111,7 @@ mod tests {
         for kernel in Kernel::available() {
             let levels = kernel.levels();
             // A row of 45 values: two vectors and a tail.
-            let row = values(45, 4, 6.0);
+            let row = SplitMix64(4).centred_f32s(45, 6.0);
             let (mut simd, mut portable) = (vec![0u8; 45], vec![0u8; 45]);
             let range = quantise_row(&row, &mut simd, kernel);
             assert_eq!(range, quantise_row_portable(&row, &mut portable, kernel));
@@ -1134,12 +1128,12 @@ mod tests {
             let column_sums: Vec<i32> = (0..PANEL).map(|_| rng.below(2000) as i32 - 1000).collect();
             let block = Block {
                 rows: &rows,
-                row_scales: &values(5, 6, 0.1),
+                row_scales: &SplitMix64(6).centred_f32s(5, 0.1),
                 row_zeros: &[0, 17, levels as i32, 100, 3],
                 weights: &weights,
-                column_scales: &values(PANEL, 7, 0.01),
+                column_scales: &SplitMix64(7).centred_f32s(PANEL, 0.01),
                 column_sums: &column_sums,
-                bias: &values(PANEL, 8, 1.0),
+                bias: &SplitMix64(8).centred_f32s(PANEL, 1.0),
                 groups,
                 kernel,
             };
@@ -1171,8 +1165,10 @@ mod tests {
             format!("{copy:?}"),
             format!("Int8Copy({kernel:?}, 24 × 40)")
         );
-        let x =
-            Tensor::<Flex, 2>::from_data(TensorData::new(values(9 * 24, 9, 2.0), [9, 24]), &device);
+        let x = Tensor::<Flex, 2>::from_data(
+            TensorData::new(SplitMix64(9).centred_f32s(9 * 24, 2.0), [9, 24]),
+            &device,
+        );
         let int8 = copy
             .forward(&linear, x.clone())
             .expect("a Flex layer gets a copy");
