@@ -391,11 +391,22 @@ impl<B: Backend> BertSelfAttention<B> {
         let key = heads(per_token(&self.key, key_int8, hidden.clone()));
         let value = heads(per_token(&self.value, value_int8, hidden));
 
-        let scores = query.matmul(key.transpose());
+        let scores = batched_matmul(query, key.transpose());
         let probs = masked_softmax_last(scores, (head_dim as f64).sqrt(), padding.clone());
         let probs = dropout(&self.dropout, probs);
-        merge_heads(probs.matmul(value))
+        merge_heads(batched_matmul(probs, value))
     }
+}
+
+/// `a · b` over batches of matrices: in bf16 while training in bf16
+/// ([`super::bf16::batched`]), else burn's `matmul`.
+fn batched_matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let (a, b) = match super::bf16::batched::forward(a, b) {
+        Ok(product) => return product,
+        Err(operands) => operands,
+    };
+    a.matmul(b)
 }
 
 /// `linear` applied to every token of `[batch, seq, width]` as one `[batch·seq, width]` matrix

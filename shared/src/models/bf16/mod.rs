@@ -10,16 +10,23 @@
 //! computes the same rounded products with plain loops on any CPU, for the tests.
 
 use std::cell::Cell;
+use std::mem::MaybeUninit;
 
+use burn::backend::flex::FlexTensor;
 use burn::backend::{Autodiff, Flex};
 use burn::nn::Linear;
 use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
-use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
 use super::amx;
+use super::chunks::for_each_chunk_mut;
 use super::same_type;
+
+pub mod batched;
+#[cfg(target_arch = "x86_64")]
+mod pack;
 
 /// Rows (and columns) of the output block one AMX step computes: two tiles of 16 each way.
 const BLOCK: usize = 32;
@@ -38,10 +45,11 @@ pub enum Bf16Kernel {
 }
 
 impl Bf16Kernel {
-    /// AMX where this CPU has its bf16 products and Linux lets the process use them.
+    /// AMX where this CPU has its bf16 products (and AVX-512 BF16's rounding, which every such
+    /// CPU has) and Linux lets the process use them.
     pub fn best() -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
-        if amx::bf16_usable() {
+        if amx::bf16_usable() && pack::usable() {
             return Some(Self::Amx);
         }
         None
@@ -76,6 +84,15 @@ impl<'a> Strided<'a> {
         }
     }
 
+    /// The same values read as this matrix's transpose.
+    pub fn transpose(self) -> Self {
+        Self {
+            values: self.values,
+            row: self.column,
+            column: self.row,
+        }
+    }
+
     fn at(&self, r: usize, c: usize) -> f32 {
         self.values[r * self.row + c * self.column]
     }
@@ -107,172 +124,141 @@ pub fn matmul(
     k: usize,
     n: usize,
 ) -> Vec<f32> {
-    if m == 0 || k == 0 || n == 0 {
-        return vec![0.0; m * n];
-    }
-    match kernel {
-        #[cfg(target_arch = "x86_64")]
-        Bf16Kernel::Amx => amx_matmul(a, b, m, k, n),
-        #[cfg(not(target_arch = "x86_64"))]
-        Bf16Kernel::Amx => unreachable!("Bf16Kernel::best gives AMX only on x86-64"),
-        Bf16Kernel::Portable => portable_matmul(a, b, m, k, n),
+    let mut output = Vec::with_capacity(m * n);
+    matmul_into(
+        kernel,
+        [a, b],
+        [m, k, n],
+        &mut output.spare_capacity_mut()[..m * n],
+        Threads::Rayon,
+    );
+    // SAFETY: `matmul_into` wrote all `m · n` values.
+    unsafe { output.set_len(m * n) };
+    output
+}
+
+/// Where a product's blocks are computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Threads {
+    /// On rayon's threads: one large product.
+    Rayon,
+    /// One after another on the calling thread: one of a batch of small products, the batch
+    /// spread over rayon's threads ([`batched`]).
+    Caller,
+}
+
+impl Threads {
+    /// Calls `f(i, chunk)` for the `i`-th chunk of `chunk` values of `values`.
+    fn for_each_chunk<T, F>(self, values: &mut [T], chunk: usize, f: F)
+    where
+        T: Send,
+        F: Fn(usize, &mut [T]) + Send + Sync,
+    {
+        match self {
+            Self::Rayon => for_each_chunk_mut(values, chunk, f),
+            Self::Caller => {
+                for (i, values) in values.chunks_mut(chunk.max(1)).enumerate() {
+                    f(i, values);
+                }
+            }
+        }
     }
 }
 
-fn portable_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> {
+/// [`matmul`] into `output` (`m · n` values, every one written).
+fn matmul_into(
+    kernel: Bf16Kernel,
+    [a, b]: [Strided; 2],
+    [m, k, n]: [usize; 3],
+    output: &mut [MaybeUninit<f32>],
+    threads: Threads,
+) {
+    assert_eq!(output.len(), m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        output.fill(MaybeUninit::new(0.0));
+        return;
+    }
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        Bf16Kernel::Amx => amx_matmul(a, b, [m, k, n], output, threads),
+        #[cfg(not(target_arch = "x86_64"))]
+        Bf16Kernel::Amx => unreachable!("Bf16Kernel::best gives AMX only on x86-64"),
+        Bf16Kernel::Portable => portable_matmul(a, b, [m, k, n], output, threads),
+    }
+}
+
+fn portable_matmul(
+    a: Strided,
+    b: Strided,
+    [m, k, n]: [usize; 3],
+    output: &mut [MaybeUninit<f32>],
+    threads: Threads,
+) {
     let round = |x: f32| from_bf16(to_bf16(x));
     let b_columns: Vec<Vec<f32>> = (0..n)
         .map(|c| (0..k).map(|i| round(b.at(i, c))).collect())
         .collect();
-    let mut output = vec![0.0; m * n];
-    output
-        .par_chunks_mut(n.max(1))
-        .enumerate()
-        .for_each(|(r, out)| {
-            let row: Vec<f32> = (0..k).map(|i| round(a.at(r, i))).collect();
-            for (value, column) in out.iter_mut().zip(&b_columns) {
-                *value = row.iter().zip(column).map(|(x, w)| x * w).sum();
-            }
-        });
-    output
-}
-
-/// The left operand in bf16 for AMX: `m` rows padded to whole blocks, each of `k` values padded
-/// with zeros to whole steps. Each block is read in its source's order (row by row, or, for a
-/// transposed view, input by input), so that the reads are contiguous.
-#[cfg(target_arch = "x86_64")]
-fn pack_rows(a: Strided, m: usize, k: usize) -> (Vec<u16>, usize) {
-    let width = k.div_ceil(STEP) * STEP;
-    let mut packed = vec![0u16; m.div_ceil(BLOCK) * BLOCK * width];
-    packed
-        .par_chunks_mut(BLOCK * width)
-        .enumerate()
-        .for_each(|(block, out)| {
-            let first = block * BLOCK;
-            let rows = BLOCK.min(m - first);
-            if a.column == 1 {
-                for r in 0..rows {
-                    let source = &a.values[(first + r) * a.row..][..k];
-                    for (value, &x) in out[r * width..][..k].iter_mut().zip(source) {
-                        *value = to_bf16(x);
-                    }
-                }
-            } else {
-                assert_eq!(a.row, 1, "a row-major matrix or its transpose");
-                // Sixteen inputs at a time: their sixteen source rows' 32 values each (L1), then
-                // sixteen values written contiguously to each packed row.
-                for i0 in (0..k).step_by(16) {
-                    let inputs = 16.min(k - i0);
-                    let mut tile = [[0u16; BLOCK]; 16];
-                    for (i, tile_row) in tile.iter_mut().enumerate().take(inputs) {
-                        let source = &a.values[first + (i0 + i) * a.column..][..rows];
-                        for (value, &x) in tile_row.iter_mut().zip(source) {
-                            *value = to_bf16(x);
-                        }
-                    }
-                    for r in 0..rows {
-                        for (i, value) in out[r * width + i0..][..inputs].iter_mut().enumerate() {
-                            *value = tile[i][r];
-                        }
-                    }
-                }
-            }
-        });
-    (packed, width)
-}
-
-/// The right operand in bf16 for AMX, in panels of 32 columns: each panel holds, per pair of
-/// inputs, 32 columns × the pair (AMX's layout for `tdpbf16ps`'s second tile), zeros past `k`
-/// and `n`. Read in the source's order, as [`pack_rows`] does.
-#[cfg(target_arch = "x86_64")]
-fn pack_panels(b: Strided, k: usize, n: usize, width: usize) -> Vec<u16> {
-    let panel_len = width * BLOCK;
-    let mut packed = vec![0u16; n.div_ceil(BLOCK) * panel_len];
-    let at = |i: usize, c: usize| (i / 2 * BLOCK + c) * 2 + i % 2;
-    packed
-        .par_chunks_mut(panel_len)
-        .enumerate()
-        .for_each(|(panel, out)| {
-            let first = panel * BLOCK;
-            let columns = BLOCK.min(n - first);
-            if b.column == 1 {
-                // Two rows at a time, interleaved: the pair's 32 columns are contiguous.
-                let row = |i: usize| &b.values[i * b.row + first..][..columns];
-                for (pair, out) in out.chunks_exact_mut(BLOCK * 2).take(k / 2).enumerate() {
-                    let (even, odd) = (row(2 * pair), row(2 * pair + 1));
-                    for ((out, &x), &y) in out.chunks_exact_mut(2).zip(even).zip(odd) {
-                        out[0] = to_bf16(x);
-                        out[1] = to_bf16(y);
-                    }
-                }
-                if k % 2 == 1 {
-                    for (c, &x) in row(k - 1).iter().enumerate() {
-                        out[at(k - 1, c)] = to_bf16(x);
-                    }
-                }
-            } else {
-                assert_eq!(b.row, 1, "a row-major matrix or its transpose");
-                for c in 0..columns {
-                    let source = &b.values[(first + c) * b.column..][..k];
-                    for (i, &x) in source.iter().enumerate() {
-                        out[at(i, c)] = to_bf16(x);
-                    }
-                }
-            }
-        });
-    packed
+    threads.for_each_chunk(output, n, |r, out| {
+        let row: Vec<f32> = (0..k).map(|i| round(a.at(r, i))).collect();
+        for (value, column) in out.iter_mut().zip(&b_columns) {
+            value.write(row.iter().zip(column).map(|(x, w)| x * w).sum());
+        }
+    });
+    debug_assert_eq!(output.len(), m * n);
 }
 
 /// The AMX product, blocked for the caches: a task takes a group of row blocks; for each panel it
 /// goes through the inputs a chunk at a time, and multiplies every block of its group by the
 /// panel's chunk before the next chunk, so that the chunk (16 KB) is read from L1 by all of them.
 #[cfg(target_arch = "x86_64")]
-fn amx_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> {
+fn amx_matmul(
+    a: Strided,
+    b: Strided,
+    [m, k, n]: [usize; 3],
+    output: &mut [MaybeUninit<f32>],
+    threads: Threads,
+) {
     assert!(
         amx::bf16_usable(),
         "Bf16Kernel::Amx on a CPU without AMX-BF16 (see Bf16Kernel::best)"
     );
-    let (rows, width) = pack_rows(a, m, k);
-    let panels = pack_panels(b, k, n, width);
+    let (rows, width) = pack::rows(a, m, k, threads);
+    let panels = pack::panels(b, k, n, width, threads);
     let panel_len = width * BLOCK;
     let blocks = m.div_ceil(BLOCK);
     // Groups of four blocks where that still leaves each thread several tasks.
-    let group = if blocks >= 16 * rayon::current_num_threads() {
+    let group = if threads == Threads::Caller || blocks >= 16 * rayon::current_num_threads() {
         4
     } else {
         1
     };
-    // Not zeroed first: every element is written below (each row, panel by panel).
-    let mut output = Vec::with_capacity(m * n);
-    output.spare_capacity_mut()[..m * n]
-        .par_chunks_mut(group * BLOCK * n)
-        .enumerate()
-        .for_each(|(task, out)| {
-            // SAFETY: checked above that the CPU has AMX-BF16 and its tiles are ours to use;
-            // a task that already holds configured tiles (the same shape) keeps them.
-            let _tiles = (!amx::configured()).then(|| unsafe { amx::Tiles::configure() });
-            let real_rows = out.len() / n;
-            let group_rows =
-                &rows[task * group * BLOCK * width..][..real_rows.div_ceil(BLOCK) * BLOCK * width];
-            let mut sums = vec![[[0.0f32; BLOCK]; BLOCK]; real_rows.div_ceil(BLOCK)];
-            for (panel, weights) in panels.chunks(panel_len).enumerate() {
-                for first_step in (0..width / STEP).step_by(CHUNK_STEPS) {
-                    let steps = first_step..(first_step + CHUNK_STEPS).min(width / STEP);
-                    for (block_rows, sums) in group_rows.chunks(BLOCK * width).zip(&mut sums) {
-                        // SAFETY: the tiles are configured; the lengths are the packings' above.
-                        unsafe { amx_block(block_rows, weights, width, steps.clone(), sums) };
-                    }
-                }
-                let first = panel * BLOCK;
-                let columns = BLOCK.min(n - first);
-                for (r, sums) in sums.iter().flatten().take(real_rows).enumerate() {
-                    out[r * n + first..][..columns].write_copy_of_slice(&sums[..columns]);
+    // Every element is written below (each row, panel by panel).
+    threads.for_each_chunk(output, group * BLOCK * n, |task, out| {
+        // SAFETY: checked above that the CPU has AMX-BF16 and its tiles are ours to use;
+        // a task that already holds configured tiles (the same shape) keeps them.
+        let _tiles = (!amx::configured()).then(|| unsafe { amx::Tiles::configure() });
+        let real_rows = out.len() / n;
+        let group_rows =
+            &rows[task * group * BLOCK * width..][..real_rows.div_ceil(BLOCK) * BLOCK * width];
+        let mut sums = vec![[[0.0f32; BLOCK]; BLOCK]; real_rows.div_ceil(BLOCK)];
+        for (panel, weights) in panels.chunks(panel_len).enumerate() {
+            for first_step in (0..width / STEP).step_by(CHUNK_STEPS) {
+                let steps = first_step..(first_step + CHUNK_STEPS).min(width / STEP);
+                for (block_rows, sums) in group_rows.chunks(BLOCK * width).zip(&mut sums) {
+                    // SAFETY: the tiles are configured; the lengths are the packings' above.
+                    unsafe { amx_block(block_rows, weights, width, steps.clone(), sums) };
                 }
             }
-        });
-    // SAFETY: the panels cover the `n` columns of every one of the `m` rows written above.
-    unsafe { output.set_len(m * n) };
-    output
+            let first = panel * BLOCK;
+            let columns = BLOCK.min(n - first);
+            for (r, sums) in sums.iter().flatten().take(real_rows).enumerate() {
+                out[r * n + first..][..columns].write_copy_of_slice(&sums[..columns]);
+            }
+        }
+    });
 }
 
 /// Adds the products of `steps` (of 32 inputs each) to one 32 × 32 block of `sums` (starting
@@ -379,16 +365,18 @@ pub fn forward<B: Backend>(
     Ok(same_type(output))
 }
 
+/// A Flex tensor of `shape` holding `values` (row-major).
+fn flex_tensor(values: Vec<f32>, shape: impl Into<burn::tensor::Shape>) -> FloatTensor<Flex> {
+    FlexTensor::from_data(TensorData::new(values, shape))
+}
+
 /// The product as an autodiff op: its backward step computes both gradients in bf16 too.
 mod training {
+    use super::*;
     use burn::backend::autodiff::checkpoint::base::Checkpointer;
     use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
     use burn::backend::autodiff::grads::Gradients;
     use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-    use burn::backend::flex::FlexTensor;
-    use burn::tensor::ops::FloatTensor;
-
-    use super::*;
 
     /// The backward step; its state is the product's two operands and their shape `[m, k, n]`.
     #[derive(Debug)]
@@ -409,7 +397,7 @@ mod training {
                         let (dy, wt) = (Strided::rows(grad, n), Strided::transposed(weight, n));
                         matmul(kernel, dy, wt, m, n, k)
                     });
-                    grads.register::<Flex>(parent.id, flex(dx, [m, k]));
+                    grads.register::<Flex>(parent.id, flex_tensor(dx, [m, k]));
                 }
                 if let Some(parent) = weight_parent {
                     // dW = xᵀ · dy
@@ -417,7 +405,7 @@ mod training {
                         let (xt, dy) = (Strided::transposed(x, k), Strided::rows(grad, n));
                         matmul(kernel, xt, dy, k, m, n)
                     });
-                    grads.register::<Flex>(parent.id, flex(dw, [k, n]));
+                    grads.register::<Flex>(parent.id, flex_tensor(dw, [k, n]));
                 }
             });
         }
@@ -441,7 +429,7 @@ mod training {
                     matmul(kernel, Strided::rows(x, k), Strided::rows(w, n), m, k, n)
                 })
             });
-            flex(output, [m, n])
+            flex_tensor(output, [m, n])
         };
         let output = match ProductStep(kernel)
             .prepare::<NoCheckpointing>([x.node.clone(), weight.node.clone()])
@@ -468,10 +456,6 @@ mod training {
                     .expect("an f32 tensor holds f32 values"))
             }
         }
-    }
-
-    fn flex(values: Vec<f32>, shape: [usize; 2]) -> FloatTensor<Flex> {
-        FlexTensor::from_data(TensorData::new(values, shape))
     }
 }
 

@@ -1,0 +1,214 @@
+//! The operands of AMX's bf16 product in its layouts, rounded with AVX-512 BF16's
+//! `vcvtneps2bf16` (16 values per instruction, to nearest with ties to even as [`super::to_bf16`];
+//! unlike it, the instruction takes a subnormal input, below 1.2e-38, as zero). Every CPU with
+//! AMX-BF16 has AVX-512 BF16; [`super::Bf16Kernel::best`] checks both.
+
+use std::arch::x86_64::*;
+
+use super::{BLOCK, STEP, Strided, Threads};
+
+/// Whether this CPU has the instructions the packing below is compiled for.
+pub fn usable() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512bf16")
+}
+
+/// The left operand: `m` rows padded to whole blocks, each of `k` values padded with zeros to
+/// whole steps; and that width. Each block is read in its source's order (row by row, or, for
+/// a transposed view, input by input), so that the reads are contiguous.
+pub fn rows(a: Strided, m: usize, k: usize, threads: Threads) -> (Vec<u16>, usize) {
+    assert!(usable(), "bf16 packing on a CPU without AVX-512 BF16");
+    let width = k.div_ceil(STEP) * STEP;
+    let mut packed = vec![0u16; m.div_ceil(BLOCK) * BLOCK * width];
+    threads.for_each_chunk(&mut packed, BLOCK * width, |block, out| {
+        // SAFETY: checked above that the CPU has the instructions.
+        unsafe { row_block(a, block * BLOCK, m, k, width, out) };
+    });
+    (packed, width)
+}
+
+/// The right operand in panels of 32 columns: each panel holds, per pair of inputs, 32 columns
+/// × the pair (AMX's layout for `tdpbf16ps`'s second tile), zeros past `k` and `n`. Read in the
+/// source's order, as [`rows`] does.
+pub fn panels(b: Strided, k: usize, n: usize, width: usize, threads: Threads) -> Vec<u16> {
+    assert!(usable(), "bf16 packing on a CPU without AVX-512 BF16");
+    let panel_len = width * BLOCK;
+    let mut packed = vec![0u16; n.div_ceil(BLOCK) * panel_len];
+    threads.for_each_chunk(&mut packed, panel_len, |index, out| {
+        // SAFETY: checked above that the CPU has the instructions.
+        unsafe { panel(b, index * BLOCK, k, n, out) };
+    });
+    packed
+}
+
+/// One block of [`rows`]: rows `first..` (up to 32) into `out` (32 rows of `width`).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+fn row_block(a: Strided, first: usize, m: usize, k: usize, width: usize, out: &mut [u16]) {
+    let rows = BLOCK.min(m - first);
+    if a.column == 1 {
+        for r in 0..rows {
+            round(
+                &a.values[(first + r) * a.row..][..k],
+                &mut out[r * width..][..k],
+            );
+        }
+        return;
+    }
+    assert_eq!(a.row, 1, "a row-major matrix or its transpose");
+    // Sixteen inputs at a time: their sixteen source rows' 32 values each, rounded (L1), then
+    // sixteen values written contiguously to each packed row.
+    let mut tile = [[0u16; BLOCK]; 16];
+    for i0 in (0..k).step_by(16) {
+        let inputs = 16.min(k - i0);
+        for (i, tile_row) in tile.iter_mut().enumerate().take(inputs) {
+            let source = &a.values[first + (i0 + i) * a.column..][..rows];
+            round(source, &mut tile_row[..rows]);
+        }
+        for r in 0..rows {
+            for (i, value) in out[r * width + i0..][..inputs].iter_mut().enumerate() {
+                *value = tile[i][r];
+            }
+        }
+    }
+}
+
+/// One panel of [`panels`]: columns `first..` (up to 32) into `out`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+fn panel(b: Strided, first: usize, k: usize, n: usize, out: &mut [u16]) {
+    let columns = BLOCK.min(n - first);
+    if b.column == 1 {
+        // Two rows at a time, interleaved: the pair's 32 columns are contiguous.
+        let row = |i: usize| &b.values[i * b.row + first..][..columns];
+        for (pair, out) in out
+            .chunks_exact_mut(BLOCK * 2)
+            .take(k.div_ceil(2))
+            .enumerate()
+        {
+            let odd = if 2 * pair + 1 < k {
+                row(2 * pair + 1)
+            } else {
+                &[0.0; BLOCK][..columns]
+            };
+            round_pairs(row(2 * pair), odd, &mut out[..2 * columns]);
+        }
+        return;
+    }
+    assert_eq!(b.row, 1, "a row-major matrix or its transpose");
+    // Column by column: its `k` values rounded at once, then written pair by pair 32 pairs apart.
+    let mut column = vec![0u16; k.next_multiple_of(2)];
+    for c in 0..columns {
+        round(&b.values[(first + c) * b.column..][..k], &mut column[..k]);
+        for (pair, values) in column.chunks_exact(2).enumerate() {
+            out[(pair * BLOCK + c) * 2..][..2].copy_from_slice(values);
+        }
+    }
+}
+
+/// `source` rounded to bf16 into `out` (the same length).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+fn round(source: &[f32], out: &mut [u16]) {
+    assert_eq!(source.len(), out.len());
+    for (source, out) in source.chunks(16).zip(out.chunks_mut(16)) {
+        let mask = lanes(source.len());
+        // SAFETY: the masked load reads and the masked store writes the chunk's lanes only.
+        unsafe {
+            let values = _mm512_maskz_loadu_ps(mask, source.as_ptr());
+            let rounded: __m256i = std::mem::transmute(_mm512_cvtneps_pbh(values));
+            _mm256_mask_storeu_epi16(out.as_mut_ptr().cast(), mask, rounded);
+        }
+    }
+}
+
+/// `even` and `odd` (the same length) rounded to bf16 and interleaved into `out` (twice that):
+/// `even[0], odd[0], even[1], odd[1], …`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+fn round_pairs(even: &[f32], odd: &[f32], out: &mut [u16]) {
+    assert!(even.len() == odd.len() && out.len() == 2 * even.len());
+    for ((even, odd), out) in even.chunks(16).zip(odd.chunks(16)).zip(out.chunks_mut(32)) {
+        let mask = lanes(even.len());
+        // SAFETY: the masked loads read `even`'s and `odd`'s lanes; the masked store writes one
+        // 32-bit pair per lane, within `out`'s chunk (twice the lanes' count of u16).
+        unsafe {
+            let widen = |values: *const f32| {
+                let rounded = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mask, values));
+                _mm512_cvtepu16_epi32(std::mem::transmute::<__m256bh, __m256i>(rounded))
+            };
+            let pairs = _mm512_or_si512(
+                widen(even.as_ptr()),
+                _mm512_slli_epi32::<16>(widen(odd.as_ptr())),
+            );
+            _mm512_mask_storeu_epi32(out.as_mut_ptr().cast(), mask, pairs);
+        }
+    }
+}
+
+/// The mask of the first `n` of 16 lanes.
+fn lanes(n: usize) -> __mmask16 {
+    debug_assert!(n <= 16);
+    ((1u32 << n) - 1) as __mmask16
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::models::bf16::{from_bf16, to_bf16};
+    use crate::random::SplitMix64;
+
+    /// The same bf16 value, or both NaN.
+    fn same(got: u16, expected: u16) -> bool {
+        got == expected || (from_bf16(got).is_nan() && from_bf16(expected).is_nan())
+    }
+
+    /// The packed layouts hold [`to_bf16`]'s roundings where the plain loops put them, for
+    /// row-major and transposed sources, and ragged sizes (tails of the 16 lanes, odd `k`).
+    #[test]
+    fn packing_rounds_like_to_bf16_into_amx_layouts() {
+        if !usable() {
+            eprintln!("skipped: this CPU has no AVX-512 BF16");
+            return;
+        }
+        let mut values = SplitMix64(7).centred_f32s(70 * 45, 3.0);
+        // Ties and a NaN: rounded to even, the NaN kept a NaN.
+        values[0] = 1.0 + 1.0 / 256.0;
+        values[1] = 1.0 + 3.0 / 256.0;
+        values[2] = f32::NAN;
+        for (m, k) in [(37, 70), (70, 37), (1, 1), (45, 33)] {
+            let source = &values[..m * k];
+            let expected_width = k.div_ceil(STEP) * STEP;
+            for (a, at) in [
+                (
+                    Strided::rows(source, k),
+                    Box::new(|r, i| source[r * k + i]) as Box<dyn Fn(usize, usize) -> f32>,
+                ),
+                (
+                    Strided::transposed(source, m),
+                    Box::new(|r, i| source[i * m + r]),
+                ),
+            ] {
+                let (packed, width) = rows(a, m, k, Threads::Caller);
+                assert_eq!(width, expected_width);
+                for r in 0..m.div_ceil(BLOCK) * BLOCK {
+                    for i in 0..width {
+                        let expected = if r < m && i < k { to_bf16(at(r, i)) } else { 0 };
+                        let got = packed[r * width + i];
+                        assert!(same(got, expected), "rows {m}×{k} ({r}, {i})");
+                    }
+                }
+                // The same values as the right operand: `k` inputs by `m` columns.
+                let b = a.transpose();
+                let packed = panels(b, k, m, width, Threads::Rayon);
+                for c in 0..m.div_ceil(BLOCK) * BLOCK {
+                    for i in 0..width {
+                        let expected = if c < m && i < k { to_bf16(at(c, i)) } else { 0 };
+                        let (panel, c_in) = (c / BLOCK, c % BLOCK);
+                        let got =
+                            packed[panel * width * BLOCK + (i / 2 * BLOCK + c_in) * 2 + i % 2];
+                        assert!(same(got, expected), "panels {k}×{m} ({i}, {c})");
+                    }
+                }
+            }
+        }
+    }
+}
