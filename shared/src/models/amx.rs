@@ -111,7 +111,7 @@ impl Drop for Tiles {
 pub type Sums<T> = [[T; 32]; 32];
 
 /// Bytes from one row of [`Sums`] to the next.
-const SUMS_PITCH: usize = 32 * 4;
+pub const SUMS_PITCH: usize = 32 * 4;
 
 /// Sets tiles 0–3, the sums, to zero.
 ///
@@ -130,14 +130,15 @@ pub unsafe fn zero_sums() {
     };
 }
 
-/// Loads tiles 0–3 from `sums` (`T` of four bytes).
+/// Loads tiles 0–3 from a 32 × 32 block of four-byte sums whose rows start `pitch` bytes apart
+/// at `sums`.
 ///
 /// # Safety
-/// This thread's tiles are configured ([`Tiles`]).
-pub unsafe fn load_sums<T>(sums: &Sums<T>) {
+/// This thread's tiles are configured ([`Tiles`]); the 32 rows of 128 bytes are readable.
+pub unsafe fn load_sums<T>(sums: *const T, pitch: usize) {
     const { assert!(size_of::<T>() == 4) };
-    let c = std::ptr::from_ref(sums).cast::<u8>();
-    // SAFETY: the caller configured the tiles; the four loads read the 4 KB of `sums`.
+    let c = sums.cast::<u8>();
+    // SAFETY: the caller configured the tiles; the four loads read the block's 32 rows.
     unsafe {
         asm!(
             "tileloadd tmm0, [{c} + {pitch}*1]",
@@ -146,22 +147,23 @@ pub unsafe fn load_sums<T>(sums: &Sums<T>) {
             "tileloadd tmm3, [{c3} + {pitch}*1]",
             c = in(reg) c,
             c1 = in(reg) c.add(64),
-            c2 = in(reg) c.add(16 * SUMS_PITCH),
-            c3 = in(reg) c.add(16 * SUMS_PITCH + 64),
-            pitch = in(reg) SUMS_PITCH,
+            c2 = in(reg) c.add(16 * pitch),
+            c3 = in(reg) c.add(16 * pitch + 64),
+            pitch = in(reg) pitch,
             options(nostack, readonly)
         )
     };
 }
 
-/// Stores tiles 0–3 into `sums` (`T` of four bytes), all 4 KB of it.
+/// Stores tiles 0–3 into a 32 × 32 block of four-byte sums whose rows start `pitch` bytes apart
+/// at `sums` ([`SUMS_PITCH`] for a [`Sums`]).
 ///
 /// # Safety
-/// This thread's tiles are configured ([`Tiles`]); `sums` is valid for writes.
-pub unsafe fn store_sums<T>(sums: *mut Sums<T>) {
+/// This thread's tiles are configured ([`Tiles`]); the 32 rows of 128 bytes are writable.
+pub unsafe fn store_sums<T>(sums: *mut T, pitch: usize) {
     const { assert!(size_of::<T>() == 4) };
     let c = sums.cast::<u8>();
-    // SAFETY: the caller configured the tiles; the four stores write the 4 KB of `sums`.
+    // SAFETY: the caller configured the tiles; the four stores write the block's 32 rows.
     unsafe {
         asm!(
             "tilestored [{c} + {pitch}*1], tmm0",
@@ -170,9 +172,9 @@ pub unsafe fn store_sums<T>(sums: *mut Sums<T>) {
             "tilestored [{c3} + {pitch}*1], tmm3",
             c = in(reg) c,
             c1 = in(reg) c.add(64),
-            c2 = in(reg) c.add(16 * SUMS_PITCH),
-            c3 = in(reg) c.add(16 * SUMS_PITCH + 64),
-            pitch = in(reg) SUMS_PITCH,
+            c2 = in(reg) c.add(16 * pitch),
+            c3 = in(reg) c.add(16 * pitch + 64),
+            pitch = in(reg) pitch,
             options(nostack)
         )
     };

@@ -726,7 +726,7 @@ impl Block<'_> {
                     options(nostack, readonly)
                 );
             }
-            amx::store_sums(sums.as_mut_ptr());
+            amx::store_sums(sums.as_mut_ptr().cast::<i32>(), amx::SUMS_PITCH);
             // The four 16 × 16 tiles stored above are the 32 × 32 sums.
             self.rescale_avx512(sums.assume_init_ref(), output, stride, columns);
         }

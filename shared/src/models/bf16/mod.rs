@@ -243,39 +243,56 @@ fn amx_matmul(
         let real_rows = out.len() / n;
         let group_rows =
             &rows[task * group * BLOCK * width..][..real_rows.div_ceil(BLOCK) * BLOCK * width];
-        let mut sums = vec![[[0.0f32; BLOCK]; BLOCK]; real_rows.div_ceil(BLOCK)];
+        let blocks = real_rows.div_ceil(BLOCK);
+        // A whole block's sums accumulate where they belong in `out`; a block at the bottom or
+        // right edge keeps them here and copies its real rows and columns.
+        let mut edge_sums = vec![[[0.0f32; BLOCK]; BLOCK]; blocks];
         for (panel, weights) in panels.chunks(panel_len).enumerate() {
-            for first_step in (0..width / STEP).step_by(CHUNK_STEPS) {
-                let steps = first_step..(first_step + CHUNK_STEPS).min(width / STEP);
-                for (block_rows, sums) in group_rows.chunks(BLOCK * width).zip(&mut sums) {
-                    // SAFETY: the tiles are configured; the lengths are the packings' above.
-                    unsafe { amx_block(block_rows, weights, width, steps.clone(), sums) };
-                }
-            }
             let first = panel * BLOCK;
             let columns = BLOCK.min(n - first);
-            for (r, sums) in sums.iter().flatten().take(real_rows).enumerate() {
-                out[r * n + first..][..columns].write_copy_of_slice(&sums[..columns]);
+            let whole = |block: usize| columns == BLOCK && (block + 1) * BLOCK <= real_rows;
+            let sums: Vec<(*mut f32, usize)> = (0..blocks)
+                .map(|block| match whole(block) {
+                    true => (out[block * BLOCK * n + first..].as_mut_ptr().cast(), n * 4),
+                    false => (edge_sums[block].as_mut_ptr().cast(), amx::SUMS_PITCH),
+                })
+                .collect();
+            for first_step in (0..width / STEP).step_by(CHUNK_STEPS) {
+                let steps = first_step..(first_step + CHUNK_STEPS).min(width / STEP);
+                for (block_rows, &(sums, pitch)) in group_rows.chunks(BLOCK * width).zip(&sums) {
+                    // SAFETY: the tiles are configured; the lengths are the packings' above; a
+                    // whole block's 32 rows of 32 sums lie within `out`, `n` values apart.
+                    unsafe { amx_block(block_rows, weights, width, steps.clone(), sums, pitch) };
+                }
+            }
+            for block in (0..blocks).filter(|&block| !whole(block)) {
+                let rows = BLOCK.min(real_rows - block * BLOCK);
+                for (r, sums) in edge_sums[block].iter().take(rows).enumerate() {
+                    let r = block * BLOCK + r;
+                    out[r * n + first..][..columns].write_copy_of_slice(&sums[..columns]);
+                }
             }
         }
     });
 }
 
-/// Adds the products of `steps` (of 32 inputs each) to one 32 × 32 block of `sums` (starting
-/// from zero at step 0): per step, two tiles of 16 rows (pitch: the rows' width) times the
+/// Adds the products of `steps` (of 32 inputs each) to one 32 × 32 block of sums at `sums`, rows
+/// `pitch` bytes apart (starting from zero at step 0): per step, two tiles of 16 rows (pitch: the rows' width) times the
 /// panel's two halves of 16 columns (pitch: a pair's 32 columns × 2 values) into four 16 × 16
 /// tiles of f32.
 ///
 /// # Safety
 /// This thread's tiles are configured ([`amx::Tiles`]); `rows` holds 32 rows of `width` values
-/// and `weights` `width / 2` pairs of 32 columns.
+/// and `weights` `width / 2` pairs of 32 columns; `sums` is valid for 32 rows of 32 values
+/// `pitch` bytes apart (read only after step 0 wrote them).
 #[cfg(target_arch = "x86_64")]
 unsafe fn amx_block(
     rows: &[u16],
     weights: &[u16],
     width: usize,
     steps: std::ops::Range<usize>,
-    sums: &mut amx::Sums<f32>,
+    sums: *mut f32,
+    pitch: usize,
 ) {
     use std::arch::asm;
     assert!(rows.len() >= BLOCK * width && weights.len() >= width * BLOCK);
@@ -284,12 +301,12 @@ unsafe fn amx_block(
     let row_pitch = width * 2;
     let pair_pitch = BLOCK * 2 * 2;
     // SAFETY: each step reads 32 rows × 64 bytes of `rows` and 16 pairs × 128 bytes of
-    // `weights`, within the lengths asserted; the loads and stores of the sums stay in `sums`.
+    // `weights`, within the lengths asserted; the loads and stores of the sums are the caller's.
     unsafe {
         if steps.start == 0 {
             amx::zero_sums();
         } else {
-            amx::load_sums(sums);
+            amx::load_sums(sums, pitch);
         }
         for step in steps {
             let a = a.add(step * STEP);
@@ -312,7 +329,7 @@ unsafe fn amx_block(
                 options(nostack, readonly)
             );
         }
-        amx::store_sums(sums);
+        amx::store_sums(sums, pitch);
     }
 }
 
@@ -531,6 +548,7 @@ mod tests {
             (1, 1, 1),
             (37, 70, 45),
             (64, 384, 96),
+            (64, 300, 45),
             (9, 71, 40),
             (33, 1536, 31),
         ] {
