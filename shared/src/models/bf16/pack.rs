@@ -4,6 +4,7 @@
 //! AMX-BF16 has AVX-512 BF16; [`super::Bf16Kernel::best`] checks both.
 
 use std::arch::x86_64::*;
+use std::mem::MaybeUninit;
 
 use super::{BLOCK, STEP, Strided, Threads};
 
@@ -21,11 +22,15 @@ pub fn usable() -> bool {
 pub fn rows(a: Strided, m: usize, k: usize, threads: Threads) -> (Vec<u16>, usize) {
     assert!(usable(), "bf16 packing on a CPU without AVX-512 BF16");
     let width = k.div_ceil(STEP) * STEP;
-    let mut packed = vec![0u16; m.div_ceil(BLOCK) * BLOCK * width];
-    threads.for_each_chunk(&mut packed, BLOCK * width, |block, out| {
-        // SAFETY: checked above that the CPU has the instructions.
-        unsafe { row_block(a, block * BLOCK, m, k, width, out) };
-    });
+    let packed = packed(
+        m.div_ceil(BLOCK) * BLOCK * width,
+        BLOCK * width,
+        threads,
+        |block, out| {
+            // SAFETY: checked above that the CPU has the instructions.
+            unsafe { row_block(a, block * BLOCK, m, k, width, out) };
+        },
+    );
     (packed, width)
 }
 
@@ -35,18 +40,50 @@ pub fn rows(a: Strided, m: usize, k: usize, threads: Threads) -> (Vec<u16>, usiz
 pub fn panels(b: Strided, k: usize, n: usize, width: usize, threads: Threads) -> Vec<u16> {
     assert!(usable(), "bf16 packing on a CPU without AVX-512 BF16");
     let panel_len = width * BLOCK;
-    let mut packed = vec![0u16; n.div_ceil(BLOCK) * panel_len];
-    threads.for_each_chunk(&mut packed, panel_len, |index, out| {
-        // SAFETY: checked above that the CPU has the instructions.
-        unsafe { panel(b, index * BLOCK, k, n, out) };
-    });
+    packed(
+        n.div_ceil(BLOCK) * panel_len,
+        panel_len,
+        threads,
+        |index, out| {
+            // SAFETY: checked above that the CPU has the instructions.
+            unsafe { panel(b, index * BLOCK, k, n, out) };
+        },
+    )
+}
+
+/// `len` values written by `pack(i, chunk)` chunk by chunk (`chunk` values each), every one of
+/// them: not zero-filled first (that was 2 % of a bf16 training step).
+fn packed<F>(len: usize, chunk: usize, threads: Threads, pack: F) -> Vec<u16>
+where
+    F: Fn(usize, &mut [MaybeUninit<u16>]) + Send + Sync,
+{
+    let mut packed = Vec::with_capacity(len);
+    threads.for_each_chunk(&mut packed.spare_capacity_mut()[..len], chunk, pack);
+    // SAFETY: the packing functions write every value of their chunk.
+    unsafe { packed.set_len(len) };
     packed
 }
 
-/// One block of [`rows`]: rows `first..` (up to 32) into `out` (32 rows of `width`).
+const ZERO: MaybeUninit<u16> = MaybeUninit::new(0);
+
+/// One block of [`rows`]: rows `first..` (up to 32) into `out` (32 rows of `width`), every
+/// value written (zeros past the rows and inputs).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-fn row_block(a: Strided, first: usize, m: usize, k: usize, width: usize, out: &mut [u16]) {
+fn row_block(
+    a: Strided,
+    first: usize,
+    m: usize,
+    k: usize,
+    width: usize,
+    out: &mut [MaybeUninit<u16>],
+) {
     let rows = BLOCK.min(m - first);
+    for row in out.chunks_exact_mut(width).skip(rows) {
+        row.fill(ZERO);
+    }
+    for r in 0..rows {
+        out[r * width + k..(r + 1) * width].fill(ZERO);
+    }
     if a.column == 1 {
         for r in 0..rows {
             round(
@@ -59,7 +96,7 @@ fn row_block(a: Strided, first: usize, m: usize, k: usize, width: usize, out: &m
     assert_eq!(a.row, 1, "a row-major matrix or its transpose");
     // Sixteen inputs at a time: their sixteen source rows' 32 values each, rounded (L1), then
     // sixteen values written contiguously to each packed row.
-    let mut tile = [[0u16; BLOCK]; 16];
+    let mut tile = [[ZERO; BLOCK]; 16];
     for i0 in (0..k).step_by(16) {
         let inputs = 16.min(k - i0);
         for (i, tile_row) in tile.iter_mut().enumerate().take(inputs) {
@@ -74,18 +111,22 @@ fn row_block(a: Strided, first: usize, m: usize, k: usize, width: usize, out: &m
     }
 }
 
-/// One panel of [`panels`]: columns `first..` (up to 32) into `out`.
+/// One panel of [`panels`]: columns `first..` (up to 32) into `out`, every value written (zeros
+/// past the columns and inputs).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-fn panel(b: Strided, first: usize, k: usize, n: usize, out: &mut [u16]) {
+fn panel(b: Strided, first: usize, k: usize, n: usize, out: &mut [MaybeUninit<u16>]) {
     let columns = BLOCK.min(n - first);
+    let pairs = k.div_ceil(2);
+    out[pairs * BLOCK * 2..].fill(ZERO);
+    if columns < BLOCK {
+        for pair in out.chunks_exact_mut(BLOCK * 2).take(pairs) {
+            pair[2 * columns..].fill(ZERO);
+        }
+    }
     if b.column == 1 {
         // Two rows at a time, interleaved: the pair's 32 columns are contiguous.
         let row = |i: usize| &b.values[i * b.row + first..][..columns];
-        for (pair, out) in out
-            .chunks_exact_mut(BLOCK * 2)
-            .take(k.div_ceil(2))
-            .enumerate()
-        {
+        for (pair, out) in out.chunks_exact_mut(BLOCK * 2).take(pairs).enumerate() {
             let odd = if 2 * pair + 1 < k {
                 row(2 * pair + 1)
             } else {
@@ -97,7 +138,7 @@ fn panel(b: Strided, first: usize, k: usize, n: usize, out: &mut [u16]) {
     }
     assert_eq!(b.row, 1, "a row-major matrix or its transpose");
     // Column by column: its `k` values rounded at once, then written pair by pair 32 pairs apart.
-    let mut column = vec![0u16; k.next_multiple_of(2)];
+    let mut column = vec![ZERO; 2 * pairs];
     for c in 0..columns {
         round(&b.values[(first + c) * b.column..][..k], &mut column[..k]);
         for (pair, values) in column.chunks_exact(2).enumerate() {
@@ -108,7 +149,7 @@ fn panel(b: Strided, first: usize, k: usize, n: usize, out: &mut [u16]) {
 
 /// `source` rounded to bf16 into `out` (the same length).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-fn round(source: &[f32], out: &mut [u16]) {
+fn round(source: &[f32], out: &mut [MaybeUninit<u16>]) {
     assert_eq!(source.len(), out.len());
     for (source, out) in source.chunks(16).zip(out.chunks_mut(16)) {
         let mask = lanes(source.len());
@@ -124,7 +165,7 @@ fn round(source: &[f32], out: &mut [u16]) {
 /// `even` and `odd` (the same length) rounded to bf16 and interleaved into `out` (twice that):
 /// `even[0], odd[0], even[1], odd[1], …`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-fn round_pairs(even: &[f32], odd: &[f32], out: &mut [u16]) {
+fn round_pairs(even: &[f32], odd: &[f32], out: &mut [MaybeUninit<u16>]) {
     assert!(even.len() == odd.len() && out.len() == 2 * even.len());
     for ((even, odd), out) in even.chunks(16).zip(odd.chunks(16)).zip(out.chunks_mut(32)) {
         let mask = lanes(even.len());
@@ -155,6 +196,12 @@ mod tests {
     use super::*;
     use crate::models::bf16::{from_bf16, to_bf16};
     use crate::random::SplitMix64;
+
+    /// Frees a buffer of `len` values that are not zero, so that the allocator likely hands its
+    /// memory to the packing next (which must write its zeros itself).
+    fn dirty_heap(len: usize) {
+        std::hint::black_box(vec![0xabcd_u16; len]);
+    }
 
     /// The same bf16 value, or both NaN.
     fn same(got: u16, expected: u16) -> bool {
@@ -187,6 +234,7 @@ mod tests {
                     Box::new(|r, i| source[i * m + r]),
                 ),
             ] {
+                dirty_heap(m.div_ceil(BLOCK) * BLOCK * expected_width);
                 let (packed, width) = rows(a, m, k, Threads::Caller);
                 assert_eq!(width, expected_width);
                 for r in 0..m.div_ceil(BLOCK) * BLOCK {
@@ -198,7 +246,8 @@ mod tests {
                 }
                 // The same values as the right operand: `k` inputs by `m` columns.
                 let b = a.transpose();
-                let packed = panels(b, k, m, width, Threads::Rayon);
+                dirty_heap(m.div_ceil(BLOCK) * BLOCK * width);
+                let packed = panels(b, k, m, width, Threads::Caller);
                 for c in 0..m.div_ceil(BLOCK) * BLOCK {
                     for i in 0..width {
                         let expected = if c < m && i < k { to_bf16(at(c, i)) } else { 0 };
