@@ -101,6 +101,7 @@ fn row_block(
         let inputs = 16.min(k - i0);
         for (i, tile_row) in tile.iter_mut().enumerate().take(inputs) {
             let source = &a.values[first + (i0 + i) * a.column..][..rows];
+            prefetch(a.values, first + (i0 + AHEAD + i) * a.column, rows);
             round(source, &mut tile_row[..rows]);
         }
         for r in 0..rows {
@@ -127,6 +128,9 @@ fn panel(b: Strided, first: usize, k: usize, n: usize, out: &mut [MaybeUninit<u1
         // Two rows at a time, interleaved: the pair's 32 columns are contiguous.
         let row = |i: usize| &b.values[i * b.row + first..][..columns];
         for (pair, out) in out.chunks_exact_mut(BLOCK * 2).take(pairs).enumerate() {
+            for ahead in [AHEAD, AHEAD + 1] {
+                prefetch(b.values, (2 * pair + ahead) * b.row + first, columns);
+            }
             let odd = if 2 * pair + 1 < k {
                 row(2 * pair + 1)
             } else {
@@ -144,6 +148,25 @@ fn panel(b: Strided, first: usize, k: usize, n: usize, out: &mut [MaybeUninit<u1
         for (pair, values) in column.chunks_exact(2).enumerate() {
             out[(pair * BLOCK + c) * 2..][..2].copy_from_slice(values);
         }
+    }
+}
+
+/// Rows ahead of the one being rounded whose values are fetched into the cache meanwhile: the
+/// transposed operand's and the panels' rows are read 32 values at a time, each in another page
+/// (1.5–6 KB apart), which the CPU's prefetchers do not follow.
+const AHEAD: usize = 16;
+
+/// Asks the CPU to bring `len` values of `values` from `start` into its caches (nothing past
+/// the end: a prefetch does not fault, but is not issued there either).
+#[target_feature(enable = "avx512f")]
+fn prefetch(values: &[f32], start: usize, len: usize) {
+    if start + len > values.len() || len == 0 {
+        return;
+    }
+    let first = values[start..].as_ptr().cast::<i8>();
+    let last = values[start + len - 1..].as_ptr().cast::<i8>();
+    for line in [first, first.wrapping_add(64), last] {
+        _mm_prefetch::<_MM_HINT_T0>(line);
     }
 }
 
