@@ -247,39 +247,48 @@ fn amx_matmul(
         // A whole block's sums accumulate where they belong in `out`; a block at the bottom or
         // right edge keeps them here and copies its real rows and columns.
         let mut edge_sums = vec![[[0.0f32; BLOCK]; BLOCK]; blocks];
+        // One pointer into each buffer, taken once, that the tiles' loads and stores go through.
+        let (out_values, edge_values) = (out.as_mut_ptr().cast::<f32>(), edge_sums.as_mut_ptr());
         for (panel, weights) in panels.chunks(panel_len).enumerate() {
             let first = panel * BLOCK;
             let columns = BLOCK.min(n - first);
             let whole = |block: usize| columns == BLOCK && (block + 1) * BLOCK <= real_rows;
-            let sums: Vec<(*mut f32, usize)> = (0..blocks)
-                .map(|block| match whole(block) {
-                    true => (out[block * BLOCK * n + first..].as_mut_ptr().cast(), n * 4),
-                    false => (edge_sums[block].as_mut_ptr().cast(), amx::SUMS_PITCH),
-                })
-                .collect();
             for first_step in (0..width / STEP).step_by(CHUNK_STEPS) {
                 let steps = first_step..(first_step + CHUNK_STEPS).min(width / STEP);
-                for (block_rows, &(sums, pitch)) in group_rows.chunks(BLOCK * width).zip(&sums) {
+                for (block, block_rows) in group_rows.chunks(BLOCK * width).enumerate() {
                     // SAFETY: the tiles are configured; the lengths are the packings' above; a
-                    // whole block's 32 rows of 32 sums lie within `out`, `n` values apart.
-                    unsafe { amx_block(block_rows, weights, width, steps.clone(), sums, pitch) };
+                    // whole block's 32 rows of 32 sums lie within `out`, `n` values apart (its
+                    // last, `(block · 32 + 31) · n + first + 31`, is below `real_rows · n`), an
+                    // edge block's in its own `Sums`.
+                    unsafe {
+                        let (sums, pitch) = match whole(block) {
+                            true => (out_values.add(block * BLOCK * n + first), n * 4),
+                            false => (edge_values.add(block).cast(), amx::SUMS_PITCH),
+                        };
+                        amx_block(block_rows, weights, width, steps.clone(), sums, pitch);
+                    }
                 }
             }
             for block in (0..blocks).filter(|&block| !whole(block)) {
                 let rows = BLOCK.min(real_rows - block * BLOCK);
                 for (r, sums) in edge_sums[block].iter().take(rows).enumerate() {
                     let r = block * BLOCK + r;
-                    out[r * n + first..][..columns].write_copy_of_slice(&sums[..columns]);
+                    // SAFETY: row `r` of the task's rows, columns `first..first + columns` of
+                    // `n`: within `out`, written through the pointer the tiles use too.
+                    unsafe {
+                        let to = out_values.add(r * n + first);
+                        std::ptr::copy_nonoverlapping(sums.as_ptr(), to, columns);
+                    }
                 }
             }
         }
     });
 }
 
-/// Adds the products of `steps` (of 32 inputs each) to one 32 × 32 block of sums at `sums`, rows
-/// `pitch` bytes apart (starting from zero at step 0): per step, two tiles of 16 rows (pitch: the rows' width) times the
-/// panel's two halves of 16 columns (pitch: a pair's 32 columns × 2 values) into four 16 × 16
-/// tiles of f32.
+/// Adds the products of `steps` (of 32 inputs each) to one 32 × 32 block of sums at `sums`,
+/// rows `pitch` bytes apart (starting from zero at step 0): per step, two tiles of 16 rows
+/// (pitch: the rows' width) times the panel's two halves of 16 columns (pitch: a pair's 32
+/// columns × 2 values) into four 16 × 16 tiles of f32.
 ///
 /// # Safety
 /// This thread's tiles are configured ([`amx::Tiles`]); `rows` holds 32 rows of `width` values
@@ -334,12 +343,14 @@ unsafe fn amx_block(
 }
 
 thread_local! {
-    /// The kernel linear layers train with on this thread, while a [`Bf16Training`] lives.
+    /// The kernel the linear layers and the attention's products train with on this thread,
+    /// while a [`Bf16Training`] lives.
     static TRAINING: Cell<Option<Bf16Kernel>> = const { Cell::new(None) };
 }
 
-/// While it lives, BERT's linear layers on `Autodiff<Flex>` multiply in bf16 on this thread
-/// (the thread that runs the forward passes; their backward steps keep the kernel).
+/// While it lives, BERT's linear layers and attention products ([`batched`]) on
+/// `Autodiff<Flex>` multiply in bf16 on this thread (the thread that runs the forward passes;
+/// their backward steps keep the kernel).
 /// Not `Send`: it restores the thread it was made on.
 pub struct Bf16Training(Option<Bf16Kernel>, std::marker::PhantomData<*const ()>);
 
