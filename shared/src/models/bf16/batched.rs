@@ -29,9 +29,11 @@ pub fn forward<B: Backend, const D: usize>(
     b: Tensor<B, D>,
 ) -> Result<Tensor<B, D>, (Tensor<B, D>, Tensor<B, D>)> {
     let (a_dims, b_dims) = (a.dims(), b.dims());
-    let kernel = TRAINING.get();
     let same_batch = D >= 2 && a_dims[..D - 2] == b_dims[..D - 2] && a_dims[D - 1] == b_dims[D - 2];
-    if kernel.is_none() || !same_batch || a.dtype() != DType::F32 || b.dtype() != DType::F32 {
+    let Some(kernel) = TRAINING.get() else {
+        return Err((a, b));
+    };
+    if !same_batch || a.dtype() != DType::F32 || b.dtype() != DType::F32 {
         return Err((a, b));
     }
     type Ad = Autodiff<Flex>;
@@ -39,7 +41,7 @@ pub fn forward<B: Backend, const D: usize>(
     match both.downcast::<(Tensor<Ad, D>, Tensor<Ad, D>)>() {
         Ok(both) => {
             let (a, b) = *both;
-            Ok(same_type(product(kernel.expect("checked"), a, b)))
+            Ok(same_type(product(kernel, a, b)))
         }
         Err(both) => Err(*both
             .downcast::<(Tensor<B, D>, Tensor<B, D>)>()
@@ -126,46 +128,41 @@ fn products<'a>(
     output
 }
 
-/// The backward step; its state is the operands and the output's dimensions.
+/// The backward step; its state is the operands (each gradient has its operand's shape).
 #[derive(Debug)]
 struct ProductsStep(Bf16Kernel);
 
 impl Backward<Flex, 2> for ProductsStep {
-    type State = (FloatTensor<Flex>, FloatTensor<Flex>, Vec<usize>);
+    type State = (FloatTensor<Flex>, FloatTensor<Flex>);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
         let kernel = self.0;
         let grad = readable(grads.consume::<Flex>(&ops.node));
-        let (a, b, dims) = ops.state;
-        let d = dims.len();
-        let (m, n) = (dims[d - 2], dims[d - 1]);
+        let (a, b) = ops.state;
         let (a, b) = (readable(a), readable(b));
+        let (a_shape, b_shape) = (a.layout().shape().clone(), b.layout().shape().clone());
+        let d = a_shape.num_dims();
+        let [m, k, n] = [a_shape[d - 2], a_shape[d - 1], b_shape[d - 1]];
         let (ma, mb, mg) = (
             Matrices::of(&a).expect("readable"),
             Matrices::of(&b).expect("readable"),
             Matrices::of(&grad).expect("readable"),
         );
-        let k = a.layout().shape()[d - 1];
         let items = mg.starts.len();
-        let with_last = |rows, columns| {
-            let mut shape = dims[..d - 2].to_vec();
-            shape.extend([rows, columns]);
-            shape
-        };
         let [a_parent, b_parent] = &ops.parents;
         if let Some(parent) = a_parent {
             // da = dy · bᵀ
             let da = products(kernel, items, [m, n, k], |i| {
                 [mg.matrix(i), mb.matrix(i).transpose()]
             });
-            grads.register::<Flex>(parent.id, flex_tensor(da, with_last(m, k)));
+            grads.register::<Flex>(parent.id, flex_tensor(da, a_shape));
         }
         if let Some(parent) = b_parent {
             // db = aᵀ · dy
             let db = products(kernel, items, [k, m, n], |i| {
                 [ma.matrix(i).transpose(), mg.matrix(i)]
             });
-            grads.register::<Flex>(parent.id, flex_tensor(db, with_last(k, n)));
+            grads.register::<Flex>(parent.id, flex_tensor(db, b_shape));
         }
     }
 }
@@ -190,7 +187,7 @@ fn product<const D: usize>(
         );
         let items = ma.starts.len();
         let values = products(kernel, items, [m, k, n], |i| [ma.matrix(i), mb.matrix(i)]);
-        flex_tensor(values, dims.clone())
+        flex_tensor(values, dims)
     };
     let output = match ProductsStep(kernel)
         .prepare::<NoCheckpointing>([a.node.clone(), b.node.clone()])
@@ -198,7 +195,7 @@ fn product<const D: usize>(
         .stateful()
     {
         OpsKind::Tracked(prep) => {
-            let state = (a.primitive.clone(), b.primitive.clone(), dims.clone());
+            let state = (a.primitive.clone(), b.primitive.clone());
             prep.finish(state, forward(a.primitive, b.primitive))
         }
         OpsKind::UnTracked(prep) => prep.finish(forward(a.primitive, b.primitive)),
