@@ -152,6 +152,70 @@ fn a_corpus_is_built_indexed_resumed_searched_and_grown() {
     );
 }
 
+/// The ids of `index search … -k 5 --json`'s results for `query`.
+fn top_ids(corpus: &Path, query: &str, extra: &[&str]) -> Vec<u64> {
+    let mut command = in_corpus(corpus, &["index", "search", query, "-k", "5", "--json"]);
+    let out = success(command.args(extra));
+    let record: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    record["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn an_index_in_shards_is_built_resumed_and_searched_like_one_graph() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = indexed_corpus(dir.path());
+    let index = index_dir(&corpus, "minilm");
+    let whole = top_ids(&corpus, "the acting was wooden", &[]);
+    assert!(!index.join("graph-1").exists());
+
+    // 13 sentences in shards of 4: four graphs over the rows already encoded.
+    let build = |extra: &[&str]| {
+        let output = in_corpus(&corpus, &["index", "build"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = build(&["--shard-rows", "4"]);
+    assert!(stderr.contains("4 shards of up to 4 rows"), "{stderr}");
+    let record = |shard: &str| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(index.join(shard).join("shard.json")).unwrap())
+            .unwrap()
+    };
+    assert_eq!(record("graph")["rows"], 4);
+    assert_eq!(record("graph-3")["rows"], 1);
+    // Each shard of at most 4 rows is searched exhaustively, as the whole graph of 13 was.
+    assert_eq!(top_ids(&corpus, "the acting was wooden", &[]), whole);
+    assert!(build(&["--shard-rows", "4"]).contains("is up to date"));
+
+    // A build killed after its second shard: the next one builds the last two again only.
+    let first = record("graph-1");
+    std::fs::remove_dir_all(index.join("graph-2")).unwrap();
+    std::fs::remove_file(index.join("graph-3").join("shard.json")).unwrap();
+    std::fs::remove_file(index.join("index.json")).unwrap();
+    let failed = in_corpus(&corpus, &["index", "search", "a film"])
+        .output()
+        .unwrap();
+    assert!(!failed.status.success());
+    build(&["--shard-rows", "4"]);
+    assert_eq!(record("graph-1"), first);
+    assert_eq!(record("graph-2")["rows"], 4);
+    assert_eq!(record("graph-3")["rows"], 1);
+    assert_eq!(top_ids(&corpus, "the acting was wooden", &[]), whole);
+
+    // Back to one graph: the other shards' directories go.
+    assert!(!build(&[]).contains("is up to date"));
+    assert!(!index.join("graph-1").exists() && !index.join("graph-3").exists());
+    assert_eq!(record("graph")["rows"], 13);
+    assert_eq!(top_ids(&corpus, "the acting was wooden", &[]), whole);
+}
+
 #[test]
 fn searching_with_another_encoder_is_an_error() {
     let dir = tempfile::tempdir().unwrap();

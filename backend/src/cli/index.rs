@@ -54,6 +54,12 @@ pub struct BuildArgs {
     /// HNSW candidate list size while building
     #[arg(long, default_value_t = HnswParams::default().ef_construction)]
     pub ef_construction: usize,
+    /// Rows per HNSW graph: a larger corpus gets a graph per this many sentences, built one
+    /// after the other (a killed build resumes after the last finished one) and searched
+    /// together; fewer, larger shards search faster
+    #[arg(long, value_name = "N", default_value_t = BuildOptions::default().shard_rows,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub shard_rows: usize,
     /// Stop after encoding this many new sentences (the next run resumes)
     #[arg(long, value_name = "N")]
     pub pause_after: Option<usize>,
@@ -113,6 +119,7 @@ pub fn build(home: &Home, args: BuildArgs) -> Result<()> {
             max_connections: args.m,
             ef_construction: args.ef_construction,
         },
+        shard_rows: args.shard_rows,
         stop_after: args.pause_after,
         int8: args.int8,
         ..BuildOptions::default()
@@ -130,11 +137,15 @@ pub fn build(home: &Home, args: BuildArgs) -> Result<()> {
     )?;
     match outcome {
         BuildOutcome::Built(meta) => tracing::info!(
-            "indexed {} sentences ({}-d): encoding {:.0} s, graph {:.0} s",
+            "indexed {} sentences ({}-d): encoding {:.0} s, graph {:.0} s{}",
             meta.sentences,
             meta.dim,
             meta.encode_seconds,
-            meta.graph_seconds
+            meta.graph_seconds,
+            meta.shard_rows.map_or(String::new(), |rows| format!(
+                " ({} shards of up to {rows} rows)",
+                meta.sentences.div_ceil(rows)
+            ))
         ),
         BuildOutcome::UpToDate(_) => tracing::info!("{} is up to date", dir.display()),
         BuildOutcome::Paused { encoded, total } => tracing::info!(

@@ -2,7 +2,8 @@
 //! killed encoding run resumes after the last complete row.
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -71,8 +72,14 @@ impl EmbeddingFile {
 
     /// Reads every row into one row-major matrix rounded to f16, never holding the f32 matrix.
     pub fn read_all_half(&self) -> Result<Vec<f16>> {
-        let mut rows = Vec::new();
-        self.for_each_chunk(|chunk| {
+        self.read_half_range(0..usize::MAX)
+    }
+
+    /// Rows `range` (clipped to the complete rows) as one row-major matrix rounded to f16.
+    pub fn read_half_range(&self, range: Range<usize>) -> Result<Vec<f16>> {
+        let count = range.end.min(self.rows()?).saturating_sub(range.start);
+        let mut rows = Vec::with_capacity(count * self.dim);
+        self.for_each_chunk_in(range, |chunk| {
             let start = rows.len();
             rows.resize(start + chunk.len(), f16::ZERO);
             rows[start..].convert_from_f32_slice(chunk);
@@ -82,17 +89,28 @@ impl EmbeddingFile {
 
     /// Calls `take` with the complete rows in order, a few thousand at a time: the file is
     /// never in memory whole.
-    pub fn for_each_chunk(&self, mut take: impl FnMut(&[f32])) -> Result<()> {
+    pub fn for_each_chunk(&self, take: impl FnMut(&[f32])) -> Result<()> {
+        self.for_each_chunk_in(0..usize::MAX, take)
+    }
+
+    /// [`EmbeddingFile::for_each_chunk`] over rows `range` (clipped to the complete rows).
+    pub fn for_each_chunk_in(
+        &self,
+        range: Range<usize>,
+        mut take: impl FnMut(&[f32]),
+    ) -> Result<()> {
         let row_bytes = self.dim * 4;
-        let rows = self.rows()?;
+        let end = range.end.min(self.rows()?);
         let mut file = File::open(&self.path)
+            .with_context(|| format!("cannot read {}", self.path.display()))?;
+        file.seek(SeekFrom::Start((range.start * row_bytes) as u64))
             .with_context(|| format!("cannot read {}", self.path.display()))?;
         let chunk_rows = (4 << 20) / row_bytes.max(1) + 1;
         let mut bytes = vec![0u8; chunk_rows * row_bytes];
         let mut numbers = Vec::with_capacity(chunk_rows * self.dim);
-        let mut done = 0;
-        while done < rows {
-            let count = chunk_rows.min(rows - done);
+        let mut done = range.start;
+        while done < end {
+            let count = chunk_rows.min(end - done);
             let buffer = &mut bytes[..count * row_bytes];
             file.read_exact(buffer)
                 .with_context(|| format!("cannot read {}", self.path.display()))?;
@@ -141,6 +159,13 @@ mod tests {
             .map(|x| x.to_f32())
             .collect();
         assert_eq!(half, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
+        let middle: Vec<f32> = file
+            .read_half_range(1..5)
+            .unwrap()
+            .iter()
+            .map(|x| x.to_f32())
+            .collect();
+        assert_eq!(middle, vec![4.0, 5.0, 6.0, 7.0, 8.0, 9.0]);
         file.truncate(1).unwrap();
         assert_eq!(file.read_all().unwrap(), vec![1.0, 2.0, 3.0]);
     }

@@ -13,10 +13,25 @@ const BLOCK_ROWS: usize = 16_384;
 /// The `k` rows of `rows` (row-major, `dim` wide) with the largest inner product with each
 /// query, best first.
 pub fn exact_top_k(rows: &[f32], dim: usize, queries: &[Vec<f32>], k: usize) -> Vec<Vec<Hit>> {
+    let mut best = vec![Vec::with_capacity(k + 1); queries.len()];
+    exact_top_k_into(&mut best, rows, 0, dim, queries, k);
+    best
+}
+
+/// [`exact_top_k`] over one more part of the rows, whose ids start at `first`: `best` (one
+/// list per query, best first) keeps the `k` best of the parts seen so far, so that the truth
+/// over more rows than fit in memory is found a part at a time.
+pub fn exact_top_k_into(
+    best: &mut [Vec<Hit>],
+    rows: &[f32],
+    first: usize,
+    dim: usize,
+    queries: &[Vec<f32>],
+    k: usize,
+) {
     let device = Default::default();
     let flat: Vec<f32> = queries.iter().flatten().copied().collect();
     let q = Tensor::<Cpu, 2>::from_data(TensorData::new(flat, [queries.len(), dim]), &device);
-    let mut best: Vec<Vec<Hit>> = vec![Vec::with_capacity(k + 1); queries.len()];
     for (block_index, block) in rows.chunks(BLOCK_ROWS * dim).enumerate() {
         let count = block.len() / dim;
         let base =
@@ -27,7 +42,7 @@ pub fn exact_top_k(rows: &[f32], dim: usize, queries: &[Vec<f32>], k: usize) -> 
             .into_data()
             .into_vec::<f32>()
             .expect("f32");
-        let offset = block_index * BLOCK_ROWS;
+        let offset = first + block_index * BLOCK_ROWS;
         best.par_iter_mut()
             .zip(scores.par_chunks(count))
             .for_each(|(best, row)| {
@@ -47,7 +62,6 @@ pub fn exact_top_k(rows: &[f32], dim: usize, queries: &[Vec<f32>], k: usize) -> 
                 }
             });
     }
-    best
 }
 
 /// The fraction of the true `k` nearest neighbours that `found` contains, averaged over queries.
@@ -82,5 +96,11 @@ mod tests {
         let ids: Vec<usize> = hits[0].iter().map(|h| h.id).collect();
         assert_eq!(ids, vec![n - 1, n - 2, n - 3]);
         assert_eq!(recall_at_k(&hits, &[vec![n - 1, 5, n - 3]], 3), 2.0 / 3.0);
+        // The same rows in two parts give the same truth.
+        let mut parts = vec![Vec::new()];
+        let cut = 7 * dim;
+        exact_top_k_into(&mut parts, &rows[cut..], 7, dim, &[vec![1.0, 0.0]], 3);
+        exact_top_k_into(&mut parts, &rows[..cut], 0, dim, &[vec![1.0, 0.0]], 3);
+        assert_eq!(parts, hits);
     }
 }

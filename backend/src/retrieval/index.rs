@@ -16,6 +16,10 @@ use super::ann::{AnnIndex, Hit, HnswParams};
 use super::embeddings::EmbeddingFile;
 use super::encoders::RetrieverEncoders;
 use super::flat::FlatGraph;
+use super::shards::{
+    DEFAULT_SHARD_ROWS, ShardLayout, ShardRecord, ShardedGraph, remove_shards_from, saved_shard,
+    shard_dir, write_record,
+};
 use crate::compute::Compute;
 use crate::corpus::{Corpus, Sentence};
 use crate::models::{int8_where_possible, load_encoder, write_atomic};
@@ -24,7 +28,6 @@ use crate::progress;
 const META: &str = "index.json";
 const EMBEDDINGS: &str = "embeddings.f32";
 const EMBEDDINGS_META: &str = "embeddings.json";
-const GRAPH: &str = "graph";
 
 /// `index.json`: what an index was built from and how.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -39,6 +42,9 @@ pub struct IndexMeta {
     pub corpus_fingerprint: String,
     pub sentences: usize,
     pub hnsw: HnswParams,
+    /// Rows per shard when the graph is in shards ([`super::shards`]); none: one graph.
+    #[serde(default)]
+    pub shard_rows: Option<usize>,
     /// The int8 kernel the documents were encoded with (`BuildOptions::int8`); none: f32.
     #[serde(default)]
     pub int8: Option<Kernel>,
@@ -67,6 +73,9 @@ pub struct BuildOptions {
     /// Sentences encoded between two durable writes.
     pub chunk: usize,
     pub hnsw: HnswParams,
+    /// Rows per graph: a larger corpus is built and searched in shards of this many rows
+    /// ([`super::shards`]).
+    pub shard_rows: usize,
     /// Stop after encoding this many new sentences (for testing resumption).
     pub stop_after: Option<usize>,
     /// Encode with int8 products where the CPU has AMX or AVX-512 VNNI
@@ -80,6 +89,7 @@ impl Default for BuildOptions {
             batch_size: 64,
             chunk: 2048,
             hnsw: HnswParams::default(),
+            shard_rows: DEFAULT_SHARD_ROWS,
             stop_after: None,
             int8: false,
         }
@@ -157,7 +167,8 @@ pub fn build_index<B: Backend>(
         corpus_fingerprint: corpus.fingerprint(corpus.sources().len()),
         int8: encoder.model.int8_kernel(),
     };
-    if let Some(built) = up_to_date(dir, &wanted, corpus.len(), options.hnsw) {
+    let shard_rows = (corpus.len() > options.shard_rows).then_some(options.shard_rows);
+    if let Some(built) = up_to_date(dir, &wanted, corpus.len(), options.hnsw, shard_rows) {
         return Ok(BuildOutcome::UpToDate(built));
     }
     let rows = open_embeddings(corpus, dir, &wanted)?;
@@ -191,16 +202,8 @@ pub fn build_index<B: Backend>(
     }
 
     let started = Instant::now();
-    // The rows go from the file into the graph a chunk at a time (hnsw_rs keeps them as f16).
-    let bar = progress::items(sentences.len() as u64, "graph");
-    let ann = AnnIndex::new(wanted.dim, sentences.len(), options.hnsw);
-    let mut inserted = 0;
-    rows.for_each_chunk(|chunk| {
-        ann.insert(inserted, chunk, &|n| bar.inc(n as u64));
-        inserted += chunk.len() / wanted.dim;
-    })?;
-    bar.finish_and_clear();
-    FlatGraph::save_graph_of(&ann, &dir.join(GRAPH))?;
+    let layout = ShardLayout::new(sentences.len(), shard_rows);
+    build_graphs(dir, &rows, layout, wanted.dim, options.hnsw)?;
     let meta = IndexMeta {
         encoder: encoders.name.clone(),
         document_fingerprint: wanted.document_fingerprint,
@@ -209,6 +212,7 @@ pub fn build_index<B: Backend>(
         corpus_fingerprint: wanted.corpus_fingerprint,
         sentences: sentences.len(),
         hnsw: options.hnsw,
+        shard_rows,
         int8: wanted.int8,
         encode_seconds,
         graph_seconds: started.elapsed().as_secs_f64(),
@@ -217,13 +221,56 @@ pub fn build_index<B: Backend>(
     Ok(BuildOutcome::Built(meta))
 }
 
+/// Builds the graph of every shard of `layout` over the rows of `rows` and saves it under `dir`,
+/// skipping the shards a killed run already saved (same rows and parameters): the rows go from
+/// the file into the graph a chunk at a time (hnsw_rs keeps them as f16).
+fn build_graphs(
+    dir: &Path,
+    rows: &EmbeddingFile,
+    layout: ShardLayout,
+    dim: usize,
+    hnsw: HnswParams,
+) -> Result<()> {
+    remove_shards_from(dir, layout.count())?;
+    let bar = progress::items(layout.rows() as u64, "graph");
+    for shard in 0..layout.count() {
+        let range = layout.range(shard);
+        let graph_dir = shard_dir(dir, shard);
+        if saved_shard(&graph_dir, range.len(), hnsw).is_some() {
+            bar.inc(range.len() as u64);
+            bar.reset_eta();
+            continue;
+        }
+        if layout.count() > 1 {
+            bar.set_message(format!("graph, shard {} of {}", shard + 1, layout.count()));
+        }
+        let started = Instant::now();
+        let ann = AnnIndex::new(dim, range.len(), hnsw);
+        let mut inserted = 0;
+        rows.for_each_chunk_in(range.clone(), |chunk| {
+            ann.insert(inserted, chunk, &|n| bar.inc(n as u64));
+            inserted += chunk.len() / dim;
+        })?;
+        FlatGraph::save_graph_of(&ann, &graph_dir)?;
+        let record = ShardRecord {
+            rows: range.len(),
+            hnsw,
+            build_seconds: started.elapsed().as_secs_f64(),
+        };
+        write_record(&graph_dir, &record)?;
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
 /// The index in `dir` if it was built by the same encoder over the same corpus sources, covers
-/// `sentences` sentences and used `hnsw`.
+/// `sentences` sentences and used `hnsw` and `shard_rows`.
 fn up_to_date(
     dir: &Path,
     wanted: &EmbeddingsMeta,
     sentences: usize,
     hnsw: HnswParams,
+    shard_rows: Option<usize>,
 ) -> Option<IndexMeta> {
     let meta: IndexMeta = serde_json::from_slice(&std::fs::read(dir.join(META)).ok()?).ok()?;
     let same = meta.document_fingerprint == wanted.document_fingerprint
@@ -231,8 +278,10 @@ fn up_to_date(
         && meta.corpus_fingerprint == wanted.corpus_fingerprint
         && meta.sentences == sentences
         && meta.hnsw == hnsw
+        && meta.shard_rows == shard_rows
         && same_precision(meta.int8, wanted.int8)
-        && FlatGraph::is_saved_in(&dir.join(GRAPH));
+        && (0..ShardLayout::new(sentences, shard_rows).count())
+            .all(|shard| FlatGraph::is_saved_in(&shard_dir(dir, shard)));
     same.then_some(meta)
 }
 
@@ -268,7 +317,7 @@ fn open_embeddings(corpus: &Corpus, dir: &Path, wanted: &EmbeddingsMeta) -> Resu
         // would describe rows that are no longer there (a paused or killed build in another
         // precision then looked up to date, and searched rows the graph was not built over).
         let _ = std::fs::remove_file(dir.join(META));
-        let _ = std::fs::remove_dir_all(dir.join(GRAPH));
+        remove_shards_from(dir, 0)?;
         let _ = std::fs::remove_file(dir.join(EMBEDDINGS));
     }
     write_atomic(&meta_path, &serde_json::to_vec_pretty(wanted)?)?;
@@ -284,7 +333,7 @@ pub struct SentenceIndex {
     pub meta: IndexMeta,
     pub sentences: Vec<Sentence>,
     corpus: Corpus,
-    graph: FlatGraph,
+    graph: ShardedGraph,
 }
 
 /// A search result: the sentence id, its score and the sentence.
@@ -345,16 +394,16 @@ impl SentenceIndex {
         }
         let mut sentences = corpus.sentences()?;
         sentences.truncate(meta.sentences);
-        let mut vectors = EmbeddingFile::open(&dir.join(EMBEDDINGS), meta.dim)?.read_all_half()?;
-        if vectors.len() < meta.sentences * meta.dim {
+        let rows = EmbeddingFile::open(&dir.join(EMBEDDINGS), meta.dim)?;
+        if rows.rows()? < meta.sentences {
             bail!(
                 "{} holds fewer vectors than the index's {} sentences: rebuild the index",
                 dir.join(EMBEDDINGS).display(),
                 meta.sentences
             );
         }
-        vectors.truncate(meta.sentences * meta.dim);
-        let graph = FlatGraph::load(&dir.join(GRAPH), vectors)?;
+        let layout = ShardLayout::new(meta.sentences, meta.shard_rows);
+        let graph = ShardedGraph::load(dir, layout, |range| rows.read_half_range(range))?;
         Ok(Self {
             meta,
             sentences,

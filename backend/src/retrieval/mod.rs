@@ -11,3 +11,4 @@ pub mod flat;
 pub mod index;
 pub mod negatives;
 pub mod reranker;
+pub mod shards;

@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use flipside_shared::data::Input;
 use flipside_shared::sentences::split_sentences;
+use half::f16;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
@@ -23,9 +24,13 @@ use crate::models::DEFAULT_ENCODER;
 use crate::retrieval::ann::{AnnIndex, Hit, HnswParams};
 use crate::retrieval::embeddings::EmbeddingFile;
 use crate::retrieval::encoders::RetrieverEncoders;
-use crate::retrieval::exact::{exact_top_k, recall_at_k};
+use crate::retrieval::exact::{exact_top_k_into, recall_at_k};
 use crate::retrieval::flat::FlatGraph;
 use crate::retrieval::index::{embed_queries, embeddings_path, index_dir};
+use crate::retrieval::shards::{
+    DEFAULT_SHARD_ROWS, ShardLayout, ShardRecord, ShardedGraph, saved_shard, shard_dir,
+    write_record,
+};
 use crate::with_backend;
 
 const REFERENCE_SCRIPT: &str = include_str!("../../../bench/faiss_retrieval.py");
@@ -71,6 +76,16 @@ pub struct RetrievalBenchArgs {
     pub noise: f32,
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
+    /// Rows per HNSW graph: more vectors are built and searched in shards, as `index build`
+    /// does (faiss then is not run: it would need every vector in memory at once)
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SHARD_ROWS,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub shard_rows: usize,
+    /// Keep each shard's graph in DIR once built and reuse it in a later run with the same
+    /// settings, so that a build of hours can stop and go on (its build time is the one
+    /// recorded when it was built)
+    #[arg(long, value_name = "DIR")]
+    pub keep_graphs: Option<PathBuf>,
     /// Skip faiss (no Python environment needed)
     #[arg(long)]
     pub no_reference: bool,
@@ -119,88 +134,164 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
     let threads = rayon::current_num_threads();
     let encoders = RetrieverEncoders::resolve(home, DEFAULT_ENCODER)?;
     let dim = 384;
-    let (vectors, real) = base_vectors(home, &args, dim)?;
-    println!(
-        "retrieval bench: {} × {dim} vectors ({real} real MiniLM sentence embeddings, {} perturbed \
-         copies with noise {:.2}), {} queries, recall@{}, {threads} threads",
+    let layout = ShardLayout::new(
         args.n,
-        args.n - real,
+        (args.n > args.shard_rows).then_some(args.shard_rows),
+    );
+    if layout.count() > 1 && !args.no_reference {
+        bail!(
+            "{} vectors make {} shards of {}: faiss would need all of them in memory at once;              run with --no-reference, or raise --shard-rows",
+            args.n,
+            layout.count(),
+            args.shard_rows
+        );
+    }
+    let rows = BenchRows::new(home, &args, dim)?;
+    println!(
+        "retrieval bench: {} × {dim} vectors ({} real MiniLM sentence embeddings, {} perturbed \
+         copies with noise {:.2}){}, {} queries, recall@{}, {threads} threads",
+        args.n,
+        rows.real,
+        args.n - rows.real,
         args.noise,
+        if layout.count() > 1 {
+            format!(
+                ", {} shards of up to {} rows",
+                layout.count(),
+                args.shard_rows
+            )
+        } else {
+            String::new()
+        },
         args.queries,
         args.k
     );
     let queries = query_vectors(home, &encoders, args.queries)?;
-
-    let started = Instant::now();
-    let truth = exact_top_k(&vectors, dim, &queries, args.k);
-    let exact_seconds = started.elapsed().as_secs_f64();
-    let mut runs = vec![Run {
-        index: "exact (brute force)".into(),
-        parameter: "-".into(),
-        value: 0,
-        build_seconds: 0.0,
-        memory_bytes: 0,
-        recall: 1.0,
-        queries_per_second: queries.len() as f64 / exact_seconds,
-    }];
-
-    let reference = if args.no_reference {
-        None
-    } else {
-        let python =
-            reference_python(home, args.venv.as_deref(), "faiss", &["faiss-cpu", "numpy"])?;
-        Some(run_reference(
-            &python, home, &args, &vectors, &queries, dim, threads,
-        )?)
-    };
-
     let params = HnswParams {
         max_connections: args.m,
         ef_construction: args.ef_construction,
     };
-    let before = resident_bytes();
-    let started = Instant::now();
+    let kept = args.keep_graphs.as_ref().map(|dir| {
+        dir.join(format!(
+            "{}-n{}-real{}-noise{}-seed{}-m{}-efc{}-shard{}",
+            args.corpus,
+            args.n,
+            rows.real,
+            args.noise,
+            args.seed,
+            args.m,
+            args.ef_construction,
+            args.shard_rows
+        ))
+    });
+
+    // Shard by shard: its rows, the exact top-k over them, its graph (built, or read back).
+    let mut truth = vec![Vec::with_capacity(args.k + 1); queries.len()];
+    let mut exact_seconds = 0.0;
+    let mut build = ShardBuilds::default();
+    let mut graphs = Vec::with_capacity(layout.count());
+    let mut runs = Vec::new();
+    let mut reference = None;
     let bar = crate::progress::items(args.n as u64, "graph");
-    let ann = AnnIndex::build(&vectors, dim, params, &|n| bar.inc(n as u64));
+    for shard in 0..layout.count() {
+        let range = layout.range(shard);
+        let part = rows.shard(layout, shard);
+        let started = Instant::now();
+        exact_top_k_into(&mut truth, &part, range.start, dim, &queries, args.k);
+        exact_seconds += started.elapsed().as_secs_f64();
+        if layout.count() == 1 && !args.no_reference {
+            let python =
+                reference_python(home, args.venv.as_deref(), "faiss", &["faiss-cpu", "numpy"])?;
+            reference = Some(run_reference(
+                &python, home, &args, &part, &queries, dim, threads,
+            )?);
+        }
+        let graph_dir = kept.as_ref().map(|dir| shard_dir(dir, shard));
+        if let Some(record) = graph_dir
+            .as_deref()
+            .and_then(|dir| saved_shard(dir, range.len(), params))
+        {
+            let half = part.iter().map(|&x| f16::from_f32(x)).collect();
+            let graph_dir = graph_dir.as_deref().expect("kept");
+            graphs.push((range.start, FlatGraph::load(graph_dir, half)?));
+            build.seconds += record.build_seconds;
+            build.reused += 1;
+            bar.inc(range.len() as u64);
+            bar.reset_eta();
+            continue;
+        }
+        let before = resident_bytes();
+        let started = Instant::now();
+        let ann = AnnIndex::build(&part, dim, params, &|n| bar.inc(n as u64));
+        let seconds = started.elapsed().as_secs_f64();
+        build.hnsw_rs_bytes = build.hnsw_rs_bytes.max(resident_bytes() - before);
+        if layout.count() == 1 {
+            // One graph: hnsw_rs's own search of it too.
+            runs.extend(sweep(
+                &args,
+                &queries,
+                &truth,
+                &format!("flipside HNSW (hnsw_rs, f16 rows, M={})", args.m),
+                seconds,
+                build.hnsw_rs_bytes,
+                &|q, ef| ann.search_many(q, args.k, ef),
+            ));
+        }
+        let started = Instant::now();
+        let flat = FlatGraph::from_hnsw(&ann);
+        drop(ann);
+        let seconds = seconds + started.elapsed().as_secs_f64();
+        build.seconds += seconds;
+        if let Some(graph_dir) = &graph_dir {
+            flat.save(graph_dir)?;
+            let record = ShardRecord {
+                rows: range.len(),
+                hnsw: params,
+                build_seconds: seconds,
+            };
+            write_record(graph_dir, &record)?;
+        }
+        graphs.push((range.start, flat));
+    }
     bar.finish_and_clear();
-    let build_seconds = started.elapsed().as_secs_f64();
-    let memory_bytes = resident_bytes() - before;
-    // One run per ef: warm up on a few queries, then time all of them.
-    let sweep = |index: String, build_seconds: f64, memory_bytes: i64, search: &SearchFn| {
-        args.ef
-            .iter()
-            .map(|&ef| {
-                search(&queries[..queries.len().min(64)], ef);
-                let started = Instant::now();
-                let found = search(&queries, ef);
-                let seconds = started.elapsed().as_secs_f64();
-                Run {
-                    index: index.clone(),
-                    parameter: "ef".into(),
-                    value: ef,
-                    build_seconds,
-                    memory_bytes,
-                    recall: recall_at_k(&truth, &ids(&found), args.k),
-                    queries_per_second: queries.len() as f64 / seconds,
-                }
-            })
-            .collect::<Vec<_>>()
+    if build.reused > 0 {
+        println!(
+            "{} of {} shard graphs read back from {} (their build times as recorded)",
+            build.reused,
+            layout.count(),
+            kept.as_ref().expect("kept").display()
+        );
+    }
+    runs.insert(
+        0,
+        Run {
+            index: "exact (brute force)".into(),
+            parameter: "-".into(),
+            value: 0,
+            build_seconds: 0.0,
+            memory_bytes: 0,
+            recall: 1.0,
+            queries_per_second: queries.len() as f64 / exact_seconds,
+        },
+    );
+    let graph = ShardedGraph::new(graphs);
+    let name = if graph.len() > 1 {
+        format!(
+            "flipside HNSW, flat search, f16 rows (M={}), {} shards",
+            args.m,
+            graph.len()
+        )
+    } else {
+        format!("flipside HNSW, flat search, f16 rows (M={})", args.m)
     };
     runs.extend(sweep(
-        format!("flipside HNSW (hnsw_rs, f16 rows, M={})", args.m),
-        build_seconds,
-        memory_bytes,
-        &|q, ef| ann.search_many(q, args.k, ef),
-    ));
-    let started = Instant::now();
-    let flat = FlatGraph::from_hnsw(&ann);
-    let flatten_seconds = started.elapsed().as_secs_f64();
-    drop(ann);
-    runs.extend(sweep(
-        format!("flipside HNSW, flat search, f16 rows (M={})", args.m),
-        build_seconds + flatten_seconds,
-        flat.memory_bytes() as i64,
-        &|q, ef| flat.search_many(q, args.k, ef),
+        &args,
+        &queries,
+        &truth,
+        &name,
+        build.seconds,
+        graph.memory_bytes() as i64,
+        &|q, ef| graph.search_many(q, args.k, ef),
     ));
 
     if let Some(reference) = &reference {
@@ -234,8 +325,16 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
         print_ratios(&runs, args.nlist);
     }
     println!();
-    print_extrapolation("hnsw_rs graph", memory_bytes, args.n, dim);
-    print_extrapolation("flat graph", flat.memory_bytes() as i64, args.n, dim);
+    if build.reused < layout.count() {
+        let largest = (0..layout.count()).map(|s| layout.range(s).len()).max();
+        print_extrapolation(
+            "hnsw_rs graph (largest shard built)",
+            build.hnsw_rs_bytes,
+            largest.unwrap_or(args.n),
+            dim,
+        );
+    }
+    print_extrapolation("flat graph", graph.memory_bytes() as i64, args.n, dim);
 
     let output = args.output.clone().unwrap_or_else(|| {
         home.root()
@@ -248,12 +347,55 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
     std::fs::write(
         &output,
         serde_json::to_vec_pretty(&serde_json::json!({
-            "n": args.n, "real": real, "dim": dim, "queries": args.queries, "k": args.k,
-            "noise": args.noise, "seed": args.seed, "threads": threads, "runs": runs,
+            "n": args.n, "real": rows.real, "dim": dim, "queries": args.queries, "k": args.k,
+            "noise": args.noise, "seed": args.seed, "threads": threads,
+            "shards": layout.count(), "shard_rows": args.shard_rows,
+            "shards_reused": build.reused, "runs": runs,
         }))?,
     )?;
     println!("results saved to {}", output.display());
     Ok(())
+}
+
+/// What building the shards' graphs took.
+#[derive(Default)]
+struct ShardBuilds {
+    /// Seconds, summed over shards (as recorded for shards read back).
+    seconds: f64,
+    /// The most resident memory one shard's hnsw_rs graph added while built.
+    hnsw_rs_bytes: i64,
+    /// Shards read back from `--keep-graphs` instead of built.
+    reused: usize,
+}
+
+/// One run per `ef`: a warm-up on a few queries, then all of them timed.
+fn sweep(
+    args: &RetrievalBenchArgs,
+    queries: &[Vec<f32>],
+    truth: &[Vec<Hit>],
+    index: &str,
+    build_seconds: f64,
+    memory_bytes: i64,
+    search: &SearchFn,
+) -> Vec<Run> {
+    args.ef
+        .iter()
+        .map(|&ef| {
+            search(&queries[..queries.len().min(64)], ef);
+            let started = Instant::now();
+            let found = search(queries, ef);
+            let seconds = started.elapsed().as_secs_f64();
+            Run {
+                index: index.to_string(),
+                parameter: "ef".into(),
+                value: ef,
+                build_seconds,
+                memory_bytes,
+                recall: recall_at_k(truth, &ids(&found), args.k),
+                queries_per_second: queries.len() as f64 / seconds,
+            }
+        })
+        .collect()
 }
 
 fn ids(found: &[Vec<Hit>]) -> Vec<Vec<usize>> {
@@ -263,37 +405,68 @@ fn ids(found: &[Vec<Hit>]) -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// The real embeddings of the corpus index (up to `n`), then perturbed copies of random real
-/// rows until there are `n`. Returns the matrix and the number of real rows.
-fn base_vectors(home: &Home, args: &RetrievalBenchArgs, dim: usize) -> Result<(Vec<f32>, usize)> {
-    let path = embeddings_path(&index_dir(&corpus_dir(home, &args.corpus), DEFAULT_ENCODER));
-    if !path.exists() {
-        bail!(
-            "no MiniLM embeddings at {}: build them with `flipside corpus build && flipside \
-             index build` (corpus {:?})",
-            path.display(),
-            args.corpus
-        );
+/// The bench's vectors: the real embeddings of the corpus index (up to `n`), then perturbed
+/// copies of random real rows until there are `n`, made a shard at a time (each shard's copies
+/// from its own random stream, so that any shard can be made again alone).
+struct BenchRows {
+    /// The real rows, row-major.
+    real_rows: Vec<f32>,
+    real: usize,
+    dim: usize,
+    noise: f32,
+    seed: u64,
+}
+
+impl BenchRows {
+    fn new(home: &Home, args: &RetrievalBenchArgs, dim: usize) -> Result<Self> {
+        let path = embeddings_path(&index_dir(&corpus_dir(home, &args.corpus), DEFAULT_ENCODER));
+        if !path.exists() {
+            bail!(
+                "no MiniLM embeddings at {}: build them with `flipside corpus build && flipside \
+                 index build` (corpus {:?})",
+                path.display(),
+                args.corpus
+            );
+        }
+        let mut real_rows = Vec::new();
+        EmbeddingFile::open(&path, dim)?
+            .for_each_chunk_in(0..args.n, |chunk| real_rows.extend_from_slice(chunk))?;
+        let real = real_rows.len() / dim;
+        if real == 0 {
+            bail!("{} holds no embeddings yet", path.display());
+        }
+        Ok(Self {
+            real_rows,
+            real,
+            dim,
+            noise: args.noise,
+            seed: args.seed,
+        })
     }
-    let mut vectors = EmbeddingFile::open(&path, dim)?.read_all()?;
-    let real = (vectors.len() / dim).min(args.n);
-    vectors.truncate(real * dim);
-    if real == 0 {
-        bail!("{} holds no embeddings yet", path.display());
+
+    /// The rows of shard `shard` of `layout`, row-major.
+    fn shard(&self, layout: ShardLayout, shard: usize) -> Vec<f32> {
+        let range = layout.range(shard);
+        let dim = self.dim;
+        let mut rows = Vec::with_capacity(range.len() * dim);
+        let real_end = range.end.min(self.real);
+        if range.start < real_end {
+            rows.extend_from_slice(&self.real_rows[range.start * dim..real_end * dim]);
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        rng.set_stream(shard as u64);
+        let sigma = self.noise / (dim as f32).sqrt();
+        for _ in range.start.max(self.real)..range.end {
+            let source = rng.random_range(0..self.real) * dim;
+            let mut row: Vec<f32> = (0..dim)
+                .map(|i| self.real_rows[source + i] + sigma * gaussian(&mut rng))
+                .collect();
+            let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+            row.iter_mut().for_each(|x| *x /= norm);
+            rows.extend_from_slice(&row);
+        }
+        rows
     }
-    let mut rng = ChaCha8Rng::seed_from_u64(args.seed);
-    let sigma = args.noise / (dim as f32).sqrt();
-    vectors.reserve((args.n - real) * dim);
-    for _ in real..args.n {
-        let source = rng.random_range(0..real) * dim;
-        let mut row: Vec<f32> = (0..dim)
-            .map(|i| vectors[source + i] + sigma * gaussian(&mut rng))
-            .collect();
-        let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt();
-        row.iter_mut().for_each(|x| *x /= norm);
-        vectors.extend_from_slice(&row);
-    }
-    Ok((vectors, real))
 }
 
 /// A standard normal sample (Box–Muller).
