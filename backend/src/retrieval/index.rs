@@ -17,7 +17,7 @@ use super::embeddings::EmbeddingFile;
 use super::encoders::RetrieverEncoders;
 use super::flat::FlatGraph;
 use super::shards::{
-    DEFAULT_SHARD_ROWS, ShardLayout, ShardRecord, ShardedGraph, remove_shards_from, saved_shard,
+    BuildClock, DEFAULT_SHARD_ROWS, ShardLayout, ShardedGraph, remove_shards_from, saved_shard,
     shard_dir, write_record,
 };
 use crate::compute::Compute;
@@ -244,7 +244,7 @@ fn build_graphs(
         if layout.count() > 1 {
             bar.set_message(format!("graph, shard {} of {}", shard + 1, layout.count()));
         }
-        let started = Instant::now();
+        let clock = BuildClock::start();
         let ann = AnnIndex::new(dim, range.len(), hnsw);
         let mut inserted = 0;
         rows.for_each_chunk_in(range.clone(), |chunk| {
@@ -252,12 +252,7 @@ fn build_graphs(
             inserted += chunk.len() / dim;
         })?;
         FlatGraph::save_graph_of(&ann, &graph_dir)?;
-        let record = ShardRecord {
-            rows: range.len(),
-            hnsw,
-            build_seconds: started.elapsed().as_secs_f64(),
-        };
-        write_record(&graph_dir, &record)?;
+        write_record(&graph_dir, &clock.record(range.len(), hnsw))?;
     }
     bar.finish_and_clear();
     Ok(())

@@ -7,6 +7,7 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use half::f16;
@@ -64,6 +65,49 @@ pub struct ShardRecord {
     pub hnsw: HnswParams,
     /// Wall time of its graph build.
     pub build_seconds: f64,
+    /// CPU time of the process (all threads) during the build: unlike the wall time, not
+    /// stretched by other work on the machine or by the process being stopped.
+    #[serde(default)]
+    pub cpu_seconds: f64,
+}
+
+/// Times a shard's build: wall and CPU time from its start.
+pub struct BuildClock {
+    wall: Instant,
+    cpu: f64,
+}
+
+impl BuildClock {
+    pub fn start() -> Self {
+        Self {
+            wall: Instant::now(),
+            cpu: process_cpu_seconds(),
+        }
+    }
+
+    /// The record of a shard of `rows` rows built with `hnsw` since the clock started.
+    pub fn record(&self, rows: usize, hnsw: HnswParams) -> ShardRecord {
+        ShardRecord {
+            rows,
+            hnsw,
+            build_seconds: self.wall.elapsed().as_secs_f64(),
+            cpu_seconds: process_cpu_seconds() - self.cpu,
+        }
+    }
+}
+
+/// User and system CPU seconds this process has used, over all its threads.
+fn process_cpu_seconds() -> f64 {
+    // SAFETY: `getrusage` fills the struct it is given; all-zero is a valid `rusage`.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return 0.0;
+        }
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 /// The directory of shard `shard`'s graph under `dir`: `graph` for the first (an index of one
@@ -217,11 +261,8 @@ mod tests {
             let graph_dir = shard_dir(dir.path(), shard);
             FlatGraph::save_graph_of(&index, &graph_dir).unwrap();
             assert!(saved_shard(&graph_dir, range.len(), hnsw).is_none());
-            let record = ShardRecord {
-                rows: range.len(),
-                hnsw,
-                build_seconds: 0.0,
-            };
+            let record = BuildClock::start().record(range.len(), hnsw);
+            assert!(record.cpu_seconds >= 0.0 && record.build_seconds >= 0.0);
             write_record(&graph_dir, &record).unwrap();
             assert_eq!(saved_shard(&graph_dir, range.len(), hnsw), Some(record));
             assert!(saved_shard(&graph_dir, range.len() + 1, hnsw).is_none());

@@ -28,8 +28,7 @@ use crate::retrieval::exact::{exact_top_k_into, recall_at_k};
 use crate::retrieval::flat::FlatGraph;
 use crate::retrieval::index::{embed_queries, embeddings_path, index_dir};
 use crate::retrieval::shards::{
-    DEFAULT_SHARD_ROWS, ShardLayout, ShardRecord, ShardedGraph, saved_shard, shard_dir,
-    write_record,
+    BuildClock, DEFAULT_SHARD_ROWS, ShardLayout, ShardedGraph, saved_shard, shard_dir, write_record,
 };
 use crate::with_backend;
 
@@ -215,16 +214,20 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
             let graph_dir = graph_dir.as_deref().expect("kept");
             graphs.push((range.start, FlatGraph::load(graph_dir, half)?));
             build.seconds += record.build_seconds;
+            build.cpu_seconds += record.cpu_seconds;
             build.reused += 1;
             bar.inc(range.len() as u64);
             bar.reset_eta();
             continue;
         }
         let before = resident_bytes();
-        let started = Instant::now();
+        let clock = BuildClock::start();
         let ann = AnnIndex::build(&part, dim, params, &|n| bar.inc(n as u64));
-        let seconds = started.elapsed().as_secs_f64();
         build.hnsw_rs_bytes = build.hnsw_rs_bytes.max(resident_bytes() - before);
+        let flat = FlatGraph::from_hnsw(&ann);
+        let record = clock.record(range.len(), params);
+        build.seconds += record.build_seconds;
+        build.cpu_seconds += record.cpu_seconds;
         if layout.count() == 1 {
             // One graph: hnsw_rs's own search of it too.
             runs.extend(sweep(
@@ -232,23 +235,14 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
                 &queries,
                 &truth,
                 &format!("flipside HNSW (hnsw_rs, f16 rows, M={})", args.m),
-                seconds,
+                record.build_seconds,
                 build.hnsw_rs_bytes,
                 &|q, ef| ann.search_many(q, args.k, ef),
             ));
         }
-        let started = Instant::now();
-        let flat = FlatGraph::from_hnsw(&ann);
         drop(ann);
-        let seconds = seconds + started.elapsed().as_secs_f64();
-        build.seconds += seconds;
         if let Some(graph_dir) = &graph_dir {
             flat.save(graph_dir)?;
-            let record = ShardRecord {
-                rows: range.len(),
-                hnsw: params,
-                build_seconds: seconds,
-            };
             write_record(graph_dir, &record)?;
         }
         graphs.push((range.start, flat));
@@ -262,6 +256,10 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
             kept.as_ref().expect("kept").display()
         );
     }
+    println!(
+        "graph build: {:.0} s, {:.0} CPU-seconds over all threads",
+        build.seconds, build.cpu_seconds
+    );
     runs.insert(
         0,
         Run {
@@ -362,6 +360,8 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
 struct ShardBuilds {
     /// Seconds, summed over shards (as recorded for shards read back).
     seconds: f64,
+    /// CPU seconds (all threads), summed likewise.
+    cpu_seconds: f64,
     /// The most resident memory one shard's hnsw_rs graph added while built.
     hnsw_rs_bytes: i64,
     /// Shards read back from `--keep-graphs` instead of built.
