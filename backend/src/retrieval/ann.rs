@@ -265,9 +265,24 @@ impl AnnIndex {
     pub(super) fn hnsw(&self) -> &Hnsw<'static, f16, DotDistance> {
         &self.hnsw
     }
+}
 
+/// A search for the rows nearest to a query: an HNSW graph, or several searched together.
+pub trait NearestRows: Sync {
     /// The `k` nearest rows to `query`, best first; `ef` (≥ k) trades speed for recall.
-    pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<Hit> {
+    fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<Hit>;
+
+    /// [`NearestRows::search`] for many queries, in parallel.
+    fn search_many(&self, queries: &[Vec<f32>], k: usize, ef: usize) -> Vec<Vec<Hit>> {
+        queries
+            .par_iter()
+            .map(|query| self.search(query, k, ef))
+            .collect()
+    }
+}
+
+impl NearestRows for AnnIndex {
+    fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<Hit> {
         assert_eq!(query.len(), self.dim, "query width");
         let query: Vec<f16> = query.iter().copied().map(f16::from_f32).collect();
         self.hnsw
@@ -277,14 +292,6 @@ impl AnnIndex {
                 id: n.d_id,
                 score: 1.0 - n.distance,
             })
-            .collect()
-    }
-
-    /// [`AnnIndex::search`] for many queries, in parallel.
-    pub fn search_many(&self, queries: &[Vec<f32>], k: usize, ef: usize) -> Vec<Vec<Hit>> {
-        queries
-            .par_iter()
-            .map(|query| self.search(query, k, ef))
             .collect()
     }
 }

@@ -13,12 +13,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 use half::f16;
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::models::write_atomic;
 
-use super::ann::{AnnIndex, Hit, dot_half};
+use super::ann::{AnnIndex, Hit, NearestRows, dot_half};
 
 const NONE: u32 = u32::MAX;
 const LAYER0_FILE: &str = "layer0.u32";
@@ -231,9 +230,10 @@ impl FlatGraph {
         let start = id as usize * self.dim;
         1.0 - dot_half(query, &self.vectors[start..start + self.dim])
     }
+}
 
-    /// The `k` nearest rows to `query`, best first; `ef` (≥ k) trades speed for recall.
-    pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<Hit> {
+impl NearestRows for FlatGraph {
+    fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<Hit> {
         let count = self.vectors.len() / self.dim;
         if count == 0 {
             return Vec::new();
@@ -319,14 +319,6 @@ impl FlatGraph {
                 })
                 .collect()
         })
-    }
-
-    /// [`FlatGraph::search`] for many queries, in parallel.
-    pub fn search_many(&self, queries: &[Vec<f32>], k: usize, ef: usize) -> Vec<Vec<Hit>> {
-        queries
-            .par_iter()
-            .map(|query| self.search(query, k, ef))
-            .collect()
     }
 }
 

@@ -12,7 +12,7 @@ use flipside_shared::data::Input;
 use flipside_shared::models::int8::Kernel;
 use serde::{Deserialize, Serialize};
 
-use super::ann::{AnnIndex, Hit, HnswParams};
+use super::ann::{AnnIndex, Hit, HnswParams, NearestRows};
 use super::embeddings::EmbeddingFile;
 use super::encoders::RetrieverEncoders;
 use super::flat::FlatGraph;

@@ -11,10 +11,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use half::f16;
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::ann::{Hit, HnswParams};
+use super::ann::{Hit, HnswParams, NearestRows};
 use super::flat::FlatGraph;
 use crate::models::write_atomic;
 
@@ -197,10 +196,12 @@ impl ShardedGraph {
     pub fn memory_bytes(&self) -> usize {
         self.shards.iter().map(|(_, g)| g.memory_bytes()).sum()
     }
+}
 
+impl NearestRows for ShardedGraph {
     /// The `k` nearest rows to `query` over every shard, best first: each shard searched with
     /// `ef`, the hits merged.
-    pub fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<Hit> {
+    fn search(&self, query: &[f32], k: usize, ef: usize) -> Vec<Hit> {
         let mut hits: Vec<Hit> = Vec::with_capacity(k * self.shards.len());
         for (first, graph) in &self.shards {
             hits.extend(graph.search(query, k, ef).into_iter().map(|hit| Hit {
@@ -211,14 +212,6 @@ impl ShardedGraph {
         hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         hits.truncate(k);
         hits
-    }
-
-    /// [`ShardedGraph::search`] for many queries, in parallel.
-    pub fn search_many(&self, queries: &[Vec<f32>], k: usize, ef: usize) -> Vec<Vec<Hit>> {
-        queries
-            .par_iter()
-            .map(|query| self.search(query, k, ef))
-            .collect()
     }
 }
 

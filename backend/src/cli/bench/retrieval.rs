@@ -21,7 +21,7 @@ use crate::compute::DeviceChoice;
 use crate::corpus::corpus_dir;
 use crate::home::Home;
 use crate::models::DEFAULT_ENCODER;
-use crate::retrieval::ann::{AnnIndex, Hit, HnswParams};
+use crate::retrieval::ann::{AnnIndex, Hit, HnswParams, NearestRows};
 use crate::retrieval::embeddings::EmbeddingFile;
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::exact::{exact_top_k_into, recall_at_k};
