@@ -179,8 +179,9 @@ fn an_index_in_shards_is_built_resumed_and_searched_like_one_graph() {
             .args(extra)
             .output()
             .unwrap();
-        assert!(output.status.success());
-        String::from_utf8_lossy(&output.stderr).into_owned()
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        assert!(output.status.success(), "{stderr}");
+        stderr
     };
     let stderr = build(&["--shard-rows", "4"]);
     assert!(stderr.contains("4 shards of up to 4 rows"), "{stderr}");
@@ -207,6 +208,13 @@ fn an_index_in_shards_is_built_resumed_and_searched_like_one_graph() {
     assert_eq!(record("graph-1"), first);
     assert_eq!(record("graph-2")["rows"], 4);
     assert_eq!(record("graph-3")["rows"], 1);
+    assert_eq!(top_ids(&corpus, "the acting was wooden", &[]), whole);
+
+    // Shards of 5 rows: each shard built again over its new rows (the record says which).
+    build(&["--shard-rows", "5"]);
+    assert_eq!(record("graph-1")["first"], 5);
+    assert_eq!(record("graph-2")["rows"], 3);
+    assert!(!index.join("graph-3").exists());
     assert_eq!(top_ids(&corpus, "the acting was wooden", &[]), whole);
 
     // Back to one graph: the other shards' directories go.

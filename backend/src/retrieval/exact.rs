@@ -96,11 +96,20 @@ mod tests {
         let ids: Vec<usize> = hits[0].iter().map(|h| h.id).collect();
         assert_eq!(ids, vec![n - 1, n - 2, n - 3]);
         assert_eq!(recall_at_k(&hits, &[vec![n - 1, 5, n - 3]], 3), 2.0 / 3.0);
-        // The same rows in two parts give the same truth.
-        let mut parts = vec![Vec::new()];
-        let cut = 7 * dim;
-        exact_top_k_into(&mut parts, &rows[cut..], 7, dim, &[vec![1.0, 0.0]], 3);
-        exact_top_k_into(&mut parts, &rows[..cut], 0, dim, &[vec![1.0, 0.0]], 3);
-        assert_eq!(parts, hits);
+        // The same rows in two parts give the same truth, whichever part comes first, when
+        // the best rows are split between them.
+        let cut = (n - 2) * dim;
+        for order in [[0, 1], [1, 0]] {
+            let mut parts = vec![Vec::new()];
+            for part in order {
+                let (rows, first) = if part == 0 {
+                    (&rows[..cut], 0)
+                } else {
+                    (&rows[cut..], n - 2)
+                };
+                exact_top_k_into(&mut parts, rows, first, dim, &[vec![1.0, 0.0]], 3);
+            }
+            assert_eq!(parts, hits);
+        }
     }
 }

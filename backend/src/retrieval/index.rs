@@ -11,6 +11,7 @@ use burn::tensor::backend::Backend;
 use flipside_shared::data::Input;
 use flipside_shared::models::int8::Kernel;
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use super::ann::{AnnIndex, Hit, HnswParams, NearestRows};
 use super::embeddings::EmbeddingFile;
@@ -122,6 +123,14 @@ pub fn index_dir(corpus_dir: &Path, encoder: &str) -> PathBuf {
     corpus_dir.join("indexes").join(label)
 }
 
+/// A short fingerprint of what made the embedding rows in `dir` (encoder weights, corpus
+/// sources, precision): rows with the same fingerprint are the same numbers.
+pub fn rows_fingerprint(dir: &Path) -> Result<String> {
+    let path = dir.join(EMBEDDINGS_META);
+    let bytes = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(hex::encode(&Sha256::digest(bytes)[..6]))
+}
+
 /// The embedding rows of the index in `dir` (complete once the index is built).
 pub fn embeddings_path(dir: &Path) -> PathBuf {
     dir.join(EMBEDDINGS)
@@ -201,9 +210,11 @@ pub fn build_index<B: Backend>(
         });
     }
 
-    let started = Instant::now();
+    // Until every graph is built, no index.json describes them (a killed build then reads as
+    // no index, not as one whose graphs do not match).
+    let _ = std::fs::remove_file(dir.join(META));
     let layout = ShardLayout::new(sentences.len(), shard_rows);
-    build_graphs(dir, &rows, layout, wanted.dim, options.hnsw)?;
+    let graph_seconds = build_graphs(dir, &rows, layout, wanted.dim, options.hnsw)?;
     let meta = IndexMeta {
         encoder: encoders.name.clone(),
         document_fingerprint: wanted.document_fingerprint,
@@ -215,7 +226,7 @@ pub fn build_index<B: Backend>(
         shard_rows,
         int8: wanted.int8,
         encode_seconds,
-        graph_seconds: started.elapsed().as_secs_f64(),
+        graph_seconds,
     };
     write_atomic(&dir.join(META), &serde_json::to_vec_pretty(&meta)?)?;
     Ok(BuildOutcome::Built(meta))
@@ -223,20 +234,23 @@ pub fn build_index<B: Backend>(
 
 /// Builds the graph of every shard of `layout` over the rows of `rows` and saves it under `dir`,
 /// skipping the shards a killed run already saved (same rows and parameters): the rows go from
-/// the file into the graph a chunk at a time (hnsw_rs keeps them as f16).
+/// the file into the graph a chunk at a time (hnsw_rs keeps them as f16). Returns the seconds
+/// the graphs took, summed over shards (as recorded for those saved before).
 fn build_graphs(
     dir: &Path,
     rows: &EmbeddingFile,
     layout: ShardLayout,
     dim: usize,
     hnsw: HnswParams,
-) -> Result<()> {
+) -> Result<f64> {
+    let mut seconds = 0.0;
     remove_shards_from(dir, layout.count())?;
     let bar = progress::items(layout.rows() as u64, "graph");
     for shard in 0..layout.count() {
         let range = layout.range(shard);
         let graph_dir = shard_dir(dir, shard);
-        if saved_shard(&graph_dir, range.len(), hnsw).is_some() {
+        if let Some(saved) = saved_shard(&graph_dir, range.clone(), hnsw) {
+            seconds += saved.build_seconds;
             bar.inc(range.len() as u64);
             bar.reset_eta();
             continue;
@@ -252,10 +266,12 @@ fn build_graphs(
             inserted += chunk.len() / dim;
         })?;
         FlatGraph::save_graph_of(&ann, &graph_dir)?;
-        write_record(&graph_dir, &clock.record(range.len(), hnsw))?;
+        let record = clock.record(range, hnsw);
+        seconds += record.build_seconds;
+        write_record(&graph_dir, &record)?;
     }
     bar.finish_and_clear();
-    Ok(())
+    Ok(seconds)
 }
 
 /// The index in `dir` if it was built by the same encoder over the same corpus sources, covers

@@ -59,7 +59,10 @@ impl ShardLayout {
 /// What `shard.json` says about a saved shard.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ShardRecord {
-    /// Its rows, counted from its first.
+    /// The index's first row in the shard (its row 0).
+    #[serde(default)]
+    pub first: usize,
+    /// The number of rows in the shard.
     pub rows: usize,
     pub hnsw: HnswParams,
     /// Wall time of its graph build.
@@ -84,10 +87,12 @@ impl BuildClock {
         }
     }
 
-    /// The record of a shard of `rows` rows built with `hnsw` since the clock started.
-    pub fn record(&self, rows: usize, hnsw: HnswParams) -> ShardRecord {
+    /// The record of a shard over the index's rows `rows` built with `hnsw` since the clock
+    /// started.
+    pub fn record(&self, rows: Range<usize>, hnsw: HnswParams) -> ShardRecord {
         ShardRecord {
-            rows,
+            first: rows.start,
+            rows: rows.len(),
             hnsw,
             build_seconds: self.wall.elapsed().as_secs_f64(),
             cpu_seconds: process_cpu_seconds() - self.cpu,
@@ -95,7 +100,8 @@ impl BuildClock {
     }
 }
 
-/// User and system CPU seconds this process has used, over all its threads.
+/// User and system CPU seconds this process has used, over all its threads (0 where unknown).
+#[cfg(target_os = "linux")]
 fn process_cpu_seconds() -> f64 {
     // SAFETY: `getrusage` fills the struct it is given; all-zero is a valid `rusage`.
     let usage = unsafe {
@@ -107,6 +113,11 @@ fn process_cpu_seconds() -> f64 {
     };
     let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn process_cpu_seconds() -> f64 {
+    0.0
 }
 
 /// The directory of shard `shard`'s graph under `dir`: `graph` for the first (an index of one
@@ -124,16 +135,17 @@ pub fn write_record(graph_dir: &Path, record: &ShardRecord) -> Result<()> {
     write_atomic(&graph_dir.join(RECORD), &serde_json::to_vec_pretty(record)?)
 }
 
-/// The record of the shard saved in `graph_dir` if it holds `rows` rows built with `hnsw`.
-pub fn saved_shard(graph_dir: &Path, rows: usize, hnsw: HnswParams) -> Option<ShardRecord> {
+/// The record of the shard saved in `graph_dir` if it was built over the index's rows `rows`
+/// with `hnsw`.
+pub fn saved_shard(graph_dir: &Path, rows: Range<usize>, hnsw: HnswParams) -> Option<ShardRecord> {
     let bytes = std::fs::read(graph_dir.join(RECORD)).ok()?;
     let record: ShardRecord = serde_json::from_slice(&bytes).ok()?;
-    (record.rows == rows && record.hnsw == hnsw && FlatGraph::is_saved_in(graph_dir))
-        .then_some(record)
+    let same = record.first == rows.start && record.rows == rows.len() && record.hnsw == hnsw;
+    (same && FlatGraph::is_saved_in(graph_dir)).then_some(record)
 }
 
 /// Removes the graph directories of shards from `count` on under `dir` (left by a build with
-/// smaller shards; from 0: every graph).
+/// smaller shards; from 0: every graph), and their half-written `.partial` copies.
 pub fn remove_shards_from(dir: &Path, count: usize) -> Result<()> {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(());
@@ -141,6 +153,7 @@ pub fn remove_shards_from(dir: &Path, count: usize) -> Result<()> {
     for entry in entries {
         let path = entry?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let name = name.strip_suffix(".partial").unwrap_or(name);
         let shard = match name.strip_prefix("graph") {
             Some("") => Some(0),
             Some(rest) => rest.strip_prefix('-').and_then(|n| n.parse::<usize>().ok()),
@@ -223,6 +236,18 @@ mod tests {
     use crate::retrieval::exact::{exact_top_k, recall_at_k};
 
     #[test]
+    fn the_cpu_clock_runs() {
+        let clock = BuildClock::start();
+        let mut x = 1u64;
+        for i in 0..20_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(i));
+        }
+        let record = clock.record(0..1, HnswParams::default());
+        assert!(record.cpu_seconds > 0.0, "{record:?} {x}");
+        assert!(record.build_seconds > 0.0);
+    }
+
+    #[test]
     fn layouts_cover_every_row_once() {
         let layout = ShardLayout::new(10, Some(4));
         assert_eq!(layout.count(), 3);
@@ -253,12 +278,19 @@ mod tests {
             let index = AnnIndex::build(part, dim, hnsw, &|_| {});
             let graph_dir = shard_dir(dir.path(), shard);
             FlatGraph::save_graph_of(&index, &graph_dir).unwrap();
-            assert!(saved_shard(&graph_dir, range.len(), hnsw).is_none());
-            let record = BuildClock::start().record(range.len(), hnsw);
-            assert!(record.cpu_seconds >= 0.0 && record.build_seconds >= 0.0);
+            assert!(saved_shard(&graph_dir, range.clone(), hnsw).is_none());
+            let record = BuildClock::start().record(range.clone(), hnsw);
             write_record(&graph_dir, &record).unwrap();
-            assert_eq!(saved_shard(&graph_dir, range.len(), hnsw), Some(record));
-            assert!(saved_shard(&graph_dir, range.len() + 1, hnsw).is_none());
+            assert_eq!(saved_shard(&graph_dir, range.clone(), hnsw), Some(record));
+            // Not over other rows, even as many (another `--shard-rows`), nor other parameters.
+            let shifted = range.start + 1..range.end + 1;
+            assert!(saved_shard(&graph_dir, shifted, hnsw).is_none());
+            assert!(saved_shard(&graph_dir, range.start..range.end + 1, hnsw).is_none());
+            let other = HnswParams {
+                ef_construction: 100,
+                ..hnsw
+            };
+            assert!(saved_shard(&graph_dir, range.clone(), other).is_none());
         }
         let halves = |range: Range<usize>| -> Result<Vec<f16>> {
             Ok(rows[range.start * dim..range.end * dim]
@@ -289,7 +321,9 @@ mod tests {
             ids.iter().flatten().map(|&id| id / 1100).collect();
         assert_eq!(shards_hit.len(), 3);
         // A build with fewer shards leaves none of the old ones behind.
+        std::fs::create_dir(dir.path().join("graph-2.partial")).unwrap();
         remove_shards_from(dir.path(), 1).unwrap();
+        assert!(!dir.path().join("graph-2.partial").exists());
         assert!(shard_dir(dir.path(), 0).exists());
         assert!(!shard_dir(dir.path(), 1).exists() && !shard_dir(dir.path(), 2).exists());
         remove_shards_from(dir.path(), 0).unwrap();

@@ -26,7 +26,7 @@ use crate::retrieval::embeddings::EmbeddingFile;
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::exact::{exact_top_k_into, recall_at_k};
 use crate::retrieval::flat::FlatGraph;
-use crate::retrieval::index::{embed_queries, embeddings_path, index_dir};
+use crate::retrieval::index::{embed_queries, embeddings_path, index_dir, rows_fingerprint};
 use crate::retrieval::shards::{
     BuildClock, DEFAULT_SHARD_ROWS, ShardLayout, ShardedGraph, saved_shard, shard_dir, write_record,
 };
@@ -139,7 +139,8 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
     );
     if layout.count() > 1 && !args.no_reference {
         bail!(
-            "{} vectors make {} shards of {}: faiss would need all of them in memory at once;              run with --no-reference, or raise --shard-rows",
+            "{} vectors make {} shards of {}: faiss would need all of them in memory at once; \
+             run with --no-reference, or raise --shard-rows",
             args.n,
             layout.count(),
             args.shard_rows
@@ -172,8 +173,9 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
     };
     let kept = args.keep_graphs.as_ref().map(|dir| {
         dir.join(format!(
-            "{}-n{}-real{}-noise{}-seed{}-m{}-efc{}-shard{}",
+            "{}-{}-n{}-real{}-noise{}-seed{}-m{}-efc{}-shard{}",
             args.corpus,
+            rows.fingerprint,
             args.n,
             rows.real,
             args.noise,
@@ -205,10 +207,11 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
                 &python, home, &args, &part, &queries, dim, threads,
             )?);
         }
+        bar.reset_eta();
         let graph_dir = kept.as_ref().map(|dir| shard_dir(dir, shard));
         if let Some(record) = graph_dir
             .as_deref()
-            .and_then(|dir| saved_shard(dir, range.len(), params))
+            .and_then(|dir| saved_shard(dir, range.clone(), params))
         {
             let half = part.iter().map(|&x| f16::from_f32(x)).collect();
             let graph_dir = graph_dir.as_deref().expect("kept");
@@ -224,8 +227,9 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
         let clock = BuildClock::start();
         let ann = AnnIndex::build(&part, dim, params, &|n| bar.inc(n as u64));
         build.hnsw_rs_bytes = build.hnsw_rs_bytes.max(resident_bytes() - before);
+        let built = clock.record(range.clone(), params);
         let flat = FlatGraph::from_hnsw(&ann);
-        let record = clock.record(range.len(), params);
+        let record = clock.record(range.clone(), params);
         build.seconds += record.build_seconds;
         build.cpu_seconds += record.cpu_seconds;
         if layout.count() == 1 {
@@ -235,7 +239,7 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
                 &queries,
                 &truth,
                 &format!("flipside HNSW (hnsw_rs, f16 rows, M={})", args.m),
-                record.build_seconds,
+                built.build_seconds,
                 build.hnsw_rs_bytes,
                 &|q, ef| ann.search_many(q, args.k, ef),
             ));
@@ -411,6 +415,8 @@ fn ids(found: &[Vec<Hit>]) -> Vec<Vec<usize>> {
 struct BenchRows {
     /// The real rows, row-major.
     real_rows: Vec<f32>,
+    /// Which encoder, corpus and precision made them ([`rows_fingerprint`]).
+    fingerprint: String,
     real: usize,
     dim: usize,
     noise: f32,
@@ -428,6 +434,8 @@ impl BenchRows {
                 args.corpus
             );
         }
+        // The real rows stay in memory as f32 (the movie corpus's 238,203: 366 MB), every copy
+        // being made from any of them.
         let mut real_rows = Vec::new();
         EmbeddingFile::open(&path, dim)?
             .for_each_chunk_in(0..args.n, |chunk| real_rows.extend_from_slice(chunk))?;
@@ -436,6 +444,7 @@ impl BenchRows {
             bail!("{} holds no embeddings yet", path.display());
         }
         Ok(Self {
+            fingerprint: rows_fingerprint(path.parent().expect("in an index directory"))?,
             real_rows,
             real,
             dim,
