@@ -70,12 +70,8 @@ impl EmbeddingFile {
         Ok(rows)
     }
 
-    /// Reads every row into one row-major matrix rounded to f16, never holding the f32 matrix.
-    pub fn read_all_half(&self) -> Result<Vec<f16>> {
-        self.read_half_range(0..usize::MAX)
-    }
-
-    /// Rows `range` (clipped to the complete rows) as one row-major matrix rounded to f16.
+    /// Rows `range` (clipped to the complete rows) as one row-major matrix rounded to f16,
+    /// never holding them as f32.
     pub fn read_half_range(&self, range: Range<usize>) -> Result<Vec<f16>> {
         let count = range.end.min(self.rows()?).saturating_sub(range.start);
         let mut rows = Vec::with_capacity(count * self.dim);
@@ -153,7 +149,7 @@ mod tests {
             vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
         );
         let half: Vec<f32> = file
-            .read_all_half()
+            .read_half_range(0..usize::MAX)
             .unwrap()
             .iter()
             .map(|x| x.to_f32())

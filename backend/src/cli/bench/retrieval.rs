@@ -28,7 +28,8 @@ use crate::retrieval::exact::{exact_top_k_into, recall_at_k};
 use crate::retrieval::flat::FlatGraph;
 use crate::retrieval::index::{embed_queries, embeddings_path, index_dir, rows_fingerprint};
 use crate::retrieval::shards::{
-    BuildClock, DEFAULT_SHARD_ROWS, ShardLayout, ShardedGraph, saved_shard, shard_dir, write_record,
+    BuildClock, DEFAULT_SHARD_ROWS, ShardLayout, ShardRecord, ShardedGraph, saved_shard, shard_dir,
+    write_record,
 };
 use crate::with_backend;
 
@@ -209,18 +210,15 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
         }
         bar.reset_eta();
         let graph_dir = kept.as_ref().map(|dir| shard_dir(dir, shard));
-        if let Some(record) = graph_dir
+        let saved = graph_dir
             .as_deref()
-            .and_then(|dir| saved_shard(dir, range.clone(), params))
-        {
+            .and_then(|dir| Some((dir, saved_shard(dir, range.clone(), params)?)));
+        if let Some((dir, record)) = saved {
             let half = part.iter().map(|&x| f16::from_f32(x)).collect();
-            let graph_dir = graph_dir.as_deref().expect("kept");
-            graphs.push((range.start, FlatGraph::load(graph_dir, half)?));
-            build.seconds += record.build_seconds;
-            build.cpu_seconds += record.cpu_seconds;
+            graphs.push((range.start, FlatGraph::load(dir, half)?));
+            build.add(&record);
             build.reused += 1;
             bar.inc(range.len() as u64);
-            bar.reset_eta();
             continue;
         }
         let before = resident_bytes();
@@ -230,8 +228,7 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
         let built = clock.record(range.clone(), params);
         let flat = FlatGraph::from_hnsw(&ann);
         let record = clock.record(range.clone(), params);
-        build.seconds += record.build_seconds;
-        build.cpu_seconds += record.cpu_seconds;
+        build.add(&record);
         if layout.count() == 1 {
             // One graph: hnsw_rs's own search of it too.
             runs.extend(sweep(
@@ -370,6 +367,14 @@ struct ShardBuilds {
     hnsw_rs_bytes: i64,
     /// Shards read back from `--keep-graphs` instead of built.
     reused: usize,
+}
+
+impl ShardBuilds {
+    /// Counts the times of a shard built now or before.
+    fn add(&mut self, record: &ShardRecord) {
+        self.seconds += record.build_seconds;
+        self.cpu_seconds += record.cpu_seconds;
+    }
 }
 
 /// One run per `ef`: a warm-up on a few queries, then all of them timed.
