@@ -452,18 +452,19 @@ fn training_resumes_exactly_after_a_pause_or_a_kill() {
     assert_eq!(top["word"], "boring", "{out}");
 }
 
-/// `--bf16` trains with AMX's bf16 products where the CPU has them (a model that learns, with
-/// weights not f32 training's) and says what is missing where it has not.
+/// `--bf16` trains with bf16 products (AMX's or AVX-512 BF16's) where the CPU has them (a model
+/// that learns, with weights not f32 training's) and says what is missing where it has not.
 #[test]
-fn training_in_bf16_learns_on_amx_and_is_refused_elsewhere() {
+fn training_in_bf16_learns_where_the_cpu_has_it_and_is_refused_elsewhere() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("toy.csv");
     std::fs::write(&csv, common::toy_sentiment_csv()).unwrap();
-    let amx = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| info.contains(" amx_bf16"));
+    let has_bf16 =
+        std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| info.contains(" avx512_bf16"));
     let bf16 = dir.path().join("bf16");
-    if !amx {
+    if !has_bf16 {
         let err = failure(train_command(&csv, &bf16).arg("--bf16"));
-        assert!(err.contains("needs a CPU with AMX-BF16"), "{err}");
+        assert!(err.contains("needs a CPU with AVX-512 BF16"), "{err}");
         return;
     }
     let out = success(train_command(&csv, &bf16).arg("--bf16"));

@@ -481,7 +481,7 @@ pub fn state_dir(out: &Path) -> PathBuf {
 }
 
 /// Linear layers in bf16 on this thread while the returned value lives, when `config` asks for
-/// it: only on the CPU backend of a CPU with AMX-BF16.
+/// it: only on the CPU backend of a CPU with AVX-512 BF16 (AMX's products where it has them).
 fn bf16_training<B: Backend>(config: &TrainConfig) -> Result<Option<Bf16Training>> {
     if !config.bf16 {
         return Ok(None);
@@ -491,9 +491,8 @@ fn bf16_training<B: Backend>(config: &TrainConfig) -> Result<Option<Bf16Training
     }
     let Some(kernel) = Bf16Kernel::best() else {
         bail!(
-            "--bf16 needs a CPU with AMX-BF16 (Intel Sapphire Rapids or later) and Linux's \
-             permission to use its tiles; this CPU has no AMX-BF16 or was refused: train \
-             without --bf16"
+            "--bf16 needs a CPU with AVX-512 BF16 (AMD Zen 4 or later, Intel Cooper Lake or \
+             Sapphire Rapids and later); this CPU has none: train without --bf16"
         );
     };
     Ok(Some(Bf16Training::enter(kernel)))

@@ -92,8 +92,8 @@ pub struct TrainConfigArgs {
     /// Save a resumable checkpoint every this many steps
     #[arg(long, default_value_t = TrainConfig::default().checkpoint_every)]
     pub checkpoint_every: usize,
-    /// Multiply the linear layers in bf16 with AMX (sums, weights and optimizer in f32): faster
-    /// on CPUs with AMX-BF16, and the weights then depend on the CPU
+    /// Multiply the linear layers in bf16 (sums, weights and optimizer in f32): faster on CPUs
+    /// with AMX-BF16 or AVX-512 BF16, and the weights then depend on the CPU
     #[arg(long)]
     pub bf16: bool,
 }

@@ -123,9 +123,10 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
         .collect();
 
     let bf16_seconds = Bf16Kernel::best().map(|kernel| {
-        Product::ALL.map(|product| {
+        let seconds = Product::ALL.map(|product| {
             pool.install(|| time_bf16(&shapes, args.rows, args.passes, kernel, product))
-        })
+        });
+        (kernel, seconds)
     });
 
     let tokens = (args.rows * args.passes) as f64;
@@ -144,10 +145,16 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
             seconds / int8_seconds
         );
     }
-    for (product, bf16_seconds) in Product::ALL.iter().zip(bf16_seconds.iter().flatten()) {
+    let bf16_rows = bf16_seconds.iter().flat_map(|(kernel, seconds)| {
+        Product::ALL
+            .iter()
+            .zip(seconds)
+            .map(move |(product, &s)| (kernel, product, s))
+    });
+    for (kernel, product, bf16_seconds) in bf16_rows {
         println!(
             "{:<40} {:>7.1} GFLOPS  {:>8.0} tokens/s  ({:.2}x burn's f32 x · W)",
-            format!("flipside bf16 (AMX), {}", product.name()),
+            format!("flipside bf16 ({}), {}", kernel.name(), product.name()),
             flops / bf16_seconds / 1e9,
             tokens / bf16_seconds,
             seconds / bf16_seconds

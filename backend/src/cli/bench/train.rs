@@ -5,6 +5,7 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
 use clap::{Args, ValueEnum};
 use flipside_shared::data::Dataset;
+use flipside_shared::models::bf16::Bf16Kernel;
 use serde::Deserialize;
 
 use super::{TorchBenchArgs, run_reference_script};
@@ -31,7 +32,7 @@ pub struct TrainBenchArgs {
     /// The encoder fine-tuned: a BERT directory or a model asset name
     #[arg(long, default_value = DEFAULT_ENCODER)]
     pub model: String,
-    /// Train with the linear layers in bf16 (AMX; `classifier train --bf16`); the reference then
+    /// Train with the linear layers in bf16 (`classifier train --bf16`); the reference then
     /// runs twice, in f32 and under PyTorch's CPU autocast to bf16
     #[arg(long)]
     pub bf16: bool,
@@ -112,7 +113,10 @@ pub fn bench_train(home: &Home, args: TrainBenchArgs) -> Result<()> {
         format!(
             "flipside (burn, {}{})",
             device.to_possible_value().expect("a device").get_name(),
-            if args.bf16 { ", bf16 AMX" } else { "" }
+            match Bf16Kernel::best().filter(|_| args.bf16) {
+                Some(kernel) => format!(", bf16 {}", kernel.name()),
+                None => String::new(),
+            }
         )
     );
     for (autocast_bf16, reference) in references {

@@ -1,9 +1,10 @@
-//! Fine-tuning's matrix products in bf16 on CPUs with AMX: the linear layers' `x · W` and both
+//! Fine-tuning's matrix products in bf16 on CPUs with AMX or AVX-512 BF16: the linear layers' `x · W` and both
 //! of its gradients (`dy · Wᵀ`, `xᵀ · dy`) round their operands to bf16 (8 bits of mantissa,
 //! f32's range) and sum the products in f32 — the mixed precision of PyTorch's CPU autocast,
 //! with the master weights, the optimizer and everything besides these products in f32.
 //! AMX's `tdpbf16ps` multiplies a 16 × 32 tile of bf16 rows by a 32 × 16 tile of weights per
-//! instruction.
+//! instruction; without AMX (AMD Zen 4 and later, Intel Cooper Lake), AVX-512 BF16's `vdpbf16ps`
+//! adds 16 sums of two products each, on the same packed operands.
 //!
 //! Opt-in ([`Bf16Training::enter`], `classifier train --bf16`): the trained weights then depend
 //! on the CPU's kind, where f32 training gives the same model everywhere. [`Bf16Kernel::Portable`]
@@ -40,19 +41,40 @@ const CHUNK_STEPS: usize = 8;
 pub enum Bf16Kernel {
     /// AMX's `tdpbf16ps` on tiles.
     Amx,
+    /// AVX-512 BF16's `vdpbf16ps` on registers: eight rows of 32 sums at a time.
+    Avx512,
     /// Plain loops over the same rounded values (slow; for the tests and CPUs without AMX).
     Portable,
 }
 
 impl Bf16Kernel {
-    /// AMX where this CPU has its bf16 products (and AVX-512 BF16's rounding, which every such
-    /// CPU has) and Linux lets the process use them.
+    /// The fastest kernel this CPU has: AMX where it has its bf16 products and Linux lets the
+    /// process use them, else AVX-512 BF16; none without AVX-512 BF16 (the packing's rounding).
     pub fn best() -> Option<Self> {
+        [Self::Amx, Self::Avx512]
+            .into_iter()
+            .find(|kernel| kernel.usable())
+    }
+
+    /// Whether this CPU runs the kernel.
+    pub fn usable(self) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if amx::bf16_usable() && pack::usable() {
-            return Some(Self::Amx);
+        return match self {
+            Self::Amx => amx::bf16_usable() && pack::usable(),
+            Self::Avx512 => pack::usable(),
+            Self::Portable => true,
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        return self == Self::Portable;
+    }
+
+    /// What the kernel computes with, for the benches' tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Amx => "AMX",
+            Self::Avx512 => "AVX-512 BF16",
+            Self::Portable => "portable",
         }
-        None
     }
 }
 
@@ -183,9 +205,13 @@ fn matmul_into(
     }
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Bf16Kernel::Amx => amx_matmul(a, b, [m, k, n], output, threads),
+        Bf16Kernel::Amx | Bf16Kernel::Avx512 => {
+            packed_matmul(kernel, a, b, [m, k, n], output, threads)
+        }
         #[cfg(not(target_arch = "x86_64"))]
-        Bf16Kernel::Amx => unreachable!("Bf16Kernel::best gives AMX only on x86-64"),
+        Bf16Kernel::Amx | Bf16Kernel::Avx512 => {
+            unreachable!("Bf16Kernel::best gives AMX and AVX-512 only on x86-64")
+        }
         Bf16Kernel::Portable => portable_matmul(a, b, [m, k, n], output, threads),
     }
 }
@@ -209,11 +235,13 @@ fn portable_matmul(
     });
 }
 
-/// The AMX product, blocked for the caches: a task takes a group of row blocks; for each panel it
-/// goes through the inputs a chunk at a time, and multiplies every block of its group by the
-/// panel's chunk before the next chunk, so that the chunk (16 KB) is read from L1 by all of them.
+/// The product on packed operands (AMX or AVX-512 BF16), blocked for the caches: a task takes a
+/// group of row blocks; for each panel it goes through the inputs a chunk at a time, and
+/// multiplies every block of its group by the panel's chunk before the next chunk, so that the
+/// chunk (16 KB) is read from L1 by all of them.
 #[cfg(target_arch = "x86_64")]
-fn amx_matmul(
+fn packed_matmul(
+    kernel: Bf16Kernel,
     a: Strided,
     b: Strided,
     [m, k, n]: [usize; 3],
@@ -221,8 +249,8 @@ fn amx_matmul(
     threads: Threads,
 ) {
     assert!(
-        amx::bf16_usable(),
-        "Bf16Kernel::Amx on a CPU without AMX-BF16 (see Bf16Kernel::best)"
+        kernel != Bf16Kernel::Portable && kernel.usable(),
+        "{kernel:?} on a CPU without it (see Bf16Kernel::best)"
     );
     let (rows, width) = pack::rows(a, m, k, threads);
     let panels = pack::panels(b, k, n, width, threads);
@@ -238,7 +266,8 @@ fn amx_matmul(
     threads.for_each_chunk(output, group * BLOCK * n, |task, out| {
         // SAFETY: checked above that the CPU has AMX-BF16 and its tiles are ours to use;
         // a task that already holds configured tiles (the same shape) keeps them.
-        let _tiles = (!amx::configured()).then(|| unsafe { amx::Tiles::configure() });
+        let _tiles = (kernel == Bf16Kernel::Amx && !amx::configured())
+            .then(|| unsafe { amx::Tiles::configure() });
         let real_rows = out.len() / n;
         let group_rows =
             &rows[task * group * BLOCK * width..][..real_rows.div_ceil(BLOCK) * BLOCK * width];
@@ -257,16 +286,21 @@ fn amx_matmul(
             for first_step in (0..width / STEP).step_by(CHUNK_STEPS) {
                 let steps = first_step..(first_step + CHUNK_STEPS).min(width / STEP);
                 for (block, block_rows) in group_rows.chunks(BLOCK * width).enumerate() {
-                    // SAFETY: the tiles are configured; the lengths are the packings' above; a
-                    // whole block's 32 rows of 32 sums lie within `out`, `n` values apart (its
-                    // last, `(block · 32 + 31) · n + first + 31`, is below `real_rows · n`), an
-                    // edge block's in its own `Sums`.
+                    // SAFETY: the kernel is usable (asserted above), for AMX the tiles are
+                    // configured; the lengths are the packings' above; a whole block's 32 rows
+                    // of 32 sums lie within `out`, `n` values apart (its last,
+                    // `(block · 32 + 31) · n + first + 31`, is below `real_rows · n`), an edge
+                    // block's in its own `Sums`.
                     unsafe {
                         let (sums, pitch) = match whole(block) {
                             true => (out_values.add(block * BLOCK * n + first), n * 4),
                             false => (edge_values.add(block).cast(), amx::SUMS_PITCH),
                         };
-                        amx_block(block_rows, weights, width, steps.clone(), sums, pitch);
+                        let block = [block_rows, weights];
+                        match kernel {
+                            Bf16Kernel::Amx => amx_block(block, width, steps.clone(), sums, pitch),
+                            _ => avx512_block(block, width, steps.clone(), sums, pitch),
+                        }
                     }
                 }
             }
@@ -297,8 +331,7 @@ fn amx_matmul(
 /// `pitch` bytes apart (read only after step 0 wrote them).
 #[cfg(target_arch = "x86_64")]
 unsafe fn amx_block(
-    rows: &[u16],
-    weights: &[u16],
+    [rows, weights]: [&[u16]; 2],
     width: usize,
     steps: std::ops::Range<usize>,
     sums: *mut f32,
@@ -340,6 +373,63 @@ unsafe fn amx_block(
             );
         }
         amx::store_sums(sums, pitch);
+    }
+}
+
+/// [`amx_block`] with AVX-512 BF16's `vdpbf16ps`: eight rows at a time, whose 32 sums each stay
+/// in two registers through the steps; per pair of inputs, each row's pair is broadcast and
+/// multiplied by the panel's pair of 32 columns (two registers, read once for the eight rows).
+///
+/// # Safety
+/// As [`amx_block`]'s, but for the tiles: this CPU has AVX-512 BF16 ([`pack::usable`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
+unsafe fn avx512_block(
+    [rows, weights]: [&[u16]; 2],
+    width: usize,
+    steps: std::ops::Range<usize>,
+    sums: *mut f32,
+    pitch: usize,
+) {
+    use std::arch::x86_64::*;
+    const ROWS: usize = 8;
+    assert!(rows.len() >= BLOCK * width && weights.len() >= width * BLOCK);
+    assert!(steps.end * STEP <= width);
+    let pairs = steps.start * STEP / 2..steps.end * STEP / 2;
+    let as_bf16 = |values: __m512| -> __m512bh {
+        // SAFETY: both are 64 bytes of plain values.
+        unsafe { std::mem::transmute(values) }
+    };
+    for group in (0..BLOCK).step_by(ROWS) {
+        // SAFETY: row `group + r` of the block's 32 rows of sums, `pitch` bytes apart (the
+        // caller's); each row's pairs are `width / 2` four-byte values of `rows`, and each pair of
+        // inputs' 32 columns 128 bytes of `weights` (lengths asserted above).
+        unsafe {
+            let row_sums = |r: usize| sums.byte_add((group + r) * pitch);
+            let mut acc = [[_mm512_setzero_ps(); 2]; ROWS];
+            if steps.start != 0 {
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    *acc = [0, 16].map(|c| _mm512_loadu_ps(row_sums(r).add(c)));
+                }
+            }
+            let first_row = rows.as_ptr().add(group * width).cast::<i32>();
+            for pair in pairs.clone() {
+                let columns = weights.as_ptr().add(pair * BLOCK * 2).cast::<f32>();
+                let halves = [0, 16].map(|c| as_bf16(_mm512_loadu_ps(columns.add(c))));
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let inputs = first_row.add(r * width / 2 + pair).read_unaligned();
+                    let inputs = as_bf16(_mm512_castsi512_ps(_mm512_set1_epi32(inputs)));
+                    for (acc, half) in acc.iter_mut().zip(halves) {
+                        *acc = _mm512_dpbf16_ps(*acc, inputs, half);
+                    }
+                }
+            }
+            for (r, acc) in acc.iter().enumerate() {
+                for (c, acc) in [0, 16].into_iter().zip(acc) {
+                    _mm512_storeu_ps(row_sums(r).add(c), *acc);
+                }
+            }
+        }
     }
 }
 
@@ -545,15 +635,20 @@ mod tests {
         }
     }
 
-    /// AMX against the portable loops, on shapes that are not whole tiles, through transposed
-    /// views as the gradients read them.
-    #[cfg(target_arch = "x86_64")]
+    /// AMX and AVX-512 BF16 (those this CPU has) against the portable loops, on shapes that are
+    /// not whole tiles, through transposed views as the gradients read them.
     #[test]
-    fn amx_products_equal_the_portable_ones() {
-        let Some(kernel) = Bf16Kernel::best() else {
-            eprintln!("skipped: this CPU has no AMX-BF16");
-            return;
-        };
+    fn packed_products_equal_the_portable_ones() {
+        let kernels = [Bf16Kernel::Amx, Bf16Kernel::Avx512].into_iter();
+        for kernel in kernels.filter(|kernel| kernel.usable()) {
+            packed_products_equal_the_portable_ones_with(kernel);
+        }
+        if !Bf16Kernel::Avx512.usable() {
+            eprintln!("skipped: this CPU has no AVX-512 BF16");
+        }
+    }
+
+    fn packed_products_equal_the_portable_ones_with(kernel: Bf16Kernel) {
         for (m, k, n) in [
             (0, 3, 2),
             (2, 0, 3),
@@ -565,7 +660,7 @@ mod tests {
             (33, 1536, 31),
         ] {
             let (a, b) = (values(m * k, 3), values(k * n, 4));
-            let amx = matmul(kernel, Strided::rows(&a, k), Strided::rows(&b, n), m, k, n);
+            let packed = matmul(kernel, Strided::rows(&a, k), Strided::rows(&b, n), m, k, n);
             let portable = matmul(
                 Bf16Kernel::Portable,
                 Strided::rows(&a, k),
@@ -574,12 +669,12 @@ mod tests {
                 k,
                 n,
             );
-            let worst = amx
+            let worst = packed
                 .iter()
                 .zip(&portable)
                 .map(|(x, y)| (x - y).abs())
                 .fold(0.0, f32::max);
-            assert!(worst < 1e-4, "{m}×{k}×{n}: {worst}");
+            assert!(worst < 1e-4, "{kernel:?} {m}×{k}×{n}: {worst}");
             // bᵀ · aᵀ = (a · b)ᵀ through the transposed views.
             let t = matmul(
                 kernel,
@@ -591,7 +686,7 @@ mod tests {
             );
             for r in 0..m {
                 for c in 0..n {
-                    assert!((t[c * m + r] - amx[r * n + c]).abs() < 1e-4);
+                    assert!((t[c * m + r] - packed[r * n + c]).abs() < 1e-4);
                 }
             }
         }
