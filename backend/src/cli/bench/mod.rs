@@ -123,10 +123,14 @@ impl TorchBenchArgs {
 pub fn cpu_features() -> String {
     #[cfg(target_arch = "x86_64")]
     {
+        use std::arch::is_x86_feature_detected;
         let features = [
-            ("avx2", std::arch::is_x86_feature_detected!("avx2")),
-            ("fma", std::arch::is_x86_feature_detected!("fma")),
-            ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
+            ("avx2", is_x86_feature_detected!("avx2")),
+            ("fma", is_x86_feature_detected!("fma")),
+            ("avx512f", is_x86_feature_detected!("avx512f")),
+            ("avx512vnni", is_x86_feature_detected!("avx512vnni")),
+            ("avx512bf16", is_x86_feature_detected!("avx512bf16")),
+            ("amx-bf16", flipside_shared::models::amx::bf16_usable()),
         ];
         let has: Vec<&str> = features.iter().filter(|f| f.1).map(|f| f.0).collect();
         let lacks: Vec<&str> = features.iter().filter(|f| !f.1).map(|f| f.0).collect();
