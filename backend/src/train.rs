@@ -61,8 +61,8 @@ pub struct TrainConfig {
     /// The classification head: Hugging Face's (a directory `transformers` loads), or the
     /// head over mean-pooled states that the re-ranker keeps.
     pub head: Head,
-    /// Multiply the encoder's linear layers (forward and gradients) in bf16 with AMX, summing in
-    /// f32 ([`flipside_shared::models::bf16`]); CPU only. The weights then depend on the CPU.
+    /// Multiply the encoder's linear layers (forward and gradients) in bf16 with AMX or AVX-512
+    /// BF16, summing in f32 ([`flipside_shared::models::bf16`]); CPU only. The weights then depend on the CPU.
     pub bf16: bool,
 }
 

@@ -59,7 +59,7 @@ struct Matrices<'a> {
 }
 
 impl<'a> Matrices<'a> {
-    /// None where AMX's packing cannot read the strides (it reads a row-major matrix or a
+    /// None where the packing cannot read the strides (it reads a row-major matrix or a
     /// transposed one) or where they are negative.
     fn of(tensor: &'a FlexTensor) -> Option<Self> {
         let layout = tensor.layout();
@@ -221,7 +221,7 @@ mod tests {
 
     /// Attention's two products through the heads' strided views and `kᵀ`, as the encoder
     /// calls them: values and the three inputs' gradients against burn's f32 `matmul`, within bf16's
-    /// rounding, with each kernel (AMX's blocks one after another per product).
+    /// rounding, with each kernel (the packed kernel's blocks one after another per product).
     #[test]
     fn attention_products_match_f32_within_bf16_rounding() {
         let device = Default::default();

@@ -1,6 +1,6 @@
-//! Fine-tuning's matrix products in bf16 on CPUs with AMX or AVX-512 BF16: the linear layers' `x · W` and both
-//! of its gradients (`dy · Wᵀ`, `xᵀ · dy`) round their operands to bf16 (8 bits of mantissa,
-//! f32's range) and sum the products in f32 — the mixed precision of PyTorch's CPU autocast,
+//! Fine-tuning's matrix products in bf16 on CPUs with AMX or AVX-512 BF16: the linear layers'
+//! `x · W` and both of its gradients (`dy · Wᵀ`, `xᵀ · dy`) round their operands to bf16 (8 bits
+//! of mantissa, f32's range) and sum the products in f32 — the mixed precision of PyTorch's CPU autocast,
 //! with the master weights, the optimizer and everything besides these products in f32.
 //! AMX's `tdpbf16ps` multiplies a 16 × 32 tile of bf16 rows by a 32 × 16 tile of weights per
 //! instruction; without AMX (AMD Zen 4 and later, Intel Cooper Lake), AVX-512 BF16's `vdpbf16ps`
@@ -43,7 +43,7 @@ pub enum Bf16Kernel {
     Amx,
     /// AVX-512 BF16's `vdpbf16ps` on registers: eight rows of 32 sums at a time.
     Avx512,
-    /// Plain loops over the same rounded values (slow; for the tests and CPUs without AMX).
+    /// Plain loops over the same rounded values (slow; what the tests hold the others to).
     Portable,
 }
 
@@ -264,8 +264,8 @@ fn packed_matmul(
     };
     // Every element is written below (each row, panel by panel).
     threads.for_each_chunk(output, group * BLOCK * n, |task, out| {
-        // SAFETY: checked above that the CPU has AMX-BF16 and its tiles are ours to use;
-        // a task that already holds configured tiles (the same shape) keeps them.
+        // SAFETY: for AMX, checked above that the CPU has AMX-BF16 and its tiles are ours to
+        // use; a task that already holds configured tiles (the same shape) keeps them.
         let _tiles = (kernel == Bf16Kernel::Amx && !amx::configured())
             .then(|| unsafe { amx::Tiles::configure() });
         let real_rows = out.len() / n;
@@ -277,7 +277,7 @@ fn packed_matmul(
         // rows and `n` are whole blocks, as in the model's products: no buffer then).
         let edges = real_rows % BLOCK != 0 || n % BLOCK != 0;
         let mut edge_sums = vec![[[0.0f32; BLOCK]; BLOCK]; if edges { blocks } else { 0 }];
-        // One pointer into each buffer, taken once, that the tiles' loads and stores go through.
+        // One pointer into each buffer, taken once, that the kernel's loads and stores go through.
         let (out_values, edge_values) = (out.as_mut_ptr().cast::<f32>(), edge_sums.as_mut_ptr());
         for (panel, weights) in panels.chunks(panel_len).enumerate() {
             let first = panel * BLOCK;
@@ -309,7 +309,7 @@ fn packed_matmul(
                 for (r, sums) in edge_sums[block].iter().take(rows).enumerate() {
                     let r = block * BLOCK + r;
                     // SAFETY: row `r` of the task's rows, columns `first..first + columns` of
-                    // `n`: within `out`, written through the pointer the tiles use too.
+                    // `n`: within `out`, written through the pointer the kernel uses too.
                     unsafe {
                         let to = out_values.add(r * n + first);
                         std::ptr::copy_nonoverlapping(sums.as_ptr(), to, columns);
@@ -658,9 +658,18 @@ mod tests {
             (64, 300, 45),
             (9, 71, 40),
             (33, 1536, 31),
+            (160, 300, 70),
         ] {
             let (a, b) = (values(m * k, 3), values(k * n, 4));
             let packed = matmul(kernel, Strided::rows(&a, k), Strided::rows(&b, n), m, k, n);
+            // On the calling thread, as a batch's products run: row blocks in groups of four, the
+            // same sums in the same order.
+            let mut caller = vec![MaybeUninit::new(f32::NAN); m * n];
+            let operands = [Strided::rows(&a, k), Strided::rows(&b, n)];
+            matmul_into(kernel, operands, [m, k, n], &mut caller, Threads::Caller);
+            // SAFETY: every value was initialised (NaN), and then written.
+            let caller: Vec<f32> = caller.iter().map(|v| unsafe { v.assume_init() }).collect();
+            assert_eq!(caller, packed, "{kernel:?} {m}×{k}×{n} in groups of four");
             let portable = matmul(
                 Bf16Kernel::Portable,
                 Strided::rows(&a, k),

@@ -1,7 +1,8 @@
-//! The operands of AMX's bf16 product in its layouts, rounded with AVX-512 BF16's
-//! `vcvtneps2bf16` (16 values per instruction, to nearest with ties to even as [`super::to_bf16`];
-//! unlike it, the instruction takes a subnormal input, below 1.2e-38, as zero). Every CPU with
-//! AMX-BF16 has AVX-512 BF16; [`super::Bf16Kernel::best`] checks both.
+//! The operands of the bf16 products in AMX's layouts (which the AVX-512 BF16 kernel reads too),
+//! rounded with AVX-512 BF16's `vcvtneps2bf16` (16 values per instruction, to nearest with ties
+//! to even as [`super::to_bf16`]; unlike it, the instruction takes a subnormal input, below
+//! 1.2e-38, as zero). Every CPU with AMX-BF16 has AVX-512 BF16; [`super::Bf16Kernel::usable`]
+//! checks both for AMX.
 
 use std::arch::x86_64::*;
 use std::mem::MaybeUninit;
