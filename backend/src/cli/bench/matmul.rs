@@ -122,12 +122,15 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
         .map(|&kernel| pool.install(|| time_int8(&shapes, args.rows, args.passes, kernel)))
         .collect();
 
-    let bf16_seconds = Bf16Kernel::best().map(|kernel| {
-        let seconds = Product::ALL.map(|product| {
-            pool.install(|| time_bf16(&shapes, args.rows, args.passes, kernel, product))
-        });
-        (kernel, seconds)
-    });
+    let bf16_kernels = Bf16Kernel::available();
+    let bf16_seconds: Vec<_> = bf16_kernels
+        .iter()
+        .map(|&kernel| {
+            Product::ALL.map(|product| {
+                pool.install(|| time_bf16(&shapes, args.rows, args.passes, kernel, product))
+            })
+        })
+        .collect();
 
     let tokens = (args.rows * args.passes) as f64;
     let ours = flops / seconds / 1e9;
@@ -145,12 +148,15 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
             seconds / int8_seconds
         );
     }
-    let bf16_rows = bf16_seconds.iter().flat_map(|(kernel, seconds)| {
-        Product::ALL
-            .iter()
-            .zip(seconds)
-            .map(move |(product, &s)| (kernel, product, s))
-    });
+    let bf16_rows = bf16_kernels
+        .iter()
+        .zip(&bf16_seconds)
+        .flat_map(|(kernel, seconds)| {
+            Product::ALL
+                .iter()
+                .zip(seconds)
+                .map(move |(product, &s)| (kernel, product, s))
+        });
     for (kernel, product, bf16_seconds) in bf16_rows {
         println!(
             "{:<40} {:>7.1} GFLOPS  {:>8.0} tokens/s  ({:.2}x burn's f32 x · W)",

@@ -48,12 +48,19 @@ pub enum Bf16Kernel {
 }
 
 impl Bf16Kernel {
-    /// The fastest kernel this CPU has: AMX where it has its bf16 products and Linux lets the
-    /// process use them, else AVX-512 BF16; none without AVX-512 BF16 (the packing's rounding).
-    pub fn best() -> Option<Self> {
+    /// The packed kernels this CPU runs, fastest first: AMX where it has its bf16 products and
+    /// Linux lets the process use them, AVX-512 BF16; none without AVX-512 BF16 (the packing's
+    /// rounding).
+    pub fn available() -> Vec<Self> {
         [Self::Amx, Self::Avx512]
             .into_iter()
-            .find(|kernel| kernel.usable())
+            .filter(|kernel| kernel.usable())
+            .collect()
+    }
+
+    /// The fastest of [`Self::available`].
+    pub fn best() -> Option<Self> {
+        Self::available().into_iter().next()
     }
 
     /// Whether this CPU runs the kernel.
@@ -639,8 +646,7 @@ mod tests {
     /// not whole tiles, through transposed views as the gradients read them.
     #[test]
     fn packed_products_equal_the_portable_ones() {
-        let kernels = [Bf16Kernel::Amx, Bf16Kernel::Avx512].into_iter();
-        for kernel in kernels.filter(|kernel| kernel.usable()) {
+        for kernel in Bf16Kernel::available() {
             packed_products_equal_the_portable_ones_with(kernel);
         }
         if !Bf16Kernel::Avx512.usable() {
