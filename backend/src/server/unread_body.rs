@@ -1,10 +1,11 @@
-//! What a handler leaves of a small request body is read before its response goes out. A
-//! handler that answers early (403 before reading an upload, a 400 on its first bad field) would
-//! otherwise leave the body's bytes unread when hyper closes the connection, and a client still
-//! sending the body can lose the answer: reqwest's blocking client reports the interrupted
-//! upload instead of the 403. Bodies over [`MAX_DRAIN_BYTES`], or ones whose rest takes longer
-//! than [`DRAIN_TIME`] to arrive, are not waited for: the connection closes as before. It runs
-//! inside [`super::body_pace`], so the rest must also keep its pace.
+//! What a handler leaves of a request body is read before its response goes out, when little is
+//! left. A handler that answers early (403 before reading an upload, a 400 on its first bad
+//! field, 413 once a body passes its route's limit) would otherwise leave the body's bytes unread
+//! when hyper closes the connection, and a client still sending the body can lose the answer:
+//! reqwest's blocking client reports the interrupted upload instead of the 403 or the 413. When
+//! more than [`MAX_DRAIN_BYTES`] are left (by the body's declared length), or the rest takes
+//! longer than [`DRAIN_TIME`] to arrive, the answer is not held back: the connection closes as
+//! before. It runs inside [`super::body_pace`], so the rest must also keep its pace.
 
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -20,26 +21,28 @@ use futures_util::{Stream, StreamExt};
 
 use super::body_pace::has_body;
 
-/// The most of a body read after its handler has answered.
-pub const MAX_DRAIN_BYTES: u64 = 1 << 20;
+/// The most of a body read after its handler has answered: a body up to this much over its
+/// route's limit (4 MiB for `/v1`, 1 MiB for the API) still gets its 413.
+pub const MAX_DRAIN_BYTES: u64 = 4 << 20;
 
 /// How long the rest of a body may take to arrive after its handler has answered.
 pub const DRAIN_TIME: Duration = Duration::from_secs(5);
 
-/// Middleware: reads the rest of a request body its handler dropped unfinished (up to
-/// [`MAX_DRAIN_BYTES`] within [`DRAIN_TIME`]) before the response is sent.
+/// Middleware: reads the rest of a request body its handler dropped unfinished (when at most
+/// [`MAX_DRAIN_BYTES`] are left, within [`DRAIN_TIME`]) before the response is sent.
 pub async fn read_unread_rest(request: Request, next: Next) -> Response {
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
         .and_then(|length| length.to_str().ok()?.parse::<u64>().ok());
-    if !has_body(&request) || declared.is_some_and(|length| length > MAX_DRAIN_BYTES) {
+    if !has_body(&request) {
         return next.run(request).await;
     }
     let left = Arc::new(Mutex::new(None));
     let request = request.map(|body| {
         Body::from_stream(Returning {
             data: Some(body.into_data_stream()),
+            read: 0,
             left: left.clone(),
         })
     });
@@ -48,8 +51,12 @@ pub async fn read_unread_rest(request: Request, next: Next) -> Response {
         .lock()
         .expect("the body's slot is never poisoned")
         .take();
-    if let Some(rest) = rest {
-        let _ = tokio::time::timeout(DRAIN_TIME, drain(rest)).await;
+    if let Some((rest, read)) = rest {
+        // A chunked body's rest is unknown: up to the limit is read, then the connection closes.
+        let unread = declared.map_or(0, |length| length.saturating_sub(read));
+        if unread <= MAX_DRAIN_BYTES {
+            let _ = tokio::time::timeout(DRAIN_TIME, drain(rest)).await;
+        }
     }
     response
 }
@@ -65,10 +72,12 @@ async fn drain(mut rest: BodyDataStream) {
     }
 }
 
-/// A request body that hands what is left of it to `left` when dropped before its end.
+/// A request body that hands what is left of it, and how many bytes it gave, to `left` when
+/// dropped before its end.
 struct Returning {
     data: Option<BodyDataStream>,
-    left: Arc<Mutex<Option<BodyDataStream>>>,
+    read: u64,
+    left: Arc<Mutex<Option<(BodyDataStream, u64)>>>,
 }
 
 impl Stream for Returning {
@@ -79,8 +88,10 @@ impl Stream for Returning {
             return Poll::Ready(None);
         };
         let next = data.poll_next_unpin(cx);
-        if let Poll::Ready(None | Some(Err(_))) = next {
-            self.data = None;
+        match &next {
+            Poll::Ready(Some(Ok(chunk))) => self.read += chunk.len() as u64,
+            Poll::Ready(None | Some(Err(_))) => self.data = None,
+            Poll::Pending => {}
         }
         next
     }
@@ -91,7 +102,7 @@ impl Drop for Returning {
         if let Some(data) = self.data.take()
             && let Ok(mut left) = self.left.lock()
         {
-            *left = Some(data);
+            *left = Some((data, self.read));
         }
     }
 }
@@ -107,9 +118,12 @@ mod tests {
 
     /// Serves one route that answers 403 without reading the body, behind the middleware.
     async fn refusing_server() -> std::net::SocketAddr {
-        let app = Router::new()
-            .route("/", post(|| async { StatusCode::FORBIDDEN }))
-            .layer(axum::middleware::from_fn(read_unread_rest));
+        serve(Router::new().route("/", post(|| async { StatusCode::FORBIDDEN }))).await
+    }
+
+    /// Serves `app` behind the middleware.
+    async fn serve(app: Router) -> std::net::SocketAddr {
+        let app = app.layer(axum::middleware::from_fn(read_unread_rest));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
@@ -174,6 +188,31 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(status.unwrap(), 403);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_413_waits_for_a_small_rest_of_a_large_body() {
+        // As /v1: a 4 MiB limit and a 5 MiB body, whose last MiB arrives after the 413.
+        let limit = MAX_DRAIN_BYTES as usize;
+        let app = Router::new()
+            .route("/", post(|_: Bytes| async { StatusCode::OK }))
+            .layer(axum::extract::DefaultBodyLimit::max(limit));
+        let address = serve(app).await;
+        let length = limit + (1 << 20);
+        let mut stream = start_upload(address, length as u64, limit + 1024).await;
+        let early = first_bytes(&mut stream, Duration::from_millis(300)).await;
+        assert_eq!(early, None, "answered before the body had arrived");
+        stream
+            .write_all(&vec![b'x'; length - limit - 1024])
+            .await
+            .unwrap();
+        let answer = first_bytes(&mut stream, Duration::from_secs(4)).await;
+        assert!(
+            answer
+                .as_deref()
+                .is_some_and(|head| head.starts_with("HTTP/1.1 413")),
+            "{answer:?}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
