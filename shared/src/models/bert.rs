@@ -398,11 +398,11 @@ impl<B: Backend> BertSelfAttention<B> {
     }
 }
 
-/// `a · b` over batches of matrices: in bf16 while training in bf16
-/// ([`super::bf16::batched`]), else burn's `matmul`.
+/// `a · b` over batches of matrices: on burn's CPU backend by our op
+/// ([`super::cpu_products::batched`]: f32, or bf16 while training in bf16), else burn's `matmul`.
 fn batched_matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
     #[cfg(not(target_arch = "wasm32"))]
-    let (a, b) = match super::bf16::batched::forward(a, b) {
+    let (a, b) = match super::cpu_products::batched::forward(a, b) {
         Ok(product) => return product,
         Err(operands) => operands,
     };
@@ -412,7 +412,8 @@ fn batched_matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> 
 /// `linear` applied to every token of `[batch, seq, width]` as one `[batch·seq, width]` matrix
 /// product: burn's `linear` on a 3-d input multiplies each sequence separately (burn-flex: one
 /// small gemm per sequence, packing the weights again for each). In int8 when `int8` holds the
-/// layer's copy; in bf16 while training in bf16 ([`super::bf16::Bf16Training`]).
+/// layer's copy; on burn's CPU backend by our op ([`super::cpu_products`]: f32, or bf16 while
+/// training in bf16).
 pub fn per_token<B: Backend>(
     linear: &Linear<B>,
     int8: &Int8Copy,
@@ -422,7 +423,7 @@ pub fn per_token<B: Backend>(
     let rows = input.reshape([batch * seq, width]);
     let output = int8.forward(linear, rows);
     #[cfg(not(target_arch = "wasm32"))]
-    let output = output.or_else(|rows| super::bf16::forward(linear, rows));
+    let output = output.or_else(|rows| super::cpu_products::linear::forward(linear, rows));
     let output = output.unwrap_or_else(|rows| linear.forward(rows));
     let [_, out_width] = output.dims();
     output.reshape([batch, seq, out_width])

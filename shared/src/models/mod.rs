@@ -12,6 +12,8 @@ pub mod checkpoint;
 pub mod chunks;
 pub mod classifier;
 pub mod compact;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod cpu_products;
 pub mod dis_ae;
 pub mod dropout;
 pub mod encoder;

@@ -6,6 +6,8 @@
 //! instruction; without AMX (AMD Zen 4 and later, Intel Cooper Lake), AVX-512 BF16's `vdpbf16ps`
 //! adds 16 sums of two products each, on the same packed operands.
 //!
+//! BERT's linear layers and attention products use these kernels through
+//! [`super::cpu_products`].
 //! Opt-in ([`Bf16Training::enter`], `classifier train --bf16`): the trained weights then depend
 //! on the CPU's kind, where f32 training gives the same model everywhere. [`Bf16Kernel::Portable`]
 //! computes the same rounded products with plain loops on any CPU, for the tests.
@@ -13,19 +15,15 @@
 use std::cell::Cell;
 use std::mem::MaybeUninit;
 
+use burn::backend::Flex;
 use burn::backend::flex::FlexTensor;
-use burn::backend::{Autodiff, Flex};
-use burn::nn::Linear;
-use burn::tensor::backend::Backend;
+use burn::tensor::TensorData;
 use burn::tensor::ops::FloatTensor;
-use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
 #[cfg(target_arch = "x86_64")]
 use super::amx;
 use super::chunks::for_each_chunk_mut;
-use super::same_type;
 
-pub mod batched;
 #[cfg(target_arch = "x86_64")]
 mod pack;
 
@@ -168,11 +166,11 @@ pub fn matmul(
 
 /// Where a product's blocks are computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Threads {
+pub(crate) enum Threads {
     /// On rayon's threads: one large product.
     Rayon,
     /// One after another on the calling thread: one of a batch of small products, the batch
-    /// spread over rayon's threads ([`batched`]).
+    /// spread over rayon's threads ([`super::cpu_products::batched`]).
     Caller,
 }
 
@@ -195,7 +193,7 @@ impl Threads {
 }
 
 /// [`matmul`] into `output` (`m · n` values, every one written).
-fn matmul_into(
+pub(crate) fn matmul_into(
     kernel: Bf16Kernel,
     [a, b]: [Strided; 2],
     [m, k, n]: [usize; 3],
@@ -446,7 +444,7 @@ thread_local! {
     static TRAINING: Cell<Option<Bf16Kernel>> = const { Cell::new(None) };
 }
 
-/// While it lives, BERT's linear layers and attention products ([`batched`]) on
+/// While it lives, BERT's linear layers and attention products ([`super::cpu_products`]) on
 /// `Autodiff<Flex>` multiply in bf16 on this thread (the thread that runs the forward passes;
 /// their backward steps keep the kernel).
 /// Not `Send`: it restores the thread it was made on.
@@ -465,130 +463,22 @@ impl Drop for Bf16Training {
     }
 }
 
-/// `linear`'s output for `x` (`[rows, inputs]`) with the products in bf16, while a
-/// [`Bf16Training`] lives and `B` is `Autodiff<Flex>`; else `x` back.
-pub fn forward<B: Backend>(
-    linear: &Linear<B>,
-    x: Tensor<B, 2>,
-) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
-    let Some(kernel) = TRAINING.get() else {
-        return Err(x);
-    };
-    if x.dtype() != burn::tensor::DType::F32 {
-        return Err(x);
-    }
-    let x: Box<dyn std::any::Any> = Box::new(x);
-    let x = match x.downcast::<Tensor<Autodiff<Flex>, 2>>() {
-        Ok(x) => *x,
-        Err(x) => return Err(*x.downcast::<Tensor<B, 2>>().expect("x is a Tensor<B, 2>")),
-    };
-    let weight: Tensor<Autodiff<Flex>, 2> = same_type(linear.weight.val());
-    let output = training::product(kernel, x, weight);
-    let output = match &linear.bias {
-        Some(bias) => output + same_type::<_, Tensor<Autodiff<Flex>, 1>>(bias.val()).unsqueeze(),
-        None => output,
-    };
-    Ok(same_type(output))
+/// The kernel BERT's linear layers and attention products train with on this thread: the one a
+/// living [`Bf16Training`] set, if any.
+pub fn training_kernel() -> Option<Bf16Kernel> {
+    TRAINING.get()
 }
 
 /// A Flex tensor of `shape` holding `values` (row-major).
-fn flex_tensor(values: Vec<f32>, shape: impl Into<burn::tensor::Shape>) -> FloatTensor<Flex> {
+pub(crate) fn flex_tensor(
+    values: Vec<f32>,
+    shape: impl Into<burn::tensor::Shape>,
+) -> FloatTensor<Flex> {
     FlexTensor::from_data(TensorData::new(values, shape))
-}
-
-/// The product as an autodiff op: its backward step computes both gradients in bf16 too.
-mod training {
-    use super::*;
-    use burn::backend::autodiff::checkpoint::base::Checkpointer;
-    use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
-    use burn::backend::autodiff::grads::Gradients;
-    use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
-
-    /// The backward step; its state is the product's two operands and their shape `[m, k, n]`.
-    #[derive(Debug)]
-    struct ProductStep(Bf16Kernel);
-
-    impl Backward<Flex, 2> for ProductStep {
-        type State = (FloatTensor<Flex>, FloatTensor<Flex>, [usize; 3]);
-
-        fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-            let kernel = self.0;
-            let grad = grads.consume::<Flex>(&ops.node);
-            let (x, weight, [m, k, n]) = ops.state;
-            let [x_parent, weight_parent] = &ops.parents;
-            with_values(grad, |grad| {
-                if let Some(parent) = x_parent {
-                    // dx = dy · Wᵀ
-                    let dx = with_values(weight.clone(), |weight| {
-                        let (dy, wt) = (Strided::rows(grad, n), Strided::transposed(weight, n));
-                        matmul(kernel, dy, wt, m, n, k)
-                    });
-                    grads.register::<Flex>(parent.id, flex_tensor(dx, [m, k]));
-                }
-                if let Some(parent) = weight_parent {
-                    // dW = xᵀ · dy
-                    let dw = with_values(x.clone(), |x| {
-                        let (xt, dy) = (Strided::transposed(x, k), Strided::rows(grad, n));
-                        matmul(kernel, xt, dy, k, m, n)
-                    });
-                    grads.register::<Flex>(parent.id, flex_tensor(dw, [k, n]));
-                }
-            });
-        }
-    }
-
-    /// `x · weight` in bf16, recording [`ProductStep`] when either needs its gradient.
-    pub fn product(
-        kernel: Bf16Kernel,
-        x: Tensor<Autodiff<Flex>, 2>,
-        weight: Tensor<Autodiff<Flex>, 2>,
-    ) -> Tensor<Autodiff<Flex>, 2> {
-        let [m, k] = x.dims();
-        let [_, n] = weight.dims();
-        let (x, weight) = (
-            x.into_primitive().tensor(),
-            weight.into_primitive().tensor(),
-        );
-        let forward = |x: FloatTensor<Flex>, weight: FloatTensor<Flex>| {
-            let output = with_values(x, |x| {
-                with_values(weight, |w| {
-                    matmul(kernel, Strided::rows(x, k), Strided::rows(w, n), m, k, n)
-                })
-            });
-            flex_tensor(output, [m, n])
-        };
-        let output = match ProductStep(kernel)
-            .prepare::<NoCheckpointing>([x.node.clone(), weight.node.clone()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let state = (x.primitive.clone(), weight.primitive.clone(), [m, k, n]);
-                prep.finish(state, forward(x.primitive, weight.primitive))
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive, weight.primitive)),
-        };
-        Tensor::from_primitive(TensorPrimitive::Float(output))
-    }
-
-    /// Calls `f` with the tensor's values in row-major order, copying only when they are not.
-    fn with_values<R>(tensor: FloatTensor<Flex>, f: impl FnOnce(&[f32]) -> R) -> R {
-        match tensor.as_slice::<f32>() {
-            Some(values) => f(values),
-            None => {
-                let data = tensor.into_data();
-                f(data
-                    .as_slice::<f32>()
-                    .expect("an f32 tensor holds f32 values"))
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::Distribution;
-
     use super::*;
     use crate::random::SplitMix64;
 
@@ -703,37 +593,6 @@ mod tests {
                 for c in 0..n {
                     assert!((t[c * m + r] - packed[r * n + c]).abs() < 1e-4);
                 }
-            }
-        }
-    }
-
-    fn max_difference(a: Tensor<Flex, 2>, b: Tensor<Flex, 2>) -> f32 {
-        (a - b).abs().max().into_scalar()
-    }
-
-    /// Both gradients of the bf16 product against burn's f32 `matmul`'s, and the forward.
-    #[test]
-    fn gradients_match_f32_within_bf16_rounding() {
-        type B = Autodiff<Flex>;
-        let device = Default::default();
-        let kernels = [Some(Bf16Kernel::Portable), Bf16Kernel::best()];
-        for kernel in kernels.into_iter().flatten() {
-            let x = Tensor::<B, 2>::random([40, 48], Distribution::Default, &device).require_grad();
-            let w = Tensor::<B, 2>::random([48, 20], Distribution::Default, &device).require_grad();
-            let target = Tensor::<B, 2>::random([40, 20], Distribution::Default, &device);
-            let loss = |y: Tensor<B, 2>| (y * target.clone()).sum();
-            let grads_f32 = loss(x.clone().matmul(w.clone())).backward();
-            let y = training::product(kernel, x.clone(), w.clone());
-            let forward = max_difference(y.clone().inner(), x.clone().matmul(w.clone()).inner());
-            let grads = loss(y).backward();
-            let dx = max_difference(x.grad(&grads).unwrap(), x.grad(&grads_f32).unwrap());
-            let dw = max_difference(w.grad(&grads).unwrap(), w.grad(&grads_f32).unwrap());
-            // Sums of 20–48 products of values in [0, 1): bf16's relative 2⁻⁹ per operand.
-            for (what, difference) in [("y", forward), ("dx", dx), ("dw", dw)] {
-                assert!(
-                    difference > 0.0 && difference < 0.2,
-                    "{kernel:?} {what}: {difference}"
-                );
             }
         }
     }

@@ -1,10 +1,9 @@
-//! Batches of small products in bf16: attention's `q · kᵀ` and `p · v`, one product per
-//! sequence and head, and their gradients, as one autodiff op on `Autodiff<Flex>` — what
-//! PyTorch's CPU autocast also runs in bf16. Each product is computed on one thread (the blocks
-//! of [`super::matmul`] one after another) and the batch is spread over rayon's threads; the
-//! operands are read in place through their strides, so the heads' views and `kᵀ` are not copied.
-
-use std::mem::MaybeUninit;
+//! Batches of small products: attention's `q · kᵀ` and `p · v`, one product per sequence and
+//! head, on `Flex`, and with their gradients as one autodiff op on `Autodiff<Flex>` — in bf16
+//! while training in bf16 (what PyTorch's CPU autocast also runs in bf16), else in f32. Each
+//! product is computed on one thread and the batch is spread over rayon's threads
+//! ([`Products::batch`]); the operands are read in place through their strides, so the heads'
+//! views and `kᵀ` are not copied.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -16,13 +15,16 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
 
-use super::{Bf16Kernel, Strided, TRAINING, Threads, flex_tensor, matmul_into};
-use crate::models::chunks::for_each_chunk_mut;
+use super::Products;
+#[cfg(all(doc, not(test)))]
+use crate::models::bf16::Bf16Training;
+use crate::models::bf16::{Strided, flex_tensor};
 use crate::models::same_type;
 
 /// `a · b` for batches of matrices (`[…, m, k]` by `[…, k, n]`, the same leading dimensions)
-/// with the products in bf16, while a [`super::Bf16Training`] lives and `B` is
-/// `Autodiff<Flex>`; else both operands back (for burn's `matmul`, which also broadcasts).
+/// when `B` is `Flex` (in f32) or `Autodiff<Flex>` (in bf16 while a [`Bf16Training`] lives on
+/// this thread, else in f32); else both operands back (for burn's `matmul`, which also
+/// broadcasts).
 #[allow(clippy::type_complexity)]
 pub fn forward<B: Backend, const D: usize>(
     a: Tensor<B, D>,
@@ -30,18 +32,28 @@ pub fn forward<B: Backend, const D: usize>(
 ) -> Result<Tensor<B, D>, (Tensor<B, D>, Tensor<B, D>)> {
     let (a_dims, b_dims) = (a.dims(), b.dims());
     let same_batch = D >= 2 && a_dims[..D - 2] == b_dims[..D - 2] && a_dims[D - 1] == b_dims[D - 2];
-    let Some(kernel) = TRAINING.get() else {
-        return Err((a, b));
-    };
     if !same_batch || a.dtype() != DType::F32 || b.dtype() != DType::F32 {
         return Err((a, b));
     }
     type Ad = Autodiff<Flex>;
     let both: Box<dyn std::any::Any> = Box::new((a, b));
-    match both.downcast::<(Tensor<Ad, D>, Tensor<Ad, D>)>() {
+    let both = match both.downcast::<(Tensor<Ad, D>, Tensor<Ad, D>)>() {
         Ok(both) => {
             let (a, b) = *both;
-            Ok(same_type(product(kernel, a, b)))
+            return Ok(same_type(product(Products::training(), a, b)));
+        }
+        Err(both) => both,
+    };
+    match both.downcast::<(Tensor<Flex, D>, Tensor<Flex, D>)>() {
+        Ok(both) => {
+            let (a, b) = *both;
+            let output = forward_products(Products::F32, a_dims, b_dims[D - 1])(
+                a.into_primitive().tensor(),
+                b.into_primitive().tensor(),
+            );
+            Ok(same_type(Tensor::<Flex, D>::from_primitive(
+                TensorPrimitive::Float(output),
+            )))
         }
         Err(both) => Err(*both
             .downcast::<(Tensor<B, D>, Tensor<B, D>)>()
@@ -107,36 +119,15 @@ fn readable(tensor: FloatTensor<Flex>) -> FloatTensor<Flex> {
     }
 }
 
-/// The products `operands(i)` (`m × k` by `k × n`) of `items` pairs, one after another in
-/// `items` blocks of `m · n` values.
-fn products<'a>(
-    kernel: Bf16Kernel,
-    items: usize,
-    [m, k, n]: [usize; 3],
-    operands: impl Fn(usize) -> [Strided<'a>; 2] + Send + Sync,
-) -> Vec<f32> {
-    let len = items * m * n;
-    let mut output: Vec<f32> = Vec::with_capacity(len);
-    if len > 0 {
-        let out: &mut [MaybeUninit<f32>] = &mut output.spare_capacity_mut()[..len];
-        for_each_chunk_mut(out, m * n, |i, out| {
-            matmul_into(kernel, operands(i), [m, k, n], out, Threads::Caller);
-        });
-    }
-    // SAFETY: every product wrote its `m · n` values.
-    unsafe { output.set_len(len) };
-    output
-}
-
 /// The backward step; its state is the operands (each gradient has its operand's shape).
 #[derive(Debug)]
-struct ProductsStep(Bf16Kernel);
+struct ProductsStep(Products);
 
 impl Backward<Flex, 2> for ProductsStep {
     type State = (FloatTensor<Flex>, FloatTensor<Flex>);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let kernel = self.0;
+        let products = self.0;
         let grad = readable(grads.consume::<Flex>(&ops.node));
         let (a, b) = ops.state;
         let (a, b) = (readable(a), readable(b));
@@ -152,14 +143,14 @@ impl Backward<Flex, 2> for ProductsStep {
         let [a_parent, b_parent] = &ops.parents;
         if let Some(parent) = a_parent {
             // da = dy · bᵀ
-            let da = products(kernel, items, [m, n, k], |i| {
+            let da = products.batch(items, [m, n, k], |i| {
                 [mg.matrix(i), mb.matrix(i).transpose()]
             });
             grads.register::<Flex>(parent.id, flex_tensor(da, a_shape));
         }
         if let Some(parent) = b_parent {
             // db = aᵀ · dy
-            let db = products(kernel, items, [k, m, n], |i| {
+            let db = products.batch(items, [k, m, n], |i| {
                 [ma.matrix(i).transpose(), mg.matrix(i)]
             });
             grads.register::<Flex>(parent.id, flex_tensor(db, b_shape));
@@ -167,29 +158,37 @@ impl Backward<Flex, 2> for ProductsStep {
     }
 }
 
-/// `a · b` in bf16 over the leading dimensions, recording [`ProductsStep`] when either needs
-/// its gradient.
-fn product<const D: usize>(
-    kernel: Bf16Kernel,
-    a: Tensor<Autodiff<Flex>, D>,
-    b: Tensor<Autodiff<Flex>, D>,
-) -> Tensor<Autodiff<Flex>, D> {
-    let (a_dims, b_dims) = (a.dims(), b.dims());
-    let [m, k, n] = [a_dims[D - 2], a_dims[D - 1], b_dims[D - 1]];
-    let mut dims = a_dims.to_vec();
-    dims[D - 1] = n;
-    let (a, b) = (a.into_primitive().tensor(), b.into_primitive().tensor());
-    let forward = |a: FloatTensor<Flex>, b: FloatTensor<Flex>| {
+/// The forward products of `[…, m, k]` by `[…, k, n]` operands (`a_dims`, `n`) on Flex.
+fn forward_products<const D: usize>(
+    products: Products,
+    a_dims: [usize; D],
+    n: usize,
+) -> impl FnOnce(FloatTensor<Flex>, FloatTensor<Flex>) -> FloatTensor<Flex> {
+    move |a, b| {
+        let [m, k] = [a_dims[D - 2], a_dims[D - 1]];
+        let mut dims = a_dims.to_vec();
+        dims[D - 1] = n;
         let (a, b) = (readable(a), readable(b));
         let (ma, mb) = (
             Matrices::of(&a).expect("readable"),
             Matrices::of(&b).expect("readable"),
         );
         let items = ma.starts.len();
-        let values = products(kernel, items, [m, k, n], |i| [ma.matrix(i), mb.matrix(i)]);
+        let values = products.batch(items, [m, k, n], |i| [ma.matrix(i), mb.matrix(i)]);
         flex_tensor(values, dims)
-    };
-    let output = match ProductsStep(kernel)
+    }
+}
+
+/// `a · b` over the leading dimensions, recording [`ProductsStep`] when either needs its
+/// gradient.
+fn product<const D: usize>(
+    products: Products,
+    a: Tensor<Autodiff<Flex>, D>,
+    b: Tensor<Autodiff<Flex>, D>,
+) -> Tensor<Autodiff<Flex>, D> {
+    let forward = forward_products(products, a.dims(), b.dims()[D - 1]);
+    let (a, b) = (a.into_primitive().tensor(), b.into_primitive().tensor());
+    let output = match ProductsStep(products)
         .prepare::<NoCheckpointing>([a.node.clone(), b.node.clone()])
         .compute_bound()
         .stateful()
@@ -208,7 +207,7 @@ mod tests {
     use burn::tensor::Distribution;
 
     use super::*;
-    use crate::models::bf16::Bf16Training;
+    use crate::models::bf16::{Bf16Kernel, Bf16Training};
 
     type Ad = Autodiff<Flex>;
 
@@ -220,12 +219,15 @@ mod tests {
     }
 
     /// Attention's two products through the heads' strided views and `kᵀ`, as the encoder
-    /// calls them: values and the three inputs' gradients against burn's f32 `matmul`, within bf16's
-    /// rounding, with each kernel (the packed kernel's blocks one after another per product).
+    /// calls them: values and the three inputs' gradients against burn's f32 `matmul` — the
+    /// same in f32, within bf16's rounding with each bf16 kernel (the packed kernel's blocks one
+    /// after another per product).
     #[test]
-    fn attention_products_match_f32_within_bf16_rounding() {
+    fn attention_products_match_burns_matmul() {
         let device = Default::default();
-        let kernels = [Some(Bf16Kernel::Portable), Bf16Kernel::best()];
+        let bf16 = [Some(Bf16Kernel::Portable), Bf16Kernel::best()];
+        let all =
+            std::iter::once(Products::F32).chain(bf16.into_iter().flatten().map(Products::Bf16));
         // 137 tokens: AMX's 128-row groups with a ragged second one, and a ragged last panel.
         let (batch, seq, heads, dim) = (2, 137, 3, 24);
         let heads_of = |x: Tensor<Ad, 3>| {
@@ -233,46 +235,45 @@ mod tests {
                 .swap_dims(1, 2)
                 .require_grad()
         };
-        for kernel in kernels.into_iter().flatten() {
-            let random = || {
-                Tensor::<Ad, 3>::random([batch, seq, heads * dim], Distribution::Default, &device)
+        let random =
+            || Tensor::<Ad, 3>::random([batch, seq, heads * dim], Distribution::Default, &device);
+        let (q, k, v) = (heads_of(random()), heads_of(random()), heads_of(random()));
+        let target =
+            Tensor::<Ad, 4>::random([batch, heads, seq, dim], Distribution::Default, &device);
+        // Through burn's `matmul` (None) or ours.
+        let attend = |ours: Option<Products>| {
+            let _training = match ours {
+                Some(Products::Bf16(kernel)) => Some(Bf16Training::enter(kernel)),
+                _ => None,
             };
-            let (q, k, v) = (heads_of(random()), heads_of(random()), heads_of(random()));
-            let target =
-                Tensor::<Ad, 4>::random([batch, heads, seq, dim], Distribution::Default, &device);
-            let attend = |bf16: bool| {
-                let _training = bf16.then(|| Bf16Training::enter(kernel));
-                let matmul = |a: Tensor<Ad, 4>, b: Tensor<Ad, 4>| {
-                    forward(a, b).unwrap_or_else(|(a, b)| {
-                        assert!(!bf16, "the bf16 op takes these operands");
-                        a.matmul(b)
-                    })
-                };
-                let scores = matmul(q.clone(), k.clone().transpose());
-                let context = matmul(scores.clone() / 10.0, v.clone());
-                let grads = (context.clone() * target.clone()).sum().backward();
-                let grad = |x: &Tensor<Ad, 4>| x.grad(&grads).expect("a gradient");
-                (
-                    [scores.inner(), context.inner()],
-                    [grad(&q), grad(&k), grad(&v)],
-                )
+            let matmul = |a: Tensor<Ad, 4>, b: Tensor<Ad, 4>| match ours {
+                Some(_) => forward(a, b).unwrap_or_else(|_| panic!("our op takes these operands")),
+                None => a.matmul(b),
             };
-            let (f32_values, f32_grads) = attend(false);
-            let (values, grads) = attend(true);
-            // Every operand is ≥ 0, so every sum is of non-negative products, each rounded by
-            // 2⁻⁹ relative per operand: at most 2⁻⁸ of the largest value per product, twice that
-            // where a gradient takes a rounded product's gradient; checked against 2⁻⁶.
-            let bf16 = values.into_iter().chain(grads);
-            let f32 = f32_values.into_iter().chain(f32_grads);
+            let scores = matmul(q.clone(), k.clone().transpose());
+            let context = matmul(scores.clone() / 10.0, v.clone());
+            let grads = (context.clone() * target.clone()).sum().backward();
+            let grad = |x: &Tensor<Ad, 4>| x.grad(&grads).expect("a gradient");
+            let values = [scores.inner(), context.inner()];
+            values.into_iter().chain([grad(&q), grad(&k), grad(&v)])
+        };
+        for products in all {
             for (what, (x, y)) in ["scores", "context", "dq", "dk", "dv"]
                 .iter()
-                .zip(bf16.zip(f32))
+                .zip(attend(Some(products)).zip(attend(None)))
             {
                 let relative = relative_difference(x, y);
-                assert!(
-                    relative > 0.0 && relative < 1.0 / 64.0,
-                    "{kernel:?} {what}: {relative}"
-                );
+                match products {
+                    Products::F32 => assert_eq!(relative, 0.0, "{what}"),
+                    // Every operand is ≥ 0, so every sum is of non-negative products, each
+                    // rounded by 2⁻⁹ relative per operand: at most 2⁻⁸ of the largest value per
+                    // product, twice that where a gradient takes a rounded product's gradient;
+                    // checked against 2⁻⁶.
+                    Products::Bf16(_) => assert!(
+                        relative > 0.0 && relative < 1.0 / 64.0,
+                        "{products:?} {what}: {relative}"
+                    ),
+                }
             }
         }
     }
@@ -300,24 +301,22 @@ mod tests {
         assert!(relative > 0.0 && relative < 1.0 / 64.0, "{relative}");
     }
 
-    /// Outside a [`Bf16Training`], and for operands whose batches differ (burn broadcasts
-    /// those), the operands come back untouched.
+    /// Operands whose batches differ (burn broadcasts those) come back untouched; others are
+    /// multiplied, on `Flex` and on `Autodiff<Flex>`, in and out of a [`Bf16Training`].
     #[test]
-    fn other_products_are_left_to_burn() {
+    fn broadcast_products_are_left_to_burn() {
         let device = Default::default();
         let a = Tensor::<Ad, 3>::ones([2, 3, 4], &device);
         let b = Tensor::<Ad, 3>::ones([2, 4, 5], &device);
-        assert!(forward(a.clone(), b.clone()).is_err());
-        let _training = Bf16Training::enter(Bf16Kernel::Portable);
         let broadcast = Tensor::<Ad, 3>::ones([1, 4, 5], &device);
         assert!(forward(a.clone(), broadcast).is_err());
-        let on_flex = forward(a.clone().inner(), b.clone().inner());
-        assert!(on_flex.is_err(), "only Autodiff<Flex> trains in bf16");
-        let product = forward(a, b).expect("the bf16 op");
-        assert_eq!(product.dims(), [2, 3, 5]);
-        assert_eq!(
-            product.inner().into_data().to_vec::<f32>().unwrap(),
-            vec![4.0; 30]
-        );
+        let fours = |product: Tensor<Flex, 3>| {
+            assert_eq!(product.dims(), [2, 3, 5]);
+            assert_eq!(product.into_data().to_vec::<f32>().unwrap(), vec![4.0; 30]);
+        };
+        fours(forward(a.clone().inner(), b.clone().inner()).expect("ours on Flex"));
+        fours(forward(a.clone(), b.clone()).expect("ours in f32").inner());
+        let _training = Bf16Training::enter(Bf16Kernel::Portable);
+        fours(forward(a, b).expect("ours in bf16").inner());
     }
 }

@@ -1,0 +1,209 @@
+//! BERT's linear layers on burn's CPU backend: `x · W` on `Flex`, and on `Autodiff<Flex>` an
+//! autodiff op whose backward step computes both gradients (`dy · Wᵀ`, `xᵀ · dy`) the same way
+//! ([`Products`]).
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::{Autodiff, Flex};
+use burn::nn::Linear;
+use burn::tensor::backend::Backend;
+use burn::tensor::ops::FloatTensor;
+use burn::tensor::{DType, Tensor, TensorPrimitive};
+
+use super::{Products, f32_matmul, with_values};
+#[cfg(test)]
+use crate::models::bf16::Bf16Kernel;
+#[cfg(doc)]
+use crate::models::bf16::Bf16Training;
+use crate::models::bf16::{Strided, flex_tensor};
+use crate::models::same_type;
+
+/// `linear`'s output for `x` (`[rows, inputs]`) when `B` is `Flex` or `Autodiff<Flex>`: on
+/// `Autodiff<Flex>` the products in bf16 while a [`Bf16Training`] lives on this thread, else in
+/// f32; on `Flex` in f32. `x` back on any other backend or dtype.
+pub fn forward<B: Backend>(
+    linear: &Linear<B>,
+    x: Tensor<B, 2>,
+) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
+    if x.dtype() != DType::F32 || linear.weight.val().dtype() != DType::F32 {
+        return Err(x);
+    }
+    let x: Box<dyn std::any::Any> = Box::new(x);
+    let x = match x.downcast::<Tensor<Autodiff<Flex>, 2>>() {
+        Ok(x) => {
+            return Ok(same_type(with_bias(
+                linear,
+                training::product(Products::training(), *x, same_type(linear.weight.val())),
+            )));
+        }
+        Err(x) => x,
+    };
+    match x.downcast::<Tensor<Flex, 2>>() {
+        Ok(x) => Ok(same_type(with_bias(
+            linear,
+            product(*x, same_type(linear.weight.val())),
+        ))),
+        Err(x) => Err(*x.downcast::<Tensor<B, 2>>().expect("x is a Tensor<B, 2>")),
+    }
+}
+
+/// `output` plus the layer's bias, if it has one.
+fn with_bias<B: Backend, C: Backend>(linear: &Linear<B>, output: Tensor<C, 2>) -> Tensor<C, 2> {
+    match &linear.bias {
+        Some(bias) => output + same_type::<_, Tensor<C, 1>>(bias.val()).unsqueeze(),
+        None => output,
+    }
+}
+
+/// `x · weight` in f32 on `Flex`.
+fn product(x: Tensor<Flex, 2>, weight: Tensor<Flex, 2>) -> Tensor<Flex, 2> {
+    let [m, k] = x.dims();
+    let [_, n] = weight.dims();
+    let output = with_values(x.into_primitive().tensor(), |x| {
+        with_values(weight.into_primitive().tensor(), |w| {
+            f32_matmul(Strided::rows(x, k), Strided::rows(w, n), m, k, n)
+        })
+    });
+    Tensor::from_primitive(TensorPrimitive::Float(flex_tensor(output, [m, n])))
+}
+
+/// The product as an autodiff op whose backward step computes both gradients the same way.
+mod training {
+    use super::*;
+
+    /// The backward step; its state is the product's two operands and their shape `[m, k, n]`.
+    #[derive(Debug)]
+    struct ProductStep(Products);
+
+    impl Backward<Flex, 2> for ProductStep {
+        type State = (FloatTensor<Flex>, FloatTensor<Flex>, [usize; 3]);
+
+        fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+            let products = self.0;
+            let grad = grads.consume::<Flex>(&ops.node);
+            let (x, weight, [m, k, n]) = ops.state;
+            let [x_parent, weight_parent] = &ops.parents;
+            with_values(grad, |grad| {
+                if let Some(parent) = x_parent {
+                    // dx = dy · Wᵀ
+                    let dx = with_values(weight.clone(), |weight| {
+                        let (dy, wt) = (Strided::rows(grad, n), Strided::transposed(weight, n));
+                        products.matmul(dy, wt, m, n, k)
+                    });
+                    grads.register::<Flex>(parent.id, flex_tensor(dx, [m, k]));
+                }
+                if let Some(parent) = weight_parent {
+                    // dW = xᵀ · dy
+                    let dw = with_values(x.clone(), |x| {
+                        let (xt, dy) = (Strided::transposed(x, k), Strided::rows(grad, n));
+                        products.matmul(xt, dy, k, m, n)
+                    });
+                    grads.register::<Flex>(parent.id, flex_tensor(dw, [k, n]));
+                }
+            });
+        }
+    }
+
+    /// `x · weight`, recording [`ProductStep`] when either needs its gradient.
+    pub fn product(
+        products: Products,
+        x: Tensor<Autodiff<Flex>, 2>,
+        weight: Tensor<Autodiff<Flex>, 2>,
+    ) -> Tensor<Autodiff<Flex>, 2> {
+        let [m, k] = x.dims();
+        let [_, n] = weight.dims();
+        let (x, weight) = (
+            x.into_primitive().tensor(),
+            weight.into_primitive().tensor(),
+        );
+        let forward = |x: FloatTensor<Flex>, weight: FloatTensor<Flex>| {
+            let output = with_values(x, |x| {
+                with_values(weight, |w| {
+                    products.matmul(Strided::rows(x, k), Strided::rows(w, n), m, k, n)
+                })
+            });
+            flex_tensor(output, [m, n])
+        };
+        let output = match ProductStep(products)
+            .prepare::<NoCheckpointing>([x.node.clone(), weight.node.clone()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let state = (x.primitive.clone(), weight.primitive.clone(), [m, k, n]);
+                prep.finish(state, forward(x.primitive, weight.primitive))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward(x.primitive, weight.primitive)),
+        };
+        Tensor::from_primitive(TensorPrimitive::Float(output))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use burn::tensor::Distribution;
+
+    use super::*;
+
+    fn max_difference(a: Tensor<Flex, 2>, b: Tensor<Flex, 2>) -> f32 {
+        (a - b).abs().max().into_scalar()
+    }
+
+    /// The forward and both gradients against burn's `matmul`: equal in f32 (the same gemm
+    /// calls), within bf16's rounding in bf16.
+    #[test]
+    fn products_and_gradients_match_burns_matmul() {
+        type B = Autodiff<Flex>;
+        let device = Default::default();
+        let bf16 = [Some(Bf16Kernel::Portable), Bf16Kernel::best()];
+        let all =
+            std::iter::once(Products::F32).chain(bf16.into_iter().flatten().map(Products::Bf16));
+        // Small and large enough for gemm's threads, through a partial tile.
+        for [m, k, n] in [[40, 48, 20], [300, 384, 200]] {
+            let x = Tensor::<B, 2>::random([m, k], Distribution::Default, &device).require_grad();
+            let w = Tensor::<B, 2>::random([k, n], Distribution::Default, &device).require_grad();
+            let target = Tensor::<B, 2>::random([m, n], Distribution::Default, &device);
+            let loss = |y: Tensor<B, 2>| (y * target.clone()).sum();
+            let grads_burn = loss(x.clone().matmul(w.clone())).backward();
+            for products in all.clone() {
+                let y = training::product(products, x.clone(), w.clone());
+                let forward =
+                    max_difference(y.clone().inner(), x.clone().matmul(w.clone()).inner());
+                let grads = loss(y).backward();
+                let dx = max_difference(x.grad(&grads).unwrap(), x.grad(&grads_burn).unwrap());
+                let dw = max_difference(w.grad(&grads).unwrap(), w.grad(&grads_burn).unwrap());
+                for (what, difference) in [("y", forward), ("dx", dx), ("dw", dw)] {
+                    match products {
+                        Products::F32 => assert_eq!(difference, 0.0, "{m}×{k}×{n} {what}"),
+                        // Sums of up to 384 products of values in [0, 1): bf16's relative 2⁻⁹
+                        // per operand.
+                        Products::Bf16(_) => assert!(
+                            difference > 0.0 && difference < 0.2 * (k.max(m) as f32 / 48.0),
+                            "{products:?} {m}×{k}×{n} {what}: {difference}"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+
+    /// A linear layer through [`forward`] on `Flex` and on `Autodiff<Flex>`, bias included,
+    /// gives burn's `Linear::forward` exactly.
+    #[test]
+    fn linear_layers_equal_burns_on_flex_and_autodiff() {
+        let device = Default::default();
+        let linear: Linear<Flex> = burn::nn::LinearConfig::new(64, 24).init(&device);
+        let x = Tensor::<Flex, 2>::random([17, 64], Distribution::Default, &device);
+        let ours = forward(&linear, x.clone()).expect("Flex is ours");
+        assert_eq!(max_difference(ours, linear.forward(x.clone())), 0.0);
+        let trained: Linear<Autodiff<Flex>> = burn::nn::LinearConfig::new(64, 24).init(&device);
+        let xa = Tensor::<Autodiff<Flex>, 2>::from_inner(x);
+        let ours = forward(&trained, xa.clone()).expect("Autodiff<Flex> is ours");
+        assert_eq!(
+            max_difference(ours.inner(), trained.forward(xa).inner()),
+            0.0
+        );
+    }
+}
