@@ -140,6 +140,27 @@ mod tests {
         stream
     }
 
+    /// Checks that the server has not answered a body still `rest` bytes short, then sends the
+    /// rest and returns the answer's first bytes.
+    async fn answer_after_the_rest(stream: &mut TcpStream, rest: usize) -> Option<String> {
+        // Answering now would close the connection under a client still sending.
+        let early = first_bytes(stream, Duration::from_millis(300)).await;
+        assert_eq!(early, None, "answered before the body had arrived");
+        stream.write_all(&vec![b'x'; rest]).await.unwrap();
+        first_bytes(stream, Duration::from_secs(4)).await
+    }
+
+    /// Asserts that `answer` is the head of a response with `status`.
+    fn assert_status(answer: Option<String>, status: u16) {
+        let line = format!("HTTP/1.1 {status}");
+        assert!(
+            answer
+                .as_deref()
+                .is_some_and(|head| head.starts_with(&line)),
+            "{answer:?}"
+        );
+    }
+
     /// The first bytes the server sends, waiting at most `wait`; `None` when it sent none.
     async fn first_bytes(stream: &mut TcpStream, wait: Duration) -> Option<String> {
         let mut buffer = [0u8; 64];
@@ -155,20 +176,8 @@ mod tests {
         let address = refusing_server().await;
         let length = 512 << 10;
         let mut stream = start_upload(address, length, 1024).await;
-        // Answering now would close the connection under a client still sending.
-        let early = first_bytes(&mut stream, Duration::from_millis(300)).await;
-        assert_eq!(early, None, "answered before the body had arrived");
-        stream
-            .write_all(&vec![b'x'; length as usize - 1024])
-            .await
-            .unwrap();
-        let answer = first_bytes(&mut stream, Duration::from_secs(4)).await;
-        assert!(
-            answer
-                .as_deref()
-                .is_some_and(|head| head.starts_with("HTTP/1.1 403")),
-            "{answer:?}"
-        );
+        let answer = answer_after_the_rest(&mut stream, length as usize - 1024).await;
+        assert_status(answer, 403);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,19 +209,8 @@ mod tests {
         let address = serve(app).await;
         let length = limit + (1 << 20);
         let mut stream = start_upload(address, length as u64, limit + 1024).await;
-        let early = first_bytes(&mut stream, Duration::from_millis(300)).await;
-        assert_eq!(early, None, "answered before the body had arrived");
-        stream
-            .write_all(&vec![b'x'; length - limit - 1024])
-            .await
-            .unwrap();
-        let answer = first_bytes(&mut stream, Duration::from_secs(4)).await;
-        assert!(
-            answer
-                .as_deref()
-                .is_some_and(|head| head.starts_with("HTTP/1.1 413")),
-            "{answer:?}"
-        );
+        let answer = answer_after_the_rest(&mut stream, length - limit - 1024).await;
+        assert_status(answer, 413);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,11 +219,6 @@ mod tests {
         let mut stream = start_upload(address, MAX_DRAIN_BYTES + 1, 1024).await;
         // Answered at once, well before DRAIN_TIME, with most of the body never sent.
         let answer = first_bytes(&mut stream, DRAIN_TIME / 2).await;
-        assert!(
-            answer
-                .as_deref()
-                .is_some_and(|head| head.starts_with("HTTP/1.1 403")),
-            "{answer:?}"
-        );
+        assert_status(answer, 403);
     }
 }

@@ -12,7 +12,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{DType, Tensor, TensorPrimitive};
 
-use super::{Products, f32_matmul, with_values};
+use super::{Products, with_values};
 #[cfg(test)]
 use crate::models::bf16::Bf16Kernel;
 #[cfg(doc)]
@@ -61,12 +61,27 @@ fn with_bias<B: Backend, C: Backend>(linear: &Linear<B>, output: Tensor<C, 2>) -
 fn product(x: Tensor<Flex, 2>, weight: Tensor<Flex, 2>) -> Tensor<Flex, 2> {
     let [m, k] = x.dims();
     let [_, n] = weight.dims();
-    let output = with_values(x.into_primitive().tensor(), |x| {
-        with_values(weight.into_primitive().tensor(), |w| {
-            f32_matmul(Strided::rows(x, k), Strided::rows(w, n), m, k, n)
+    let (x, weight) = (
+        x.into_primitive().tensor(),
+        weight.into_primitive().tensor(),
+    );
+    let output = forward_product(Products::F32, x, weight, [m, k, n]);
+    Tensor::from_primitive(TensorPrimitive::Float(output))
+}
+
+/// `x · weight` (`m × k` by `k × n`) on Flex.
+fn forward_product(
+    products: Products,
+    x: FloatTensor<Flex>,
+    weight: FloatTensor<Flex>,
+    [m, k, n]: [usize; 3],
+) -> FloatTensor<Flex> {
+    let output = with_values(x, |x| {
+        with_values(weight, |w| {
+            products.matmul(Strided::rows(x, k), Strided::rows(w, n), m, k, n)
         })
     });
-    Tensor::from_primitive(TensorPrimitive::Float(flex_tensor(output, [m, n])))
+    flex_tensor(output, [m, n])
 }
 
 /// The product as an autodiff op whose backward step computes both gradients the same way.
@@ -118,14 +133,7 @@ mod training {
             x.into_primitive().tensor(),
             weight.into_primitive().tensor(),
         );
-        let forward = |x: FloatTensor<Flex>, weight: FloatTensor<Flex>| {
-            let output = with_values(x, |x| {
-                with_values(weight, |w| {
-                    products.matmul(Strided::rows(x, k), Strided::rows(w, n), m, k, n)
-                })
-            });
-            flex_tensor(output, [m, n])
-        };
+        let forward = |x, weight| forward_product(products, x, weight, [m, k, n]);
         let output = match ProductStep(products)
             .prepare::<NoCheckpointing>([x.node.clone(), weight.node.clone()])
             .compute_bound()
