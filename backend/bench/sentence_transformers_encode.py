@@ -25,7 +25,10 @@ def main():
     model = SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device=request["device"])
     sentences = request["sentences"]
     batch = request["batch_size"]
-    model.encode(sentences[:batch], batch_size=batch)  # warm-up
+    # Two passes over the same sentences, both timed, as Flipside's side does.
+    start = time.perf_counter()
+    model.encode(sentences, batch_size=batch, convert_to_numpy=True)
+    first_pass_seconds = time.perf_counter() - start
     start = time.perf_counter()
     embeddings = model.encode(sentences, batch_size=batch, convert_to_numpy=True)
     seconds = time.perf_counter() - start  # encode() returns numpy: the GPU has finished
@@ -39,6 +42,7 @@ def main():
         int8_seconds = time.perf_counter() - start
     print(json.dumps({
         "seconds": seconds,
+        "first_pass_seconds": first_pass_seconds,
         "int8_seconds": int8_seconds,
         "sentences_per_second": len(sentences) / seconds,
         "torch": torch.__version__,

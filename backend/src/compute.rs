@@ -107,3 +107,9 @@ macro_rules! with_backend {
         })
     }};
 }
+
+/// Waits until everything queued on `device` has run (a no-op on the CPU). CubeCL prints its
+/// kernel profile here when `CUBECL_DEBUG_OPTION=profile` asks for one.
+pub fn wait_for<B: Backend>(device: &B::Device) -> Result<()> {
+    B::sync(device).map_err(|e| anyhow::anyhow!("the device failed: {e:?}"))
+}

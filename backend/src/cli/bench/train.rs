@@ -157,7 +157,10 @@ fn long_reviews(home: &Home, count: usize, max_len: usize) -> Result<Dataset> {
 /// Trains with the library's training function; returns the seconds of every step after the
 /// first and the first step's loss.
 fn time_flipside<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Result<(f64, f64)> {
+    let device = compute.device.clone();
     let outcome = train_classifier(compute, run)?;
+    // Nothing left queued (and CubeCL prints its kernel profile here when asked to).
+    crate::compute::wait_for::<B>(&device)?;
     let record = outcome.record;
     Ok((
         record.step_seconds.iter().skip(1).sum(),
