@@ -64,8 +64,8 @@ fn a_corpus_is_built_indexed_resumed_searched_and_grown() {
     let again = in_corpus(&corpus, &["index", "build"]).output().unwrap();
     assert!(String::from_utf8_lossy(&again.stderr).contains("is up to date"));
 
-    // `--int8` encodes again with the CPU's int8 kernel and says which in index.json (without
-    // AMX or AVX-512 VNNI there is none: the f32 index stays).
+    // `--int8` encodes again with the CPU's int8 kernel and says which in index.json (where
+    // `Kernel::best` gives none, e.g. AVX-512 without VNNI, the f32 index stays).
     let int8 = in_corpus(&corpus, &["index", "build", "--int8"])
         .output()
         .unwrap();

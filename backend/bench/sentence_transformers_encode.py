@@ -45,7 +45,7 @@ def main():
         "first_pass_seconds": first_pass_seconds,
         "int8_seconds": int8_seconds,
         "sentences_per_second": len(sentences) / seconds,
-        "torch": torch.__version__,
+        "torch": f"{torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels",
         "threads": torch.get_num_threads(),
         "first_embeddings": embeddings[:8].tolist(),
     }))

@@ -40,7 +40,8 @@ def main():
         for _ in range(request["passes"]):
             one_pass()
         seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "torch": torch.__version__, "threads": torch.get_num_threads()}))
+    torch_version = f"{torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels"
+    print(json.dumps({"seconds": seconds, "torch": torch_version, "threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":

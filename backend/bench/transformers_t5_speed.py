@@ -66,7 +66,7 @@ def main():
         "tokens": tokens,
         "first_loss": first_loss,
         "generate_seconds": generate_seconds,
-        "torch": torch.__version__,
+        "torch": f"{torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels",
         "threads": torch.get_num_threads(),
     }))
 

@@ -64,7 +64,7 @@ def main():
         "timed_steps": steps - 1,
         "seconds_per_step": seconds / max(1, steps - 1),
         "losses": losses,
-        "torch": torch.__version__,
+        "torch": f"{torch.__version__}, {torch.backends.cpu.get_cpu_capability()} kernels",
         "threads": torch.get_num_threads(),
         "device": str(device),
     }))

@@ -124,8 +124,8 @@ pub fn load_encoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<Senten
 }
 
 /// `model` (an encoder, or a classifier's) multiplying in int8 where this CPU has a kernel worth
-/// it ([`Kernel::best`]: AMX or AVX-512 VNNI) and the backend is the CPU's; elsewhere unchanged,
-/// with a warning.
+/// it ([`Kernel::best`]: AMX, AVX-512 VNNI, or AVX2 without AVX-512) and the backend is the
+/// CPU's; elsewhere unchanged, with a warning.
 pub fn int8_where_possible<B: Backend>(model: BertModel<B>) -> BertModel<B> {
     let model = match Kernel::best() {
         Some(kernel) => model.with_int8_copies(kernel),
@@ -133,7 +133,8 @@ pub fn int8_where_possible<B: Backend>(model: BertModel<B>) -> BertModel<B> {
     };
     if model.int8_kernel().is_none() {
         tracing::warn!(
-            "int8 needs the CPU backend on a CPU with AMX or AVX-512 VNNI: computing in f32"
+            "int8 needs the CPU backend on a CPU with AMX, AVX-512 VNNI, or AVX2 without \
+             AVX-512: computing in f32"
         );
     }
     model

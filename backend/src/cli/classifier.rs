@@ -153,8 +153,9 @@ pub struct EvalArgs {
     pub limit: Option<usize>,
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
-    /// Multiply the encoder's layers in int8 (CPU backend, CPUs with AMX or AVX-512 VNNI; f32
-    /// elsewhere): the integer sums the browser demo's CPU backend computes
+    /// Multiply the encoder's layers in int8 (CPU backend; AMX or AVX-512 VNNI: the integer sums
+    /// the browser demo's CPU backend computes; AVX2 on CPUs without AVX-512: 7-bit activations;
+    /// f32 elsewhere)
     #[arg(long)]
     pub int8: bool,
     #[arg(long, value_enum, default_value_t)]

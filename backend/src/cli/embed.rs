@@ -30,9 +30,9 @@ pub struct EmbedArgs {
     pub batch_size: usize,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
-    /// Multiply in int8 (CPU backend, CPUs with AMX or AVX-512 VNNI; f32 elsewhere): about
-    /// 2-2.5x the texts per second, embeddings within cosine 0.996 of f32 (README, "Encoding in
-    /// int8")
+    /// Multiply in int8 (CPU backend; AMX or AVX-512 VNNI, or AVX2 on CPUs without AVX-512; f32
+    /// elsewhere): about 2-2.5x the texts per second, embeddings within cosine 0.996 of f32
+    /// (AVX2: 1.4x, 0.988; README, "Encoding in int8")
     #[arg(long)]
     pub int8: bool,
 }

@@ -79,8 +79,8 @@ pub struct BuildOptions {
     pub shard_rows: usize,
     /// Stop after encoding this many new sentences (for testing resumption).
     pub stop_after: Option<usize>,
-    /// Encode with int8 products where the CPU has AMX or AVX-512 VNNI
-    /// ([`flipside_shared::models::int8`]); f32 elsewhere.
+    /// Encode with int8 products where the CPU has a kernel worth it
+    /// ([`flipside_shared::models::int8::Kernel::best`]); f32 elsewhere.
     pub int8: bool,
 }
 

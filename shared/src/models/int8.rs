@@ -5,9 +5,8 @@
 //! ([`Kernel`]): AMX's `tdpbusd` (a 16 × 64-byte tile of activations times a 64 × 16 tile of
 //! weights per instruction), AVX-512 VNNI's `vpdpbusd` (64 byte products summed into 16 `i32`
 //! lanes per instruction), on CPUs without either AVX2's `vpmaddubsw` + `vpmaddwd` with 7-bit
-//! activations (benched, not chosen: see [`Kernel::best`]), and in WebAssembly SIMD128's
-//! `i32x4.dot_i16x8_s` on bytes widened to 16 bits. Encoding uses AMX or VNNI only; without them
-//! callers keep f32.
+//! activations (chosen only where the CPU has no AVX-512 at all: see [`Kernel::best`]), and in
+//! WebAssembly SIMD128's `i32x4.dot_i16x8_s` on bytes widened to 16 bits.
 
 use std::any::Any;
 #[cfg(target_arch = "x86_64")]
@@ -99,17 +98,28 @@ impl Kernel {
         self == Self::Simd128 || Self::available().contains(&self)
     }
 
-    /// The kernel to encode with on this CPU: AMX where it has it (on a 2-core AMX VM, 1.46x
-    /// VNNI's products and 1.26x its MiniLM encoding), else VNNI, else none (in the page,
-    /// SIMD128). The AVX2 kernel is
-    /// measured (`flipside bench matmul`, `bench encode`) but not chosen: on a Sapphire
-    /// Rapids core it ran no faster than burn's AVX-512 f32 products (132 vs 134 GOPS), its
-    /// 7-bit activations cost accuracy (MiniLM embeddings within cosine 0.988 of f32, VNNI's
-    /// 0.996), and it has not been measured on a CPU with AVX2 only.
+    /// The kernel to encode with on this CPU ([`Self::preferred`] of [`Self::available`]); in
+    /// the page, SIMD128.
     pub fn best() -> Option<Self> {
-        Self::available()
-            .into_iter()
-            .find(|&kernel| kernel != Self::Avx2)
+        #[cfg(target_arch = "x86_64")]
+        let wide_f32 = is_x86_feature_detected!("avx512f");
+        #[cfg(not(target_arch = "x86_64"))]
+        let wide_f32 = false;
+        Self::preferred(&Self::available(), wide_f32)
+    }
+
+    /// The first of `kernels` (fastest first) worth encoding with: AMX where the CPU has it (on
+    /// a 2-core AMX VM, 1.46x VNNI's products and 1.26x its MiniLM encoding), else VNNI, else
+    /// AVX2's only when the CPU's f32 products are no wider than it (`wide_f32`: AVX-512). On a
+    /// Sapphire Rapids core the AVX2 kernel ran no faster than burn's AVX-512 f32 products (132
+    /// vs 134 GOPS); with gemm held to AVX2 on a Zen 4 core pair it ran at 1.59x the f32
+    /// products and encoded MiniLM 1.39x faster. Its 7-bit activations cost some accuracy
+    /// (MiniLM embeddings within cosine 0.988 of f32 at worst, VNNI's 0.996).
+    pub fn preferred(kernels: &[Self], wide_f32: bool) -> Option<Self> {
+        kernels
+            .iter()
+            .copied()
+            .find(|&kernel| kernel != Self::Avx2 || !wide_f32)
     }
 
     /// Whether products with `self` and with `other` are the same numbers: AMX and VNNI are
@@ -1047,6 +1057,17 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn avx2_is_preferred_only_without_avx512() {
+        use Kernel::{Amx, Avx2, Vnni};
+        assert_eq!(Kernel::preferred(&[Amx, Vnni, Avx2], true), Some(Amx));
+        assert_eq!(Kernel::preferred(&[Vnni, Avx2], true), Some(Vnni));
+        // AVX-512 without VNNI (Skylake-SP): its f32 products are as fast as AVX2's int8.
+        assert_eq!(Kernel::preferred(&[Avx2], true), None);
+        assert_eq!(Kernel::preferred(&[Avx2], false), Some(Avx2));
+        assert_eq!(Kernel::preferred(&[], false), None);
     }
 
     #[test]

@@ -118,8 +118,9 @@ impl TorchBenchArgs {
     }
 }
 
-/// The SIMD features of this CPU that matter for speed, e.g. "avx2 fma (no avx512f)": every speed
-/// figure is only comparable between machines with the same ones.
+/// The SIMD features of this CPU that matter for speed, e.g. "avx2 fma (no avx512f)", and whether
+/// this build holds gemm's f32 products to AVX2: every speed figure is only comparable between
+/// machines (and builds) with the same ones.
 pub fn cpu_features() -> String {
     #[cfg(target_arch = "x86_64")]
     {
@@ -134,10 +135,15 @@ pub fn cpu_features() -> String {
         ];
         let has: Vec<&str> = features.iter().filter(|f| f.1).map(|f| f.0).collect();
         let lacks: Vec<&str> = features.iter().filter(|f| !f.1).map(|f| f.0).collect();
-        if lacks.is_empty() {
+        let listed = if lacks.is_empty() {
             has.join(" ")
         } else {
             format!("{} (no {})", has.join(" "), lacks.join(", "))
+        };
+        if cfg!(feature = "avx512") || !is_x86_feature_detected!("avx512f") {
+            listed
+        } else {
+            format!("{listed}; f32 products held to AVX2 (built without the avx512 feature)")
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
