@@ -169,7 +169,7 @@ pub fn bench_matmul(home: &Home, args: MatmulBenchArgs) -> Result<()> {
     if let Some(reference) = reference {
         let theirs = flops / reference.seconds / 1e9;
         let label = format!(
-            "torch {} F.linear, {} threads",
+            "F.linear (torch {}), {} threads",
             reference.torch, reference.threads
         );
         println!(
