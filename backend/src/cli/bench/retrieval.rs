@@ -547,8 +547,8 @@ impl ReferenceInput {
         write_f32(&mut self.vectors, rows).context("cannot write faiss's vectors")
     }
 
-    /// Runs the faiss script on the rows appended and the queries, then removes the scratch
-    /// directory.
+    /// Runs the faiss script on the rows appended and the queries (the scratch directory goes
+    /// when `self` does, whether faiss ran or the bench failed before).
     fn run(
         mut self,
         args: &RetrievalBenchArgs,
@@ -575,8 +575,15 @@ impl ReferenceInput {
             "faiss",
         );
         spinner.finish_and_clear();
-        std::fs::remove_dir_all(&self.scratch)?;
         serde_json::from_slice(&stdout?).context("the faiss reference printed no result")
+    }
+}
+
+impl Drop for ReferenceInput {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_dir_all(&self.scratch) {
+            tracing::warn!("cannot remove {}: {error}", self.scratch.display());
+        }
     }
 }
 
