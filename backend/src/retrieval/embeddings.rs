@@ -36,15 +36,26 @@ impl EmbeddingFile {
         })
     }
 
+    /// Where the rows are.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Values per row.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
     /// The number of complete rows.
     pub fn rows(&self) -> Result<usize> {
         Ok((std::fs::metadata(&self.path)?.len() / (self.dim as u64 * 4)) as usize)
     }
 
-    /// Appends rows and makes them durable.
-    pub fn append(&self, rows: &[Vec<f32>]) -> Result<()> {
+    /// Appends rows (each `dim` values) and makes them durable.
+    pub fn append(&self, rows: &[impl AsRef<[f32]>]) -> Result<()> {
         let mut bytes = Vec::with_capacity(rows.len() * self.dim * 4);
         for row in rows {
+            let row = row.as_ref();
             assert_eq!(row.len(), self.dim, "embedding width");
             for x in row {
                 bytes.extend_from_slice(&x.to_le_bytes());

@@ -2,7 +2,6 @@
 //! setting: 300 lists, 30 probed) and `IndexHNSWFlat`, on the same vectors and queries, in one
 //! run: build time, memory, recall@k against exact search, and queries per second.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
@@ -187,12 +186,12 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
     let mut graphs = Vec::with_capacity(layout.count());
     let mut runs = Vec::new();
     // faiss's vectors: every shard's rows, written as they are made, read by faiss at the end.
-    let mut reference_input = if args.no_reference {
+    let reference_input = if args.no_reference {
         None
     } else {
         let python =
             reference_python(home, args.venv.as_deref(), "faiss", &["faiss-cpu", "numpy"])?;
-        Some(ReferenceInput::create(home, python)?)
+        Some(ReferenceInput::create(home, python, dim)?)
     };
     let bar = crate::progress::items(args.n as u64, "graph");
     for shard in 0..layout.count() {
@@ -201,7 +200,7 @@ pub fn bench_retrieval(home: &Home, args: RetrievalBenchArgs) -> Result<()> {
         let started = Instant::now();
         exact_top_k_into(&mut truth, &part, range.start, dim, &queries, args.k);
         exact_seconds += started.elapsed().as_secs_f64();
-        if let Some(input) = &mut reference_input {
+        if let Some(input) = &reference_input {
             input.append(&part)?;
         }
         bar.reset_eta();
@@ -517,52 +516,49 @@ fn query_vectors(home: &Home, encoders: &RetrieverEncoders, count: usize) -> Res
     )
 }
 
-/// The vectors faiss is given, in a scratch directory under the Flipside home: raw
-/// little-endian f32 rows, appended a shard at a time (faiss maps the file rather than reading
-/// it into memory, so the 8M rows' 12 GB need not fit twice).
+/// The vectors faiss is given, in a scratch directory under the Flipside home: an
+/// [`EmbeddingFile`] (raw little-endian f32 rows) appended a shard at a time (faiss maps the
+/// file rather than reading it into memory, so the 8M rows' 12 GB need not fit twice).
 struct ReferenceInput {
     python: PathBuf,
     scratch: PathBuf,
-    vectors: std::io::BufWriter<std::fs::File>,
+    vectors: EmbeddingFile,
 }
 
 impl ReferenceInput {
-    fn create(home: &Home, python: PathBuf) -> Result<Self> {
+    fn create(home: &Home, python: PathBuf, dim: usize) -> Result<Self> {
         let scratch = home
             .root()
             .join("bench")
             .join(format!("scratch-{}", std::process::id()));
         std::fs::create_dir_all(&scratch)?;
-        let path = scratch.join("vectors.f32");
-        let file = std::fs::File::create(&path)
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        let vectors = EmbeddingFile::open(&scratch.join("vectors.f32"), dim)?;
         Ok(Self {
             python,
             scratch,
-            vectors: std::io::BufWriter::new(file),
+            vectors,
         })
     }
 
-    fn append(&mut self, rows: &[f32]) -> Result<()> {
-        write_f32(&mut self.vectors, rows).context("cannot write faiss's vectors")
+    /// Appends row-major `rows`.
+    fn append(&self, rows: &[f32]) -> Result<()> {
+        let rows: Vec<&[f32]> = rows.chunks(self.vectors.dim()).collect();
+        self.vectors.append(&rows)
     }
 
     /// Runs the faiss script on the rows appended and the queries (the scratch directory goes
     /// when `self` does, whether faiss ran or the bench failed before).
     fn run(
-        mut self,
+        self,
         args: &RetrievalBenchArgs,
         queries: &[Vec<f32>],
         dim: usize,
         threads: usize,
     ) -> Result<ReferenceOutput> {
-        self.vectors.flush()?;
         let queries_path = self.scratch.join("queries.f32");
-        let mut file = std::io::BufWriter::new(std::fs::File::create(&queries_path)?);
-        write_f32(&mut file, &queries.concat())?;
-        file.flush()?;
+        EmbeddingFile::open(&queries_path, dim)?.append(queries)?;
         let request = serde_json::json!({
-            "vectors": self.scratch.join("vectors.f32"), "queries": queries_path, "dim": dim,
+            "vectors": self.vectors.path(), "queries": queries_path, "dim": dim,
             "k": args.k, "threads": threads,
             "ivf": { "nlist": args.nlist, "nprobes": args.nprobe },
             "hnsw": { "m": args.m, "ef_construction": args.ef_construction, "ef_searches": args.ef },
@@ -585,12 +581,6 @@ impl Drop for ReferenceInput {
             tracing::warn!("cannot remove {}: {error}", self.scratch.display());
         }
     }
-}
-
-fn write_f32(out: &mut impl Write, values: &[f32]) -> std::io::Result<()> {
-    values
-        .iter()
-        .try_for_each(|x| out.write_all(&x.to_le_bytes()))
 }
 
 /// This process's resident memory, in bytes (0 where /proc is unavailable).
