@@ -33,23 +33,36 @@ const REPRODUCED: [&str; 3] = [
 const SCORED: &str = "The film was wonderful and the cast superb.";
 
 /// The native classifier's probabilities for [`SCORED`], as JSON for the browser test: in f32
-/// (WebGPU's) and with the encoder in int8 as the page's CPU backend computes it (SIMD128's
-/// integer sums, here one at a time).
+/// (WebGPU's) and with the encoder in int8 as the page's CPU backend computes it with each of its
+/// kernels (relaxed SIMD's and SIMD128's integer sums, here one at a time), by kernel name.
 fn native_score(classifier: &Path) -> String {
     let classifier = load_classifier::<Cpu>(classifier, &Default::default()).unwrap();
     let input = Input::Text {
         text: SCORED.into(),
     };
     let probabilities = classifier.predict_batch(&[&input]).unwrap();
-    let int8 = classifier.with_int8_copies(Kernel::Simd128);
-    let int8_probabilities = int8.predict_batch(&[&input]).unwrap();
-    let int8_vs_f32 = max_difference(&int8_probabilities, &probabilities);
-    assert!(int8_vs_f32 > 0.0, "the int8 copies are used");
-    serde_json::json!({
+    let mut int8 = serde_json::Map::new();
+    for kernel in [Kernel::RelaxedSimd, Kernel::Simd128] {
+        let int8_probabilities = classifier
+            .clone()
+            .with_int8_copies(kernel)
+            .predict_batch(&[&input])
+            .unwrap();
+        let int8_vs_f32 = max_difference(&int8_probabilities, &probabilities);
+        assert!(int8_vs_f32 > 0.0, "the int8 copies are used");
+        int8.insert(
+            serde_json::to_value(kernel)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .into(),
+            json!({"probabilities": int8_probabilities, "vs_f32": int8_vs_f32}),
+        );
+    }
+    json!({
         "text": SCORED,
         "probabilities": probabilities,
-        "int8_probabilities": int8_probabilities,
-        "int8_vs_f32": int8_vs_f32,
+        "int8": int8,
     })
     .to_string()
 }

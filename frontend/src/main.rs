@@ -19,6 +19,7 @@ mod live_edit;
 mod method_picker;
 mod portal;
 mod records;
+mod relaxed_simd;
 mod retrieved;
 mod review;
 mod route;

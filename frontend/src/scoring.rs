@@ -2,9 +2,13 @@
 //! `/api/classifier/*` and rebuilt as a [`TextClassifier`] on WebGPU when the browser has an
 //! adapter, else on the CPU (burn's flex backend compiled to wasm with SIMD128).
 //!
-//! The URL query `?backend=cpu` or `?backend=webgpu` forces a backend. Once loaded, the
-//! classifier is also callable from JavaScript (for tests and benchmarks):
-//! `window.flipsideScore(text)` resolves to `{probabilities, labels, backend, millis}`, and
+//! On the CPU the encoder's products are int8, with relaxed SIMD where the browser has it
+//! ([`relaxed_simd`](crate::relaxed_simd)), else SIMD128.
+//!
+//! The URL query `?backend=cpu` or `?backend=webgpu` forces a backend, `?int8=simd128` the
+//! SIMD128 kernel. Once loaded, the classifier is also callable from JavaScript (for tests and
+//! benchmarks): `window.flipsideScore(text)` resolves to
+//! `{probabilities, labels, backend, int8, millis}` (`int8`: the kernel's name or null), and
 //! `window.flipsideScoringReady` becomes `true` (or `window.flipsideScoringError` is set).
 
 use std::cell::RefCell;
@@ -23,7 +27,7 @@ use serde::Serialize;
 use wasm_bindgen::JsValue;
 use wasm_bindgen::prelude::Closure;
 
-use crate::api;
+use crate::{api, relaxed_simd};
 
 /// Where the classifier runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -73,6 +77,8 @@ pub struct Scores {
     pub labels: Vec<String>,
     pub probabilities: Vec<f32>,
     pub backend: Device,
+    /// The int8 kernel of the CPU backend.
+    pub int8: Option<Kernel>,
     pub millis: f64,
 }
 
@@ -93,10 +99,11 @@ impl Scores {
     }
 }
 
-/// The classifier on one of the two backends (boxed: both are large, and of different sizes).
+/// The classifier on one of the two backends (boxed: both are large, and of different sizes),
+/// on the CPU with its int8 kernel.
 enum Engine {
     Gpu(Box<TextClassifier<WebGpu>>),
-    Cpu(Box<TextClassifier<Flex>>),
+    Cpu(Box<TextClassifier<Flex>>, Kernel),
 }
 
 /// A loaded classifier.
@@ -110,7 +117,15 @@ impl Scorer {
     pub fn device(&self) -> Device {
         match self.engine {
             Engine::Gpu(_) => Device::WebGpu,
-            Engine::Cpu(_) => Device::Cpu,
+            Engine::Cpu(..) => Device::Cpu,
+        }
+    }
+
+    /// The int8 kernel, on the CPU.
+    pub fn int8_kernel(&self) -> Option<Kernel> {
+        match self.engine {
+            Engine::Gpu(_) => None,
+            Engine::Cpu(_, kernel) => Some(kernel),
         }
     }
 
@@ -120,13 +135,14 @@ impl Scorer {
         let input = Input::with_premise(None, text);
         let probabilities = match &self.engine {
             Engine::Gpu(classifier) => classifier.predict_batch_async(&[&input]).await,
-            Engine::Cpu(classifier) => classifier.predict_batch_async(&[&input]).await,
+            Engine::Cpu(classifier, _) => classifier.predict_batch_async(&[&input]).await,
         }
         .map_err(|e| e.to_string())?;
         Ok(Scores {
             labels: self.labels.clone(),
             probabilities,
             backend: self.device(),
+            int8: self.int8_kernel(),
             millis: now_ms() - start,
         })
     }
@@ -177,11 +193,28 @@ pub fn scorer() -> Option<Rc<Scorer>> {
     SCORER.with(|s| s.borrow().clone())
 }
 
+/// The value of `name` in the page's URL query, if any.
+fn query_parameter(name: &str) -> Option<String> {
+    let search = window().location().search().ok()?;
+    web_sys::UrlSearchParams::new_with_str(&search)
+        .ok()?
+        .get(name)
+}
+
 /// The backend forced with `?backend=cpu|webgpu`, if any.
 fn forced_device() -> Option<Device> {
-    let search = window().location().search().ok()?;
-    let params = web_sys::UrlSearchParams::new_with_str(&search).ok()?;
-    Device::parse(&params.get("backend")?)
+    Device::parse(&query_parameter("backend")?)
+}
+
+/// The CPU backend's int8 kernel: relaxed SIMD where the browser compiles it, unless
+/// `?int8=simd128` asks for SIMD128 (what browsers without relaxed SIMD run).
+fn int8_kernel() -> Kernel {
+    let simd128_asked = query_parameter("int8").is_some_and(|k| k.eq_ignore_ascii_case("simd128"));
+    if !simd128_asked && relaxed_simd::install() {
+        Kernel::RelaxedSimd
+    } else {
+        Kernel::Simd128
+    }
 }
 
 async fn load(forced: Option<Device>, status: RwSignal<Status>) -> Result<Scorer, String> {
@@ -232,14 +265,17 @@ async fn load(forced: Option<Device>, status: RwSignal<Status>) -> Result<Scorer
             Engine::Gpu(Box::new(build(files, &device)?))
         }
         // The encoder's products in int8 (the weights came as int8 rows anyway): SIMD128's
-        // 16-bit dot products do twice as many multiply-adds per instruction as its f32 ones.
-        Device::Cpu => Engine::Cpu(Box::new(
-            build(files, &Default::default())?.with_int8_copies(Kernel::Simd128),
-        )),
+        // 16-bit dot products do twice as many multiply-adds per instruction as its f32 ones,
+        // relaxed SIMD's byte dot products four times.
+        Device::Cpu => {
+            let kernel = int8_kernel();
+            let classifier = build(files, &Default::default())?.with_int8_copies(kernel);
+            Engine::Cpu(Box::new(classifier), kernel)
+        }
     };
     let labels = match &engine {
         Engine::Gpu(classifier) => classifier.config.labels.clone(),
-        Engine::Cpu(classifier) => classifier.config.labels.clone(),
+        Engine::Cpu(classifier, _) => classifier.config.labels.clone(),
     };
     let scorer = Scorer { engine, labels };
     // A first prediction compiles WebGPU's shaders, so that the user's first one is fast.

@@ -1,5 +1,5 @@
 // The browser half of `flipside bench browser`: opens the app at FLIPSIDE_URL with the
-// classifier on BENCH_BACKEND (cpu or webgpu), scores BENCH_TEXT BENCH_WARMUP times unmeasured
+// classifier on BENCH_BACKEND (cpu or webgpu; BENCH_QUERY is added to the URL's query), scores BENCH_TEXT BENCH_WARMUP times unmeasured
 // and BENCH_RUNS times measured, and prints one JSON object: the per-call milliseconds (timed
 // around `window.flipsideScore`, as a page would call it), the probabilities and the browser.
 import { launchChromium, waitForScoring } from './chromium.mjs';
@@ -7,6 +7,7 @@ import { launchChromium, waitForScoring } from './chromium.mjs';
 const url = process.env.FLIPSIDE_URL;
 const text = process.env.BENCH_TEXT;
 const backend = process.env.BENCH_BACKEND ?? 'cpu';
+const query = process.env.BENCH_QUERY ?? '';
 const runs = Number(process.env.BENCH_RUNS ?? 50);
 const warmup = Number(process.env.BENCH_WARMUP ?? 5);
 if (!url || !text) throw new Error('FLIPSIDE_URL and BENCH_TEXT must be set (run `flipside bench browser`)');
@@ -15,7 +16,7 @@ const browser = await launchChromium();
 try {
   const page = await browser.newPage();
   const loadStart = Date.now();
-  await page.goto(`${url}?backend=${backend}`);
+  await page.goto(`${url}?backend=${backend}${query}`);
   await waitForScoring(page, 300_000);
   const loadMs = Date.now() - loadStart;
   const result = await page.evaluate(async ({ text, runs, warmup }) => {
@@ -27,7 +28,7 @@ try {
       last = await window.flipsideScore(text);
       millis.push(performance.now() - start);
     }
-    return { millis, probabilities: last.probabilities, backend: last.backend };
+    return { millis, probabilities: last.probabilities, backend: last.backend, int8: last.int8 };
   }, { text, runs, warmup });
   result.browser = `Chromium ${browser.version()}`;
   result.load_ms = loadMs;

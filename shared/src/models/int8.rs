@@ -1,12 +1,14 @@
 //! Int8 matrix products for inference on x86-64 CPUs and in the page: `x · W + b` with `W`
 //! quantised once per output column (symmetric, `i8`) and `x` quantised per row on every call
 //! (asymmetric, `u8` with a zero point), multiplied in integers and scaled back to f32 — the
-//! scheme of ONNX Runtime's and PyTorch's dynamic quantisation of linear layers. Four kernels
+//! scheme of ONNX Runtime's and PyTorch's dynamic quantisation of linear layers. Five kernels
 //! ([`Kernel`]): AMX's `tdpbusd` (a 16 × 64-byte tile of activations times a 64 × 16 tile of
 //! weights per instruction), AVX-512 VNNI's `vpdpbusd` (64 byte products summed into 16 `i32`
 //! lanes per instruction), on CPUs without either AVX2's `vpmaddubsw` + `vpmaddwd` with 7-bit
 //! activations (chosen only where the CPU has no AVX-512 at all: see [`Kernel::best`]), and in
-//! WebAssembly SIMD128's `i32x4.dot_i16x8_s` on bytes widened to 16 bits.
+//! the page WebAssembly's relaxed SIMD (`i32x4.relaxed_dot_i8x16_i7x16_add_s`, 16 byte products
+//! per instruction, 7-bit activations) where the browser has it, else SIMD128's
+//! `i32x4.dot_i16x8_s` on bytes widened to 16 bits.
 
 use std::any::Any;
 #[cfg(target_arch = "x86_64")]
@@ -37,9 +39,35 @@ const AMX_INPUTS: usize = 64;
 const TASK_ROWS: usize = 96;
 /// Bytes of one group of 4 inputs for one panel: 32 columns × 4 bytes.
 const GROUP_BYTES: usize = PANEL * 4;
-/// Rows multiplied together by the SIMD128 kernel: 2 rows × 8 columns take 8 accumulators and 4
-/// weight vectors, within the 16 vector registers of the x86-64 CPUs browsers run on.
-const SIMD128_ROWS: usize = 2;
+/// Rows multiplied together by the page's kernels: 2 rows × 8 columns (SIMD128) or 16 columns
+/// (relaxed SIMD) take 8 accumulators and 4 weight vectors, within the 16 vector registers of
+/// the x86-64 CPUs browsers run on.
+const PAGE_ROWS: usize = 2;
+
+/// One task's products for the page's relaxed-SIMD module ([`Kernel::RelaxedSimd`]), in
+/// [`Int8Linear`]'s layouts: the function [`install_relaxed_products`] takes fills `sums`.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub struct RelaxedProducts<'a> {
+    /// Quantised activations (0..=127), rows of `width` bytes, a whole number of pairs.
+    pub rows: &'a [u8],
+    /// Bytes per row: the inputs padded to a multiple of 4.
+    pub width: usize,
+    /// Per panel of 32 columns, per group of 4 inputs: 32 columns × 4 signed bytes.
+    pub weights: &'a [i8],
+    /// Out: the integer sums, row by row, each row 32 per panel.
+    pub sums: &'a mut [i32],
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+static RELAXED_PRODUCTS: std::sync::OnceLock<fn(RelaxedProducts<'_>)> = std::sync::OnceLock::new();
+
+/// Makes [`Kernel::RelaxedSimd`] available in the page, multiplying with `products` (the page
+/// installs it when its browser compiles relaxed SIMD); layers packed before keep their kernel.
+/// Only the first call counts.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub fn install_relaxed_products(products: fn(RelaxedProducts<'_>)) {
+    let _ = RELAXED_PRODUCTS.set(products);
+}
 
 /// The instructions an [`Int8Linear`] multiplies with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -60,14 +88,23 @@ pub enum Kernel {
     /// sums are computed one at a time, to check the page's numbers against (see
     /// [`Kernel::runs_here`]).
     Simd128,
+    /// WebAssembly's relaxed SIMD (the page, where the browser has it): four byte products
+    /// summed into each `i32` lane by `i32x4.relaxed_dot_i8x16_i7x16_add_s`, in a module of
+    /// its own that the page loads ([`install_relaxed_products`]). Activations in 7 bits, as
+    /// AVX2's, so that every CPU's lowering of the instruction gives the same exact sums; scaled
+    /// as SIMD128's. Off WebAssembly its sums are computed one at a time, as SIMD128's.
+    RelaxedSimd,
 }
 
 impl Kernel {
     /// The kernels this CPU runs, fastest first (checked at run time: the build targets any
-    /// x86-64-v3 CPU); in the page, SIMD128.
+    /// x86-64-v3 CPU); in the page, relaxed SIMD where the page installed it, and SIMD128.
     pub fn available() -> Vec<Self> {
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        return vec![Self::Simd128];
+        return match RELAXED_PRODUCTS.get() {
+            Some(_) => vec![Self::RelaxedSimd, Self::Simd128],
+            None => vec![Self::Simd128],
+        };
         #[cfg(target_arch = "x86_64")]
         {
             let mut kernels = Vec::new();
@@ -92,14 +129,15 @@ impl Kernel {
         Vec::new()
     }
 
-    /// Whether layers can be packed for `self` here: the kernels this CPU runs, and SIMD128's
-    /// everywhere (off WebAssembly as plain integer loops, slow but the same numbers).
+    /// Whether layers can be packed for `self` here: the kernels this CPU runs, and off
+    /// WebAssembly the page's too (as plain integer loops, slow but the same numbers).
     pub fn runs_here(self) -> bool {
-        self == Self::Simd128 || Self::available().contains(&self)
+        let page_kernel = matches!(self, Self::Simd128 | Self::RelaxedSimd);
+        (page_kernel && !cfg!(target_arch = "wasm32")) || Self::available().contains(&self)
     }
 
     /// The kernel to encode with on this CPU ([`Self::preferred`] of [`Self::available`]); in
-    /// the page, SIMD128.
+    /// the page, relaxed SIMD where it is installed, else SIMD128.
     pub fn best() -> Option<Self> {
         #[cfg(target_arch = "x86_64")]
         let wide_f32 = is_x86_feature_detected!("avx512f");
@@ -134,17 +172,18 @@ impl Kernel {
     }
 
     /// Whether quantising and scaling back round `a · b + c` once (the x86-64 kernels' vector
-    /// code, with FMA) or twice (SIMD128: WebAssembly has no fused multiply-add, and `mul_add`
-    /// would call a software one; off WebAssembly too, so that its numbers are the page's).
+    /// code, with FMA) or twice (the page's: WebAssembly has no fused multiply-add, and
+    /// `mul_add` would call a software one; off WebAssembly too, so that its numbers are the
+    /// page's).
     fn fused(self) -> bool {
-        self != Self::Simd128
+        !matches!(self, Self::Simd128 | Self::RelaxedSimd)
     }
 
     /// The largest quantised activation.
     fn levels(self) -> f32 {
         match self {
             Self::Amx | Self::Vnni | Self::Simd128 => 255.0,
-            Self::Avx2 => 127.0,
+            Self::Avx2 | Self::RelaxedSimd => 127.0,
         }
     }
 
@@ -153,7 +192,7 @@ impl Kernel {
         match self {
             Self::Amx => AMX_TILE_ROWS,
             Self::Vnni | Self::Avx2 => TILE_ROWS,
-            Self::Simd128 => SIMD128_ROWS,
+            Self::Simd128 | Self::RelaxedSimd => PAGE_ROWS,
         }
     }
 
@@ -161,7 +200,7 @@ impl Kernel {
     fn input_multiple(self) -> usize {
         match self {
             Self::Amx => AMX_INPUTS,
-            Self::Vnni | Self::Avx2 | Self::Simd128 => 4,
+            Self::Vnni | Self::Avx2 | Self::Simd128 | Self::RelaxedSimd => 4,
         }
     }
 
@@ -172,6 +211,7 @@ impl Kernel {
             Self::Vnni => "AVX-512 VNNI",
             Self::Avx2 => "AVX2",
             Self::Simd128 => "WebAssembly SIMD128",
+            Self::RelaxedSimd => "WebAssembly relaxed SIMD",
         }
     }
 }
@@ -289,12 +329,16 @@ impl Int8Linear {
     }
 
     /// One task: quantises its rows, then multiplies them tile by tile, panel by panel (in the
-    /// page, panel by panel: [`Self::multiply_widened`]).
+    /// page, panel by panel: [`Self::multiply_widened`], or all at once in the relaxed-SIMD
+    /// module: [`Self::multiply_relaxed`]).
     fn forward_task(&self, x: &[f32], output: &mut [f32]) {
         let rows = x.len() / self.inputs.max(1);
         let quantised = QuantisedRows::new(x, rows, self.inputs, self.groups * 4, self.kernel);
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        self.multiply_widened(&quantised, rows, output);
+        match self.kernel {
+            Kernel::RelaxedSimd => self.multiply_relaxed(&quantised, rows, output),
+            _ => self.multiply_widened(&quantised, rows, output),
+        }
         #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
         {
             // SAFETY: an Int8Linear is only packed for a kernel that runs here.
@@ -339,6 +383,35 @@ impl Int8Linear {
         (block, offset, PANEL.min(self.outputs - first_column))
     }
 
+    /// Relaxed SIMD's products for one task: the installed module's integer sums for all its
+    /// rows and panels, then scaled back as [`Block::rescale`] does.
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    fn multiply_relaxed(&self, quantised: &QuantisedRows, rows: usize, output: &mut [f32]) {
+        let products = RELAXED_PRODUCTS
+            .get()
+            .expect("layers are packed for relaxed SIMD only once it is installed");
+        let columns = self.bias.len();
+        let mut sums = vec![0; quantised.values.len() / quantised.width * columns];
+        products(RelaxedProducts {
+            rows: &quantised.values,
+            width: quantised.width,
+            weights: &self.weights,
+            sums: &mut sums,
+        });
+        for panel in 0..columns / PANEL {
+            // The panel's column scales, sums and biases.
+            let (block, _, real_columns) = self.block(quantised, rows, 0, panel);
+            let rows = quantised.scales.iter().zip(&quantised.zeros).enumerate();
+            for (r, (&scale, &zero)) in rows {
+                let sums = &sums[r * columns + panel * PANEL..][..real_columns];
+                let output = &mut output[r * self.outputs + panel * PANEL..][..real_columns];
+                for (c, (out, &sum)) in output.iter_mut().zip(sums).enumerate() {
+                    *out = block.rescale(sum, scale, zero, c);
+                }
+            }
+        }
+    }
+
     /// SIMD128's products for one task: its rows widened to 16 bits once, then panel by panel,
     /// its weights widened once for all the task's tiles, so that the kernel's loop loads 16-bit
     /// values as they are (widening in the loop took as many shuffles as products). Packing the
@@ -356,7 +429,7 @@ impl Int8Linear {
             }
             for tile in 0..quantised.tiles() {
                 let (block, offset, columns) = self.block(quantised, rows, tile, panel);
-                let wide_rows = &wide_rows[tile * SIMD128_ROWS * width..][..SIMD128_ROWS * width];
+                let wide_rows = &wide_rows[tile * PAGE_ROWS * width..][..PAGE_ROWS * width];
                 let output = &mut output[offset..];
                 block.multiply_simd128(wide_rows, &wide_weights, output, self.outputs, columns);
             }
@@ -545,7 +618,9 @@ impl Block<'_> {
                 Kernel::Amx => self.multiply_amx(output, stride, columns),
                 Kernel::Vnni => self.multiply_vnni(output, stride, columns),
                 Kernel::Avx2 => self.multiply_avx2(output, stride, columns),
-                Kernel::Simd128 => self.multiply_portable(output, stride, columns),
+                Kernel::Simd128 | Kernel::RelaxedSimd => {
+                    self.multiply_portable(output, stride, columns)
+                }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -597,14 +672,13 @@ impl Block<'_> {
         use std::arch::wasm32::*;
         let width = self.groups * 4;
         assert!(
-            wide_rows.len() >= SIMD128_ROWS * width
-                && wide_weights.len() >= self.groups * GROUP_BYTES
+            wide_rows.len() >= PAGE_ROWS * width && wide_weights.len() >= self.groups * GROUP_BYTES
         );
         assert!(columns <= PANEL && output.len() >= (self.row_scales.len() - 1) * stride + columns);
         let (rows, weights) = (wide_rows.as_ptr(), wide_weights.as_ptr());
-        let mut sums = [[0i32; PANEL]; SIMD128_ROWS];
+        let mut sums = [[0i32; PANEL]; PAGE_ROWS];
         for eighth in 0..PANEL / 8 {
-            let mut partial = [[i32x4_splat(0); 4]; SIMD128_ROWS];
+            let mut partial = [[i32x4_splat(0); 4]; PAGE_ROWS];
             for group in 0..self.groups {
                 // SAFETY: 32 values of group `group` (from `eighth · 32` of its 128) and 4 of
                 // each row, within the lengths asserted above; unaligned loads are allowed.
@@ -919,7 +993,7 @@ fn quantise_row(row: &[f32], out: &mut [u8], kernel: Kernel) -> (f32, i32) {
         // SAFETY: the CPU has AVX-512 F and BW (it has VNNI, and AMX CPUs have it too).
         Kernel::Amx | Kernel::Vnni => unsafe { quantise_row_avx512(row, out, kernel.levels()) },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Kernel::Simd128 => quantise_row_simd128(row, out),
+        Kernel::Simd128 | Kernel::RelaxedSimd => quantise_row_simd128(row, out, kernel.levels()),
         _ => quantise_row_portable(row, out, kernel),
     }
 }
@@ -957,7 +1031,7 @@ fn multiply_add(a: f32, b: f32, c: f32, fused: bool) -> f32 {
 /// [`quantise_row_portable`] for SIMD128, sixteen values at a time (the same results: a product
 /// and a sum, `f32x4.nearest` rounds half to even, and the saturating conversions clamp).
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn quantise_row_simd128(row: &[f32], out: &mut [u8]) -> (f32, i32) {
+fn quantise_row_simd128(row: &[f32], out: &mut [u8], levels: f32) -> (f32, i32) {
     use std::arch::wasm32::*;
     // SAFETY (both loops): a chunk holds 16 values, read as 4 unaligned vectors, and `out`'s
     // chunk 16 bytes.
@@ -987,7 +1061,6 @@ fn quantise_row_simd128(row: &[f32], out: &mut [u8]) -> (f32, i32) {
         .into_iter()
         .chain(tail.iter().copied())
         .fold(0f32, f32::max);
-    let levels = Kernel::Simd128.levels();
     let (scale, zero) = row_range(min, max, levels);
     let inverse = 1.0 / scale;
     let (inverse_vector, zero_vector) = (f32x4_splat(inverse), f32x4_splat(zero));
@@ -1090,11 +1163,15 @@ mod tests {
         let expected = f32_product(&x, &w, &b, rows, k, n);
         let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
         assert!(Kernel::Amx.same_results(Kernel::Vnni) && !Kernel::Vnni.same_results(Kernel::Avx2));
-        assert!(!Kernel::Simd128.same_results(Kernel::Vnni) && !Kernel::Simd128.fused());
-        assert!(!Kernel::available().contains(&Kernel::Simd128) && Kernel::Simd128.runs_here());
+        let page_kernels = [Kernel::Simd128, Kernel::RelaxedSimd];
+        for kernel in page_kernels {
+            assert!(!kernel.same_results(Kernel::Vnni) && !kernel.fused());
+            assert!(!Kernel::available().contains(&kernel) && kernel.runs_here());
+        }
         let mut outputs: Vec<(Kernel, Vec<f32>)> = Vec::new();
-        // The page's kernel too (here its plain loops): the numbers the page is checked against.
-        for kernel in Kernel::available().into_iter().chain([Kernel::Simd128]) {
+        // The page's kernels too (here their plain loops): the numbers the page is checked
+        // against.
+        for kernel in Kernel::available().into_iter().chain(page_kernels) {
             let layer = Int8Linear::new(&w, k, n, Some(&b), kernel).unwrap();
             let got = layer.forward(&x, rows);
             // AMX and VNNI sum the same integer products: the same numbers, bit for bit;

@@ -37,19 +37,22 @@ const REVIEW: &str = "I went in expecting another forgettable sequel, but this f
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum BrowserBackend {
-    /// burn's flex backend compiled to wasm with SIMD128, the encoder's products in int8 (what
-    /// browsers without WebGPU get)
+    /// burn's flex backend compiled to wasm with SIMD128, the encoder's products in int8 with
+    /// relaxed SIMD where the browser has it (what browsers without WebGPU get)
     Cpu,
     /// burn's WebGPU backend (headless Chromium has only SwiftShader's CPU adapter)
     Webgpu,
 }
 
 impl BrowserBackend {
-    /// What runs the model, for the results table.
-    fn description(self) -> &'static str {
-        match self {
-            BrowserBackend::Cpu => "CPU wasm, int8, 1 thread",
-            BrowserBackend::Webgpu => "WebGPU",
+    /// What runs the model (with the page's int8 kernel, if any), for the results table.
+    fn description(self, int8: Option<Kernel>) -> String {
+        match (self, int8) {
+            (BrowserBackend::Cpu, Some(kernel)) => {
+                format!("CPU wasm, int8 {}, 1 thread", kernel.name())
+            }
+            (BrowserBackend::Cpu, None) => "CPU wasm, 1 thread".into(),
+            (BrowserBackend::Webgpu, _) => "WebGPU".into(),
         }
     }
 
@@ -57,14 +60,6 @@ impl BrowserBackend {
         match self {
             BrowserBackend::Cpu => "cpu",
             BrowserBackend::Webgpu => "webgpu",
-        }
-    }
-
-    /// The int8 kernel the page multiplies the encoder's layers with, if any.
-    fn int8_kernel(self) -> Option<Kernel> {
-        match self {
-            BrowserBackend::Cpu => Some(Kernel::Simd128),
-            BrowserBackend::Webgpu => None,
         }
     }
 }
@@ -87,6 +82,10 @@ pub struct BrowserBenchArgs {
     /// The in-browser backend to time
     #[arg(long, value_enum, default_value_t = BrowserBackend::Cpu)]
     pub backend: BrowserBackend,
+    /// On the CPU backend, have the page multiply with SIMD128's int8 kernel (`?int8=simd128`,
+    /// what browsers without relaxed SIMD run) instead of relaxed SIMD
+    #[arg(long)]
+    pub simd128: bool,
     /// The browser app (Trunk's output; `scripts/serve` builds the optimised one)
     #[arg(long, value_name = "DIR", default_value = "dist")]
     pub static_dir: PathBuf,
@@ -123,6 +122,8 @@ struct BrowserResult {
     millis: Vec<f64>,
     probabilities: Vec<f32>,
     backend: String,
+    /// The page's int8 kernel (CPU backend).
+    int8: Option<Kernel>,
     browser: String,
     load_ms: f64,
 }
@@ -186,16 +187,6 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         }
         None => None,
     };
-    // What the page should compute: the same products (SIMD128's integer sums, here one at a
-    // time) on its CPU backend, f32 on WebGPU.
-    let expected = match args.backend.int8_kernel() {
-        Some(kernel) => classifier
-            .clone()
-            .with_int8_copies(kernel)
-            .predict_batch(&[&input])?,
-        None => native_probabilities.clone(),
-    };
-
     println!("starting a server for the app and timing in headless Chromium…");
     let server = TemporaryServer::start(home, &args, &classifier_dir, dis_ae.as_deref())?;
     let mut browser: BrowserResult = run_script(
@@ -205,6 +196,10 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
             ("FLIPSIDE_URL", server.url.as_str()),
             ("BENCH_TEXT", &text),
             ("BENCH_BACKEND", args.backend.id()),
+            (
+                "BENCH_QUERY",
+                if args.simd128 { "&int8=simd128" } else { "" },
+            ),
             ("BENCH_RUNS", &args.runs.to_string()),
             ("BENCH_WARMUP", &args.warmup.to_string()),
         ],
@@ -224,6 +219,15 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         args.runs,
         native_probabilities.len()
     );
+    // What the page should compute: the same products (its int8 kernel's integer sums, here
+    // one at a time) on its CPU backend, f32 on WebGPU.
+    let expected = match browser.int8 {
+        Some(kernel) => classifier
+            .clone()
+            .with_int8_copies(kernel)
+            .predict_batch(&[&input])?,
+        None => native_probabilities.clone(),
+    };
     let max_diff = |reference: &[f32]| {
         browser
             .probabilities
@@ -255,7 +259,11 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         row(&format!("native int8 ({name}, 1 thread)"), one);
     }
     row(
-        &format!("{} ({})", browser.browser, args.backend.description()),
+        &format!(
+            "{} ({})",
+            browser.browser,
+            args.backend.description(browser.int8)
+        ),
         &in_browser,
     );
     println!(
