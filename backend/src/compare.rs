@@ -101,8 +101,8 @@ pub fn compare(home: &Home, args: &CompareConfig) -> Result<Vec<CompareRow>> {
         pause_after: None,
     };
     let outcome = with_backend!(args.device, train_classifier(&run))?;
-    let in_domain = with_backend!(args.device, evaluate_dir(&out, &test, 32, false))?;
-    let out_of_domain = with_backend!(args.device, evaluate_dir(&out, &ood, 32, false))?;
+    let in_domain = with_backend!(args.device, evaluate_dir(&out, &test, 32, false, None))?;
+    let out_of_domain = with_backend!(args.device, evaluate_dir(&out, &ood, 32, false, None))?;
     rows.push(CompareRow {
         model: format!(
             "{} fine-tuned ({} epochs, max_len {})",

@@ -123,11 +123,14 @@ pub fn load_encoder<B: Backend>(dir: &Path, device: &B::Device) -> Result<Senten
         .with_context(|| format!("loading {}", dir.display()))
 }
 
-/// `model` (an encoder, or a classifier's) multiplying in int8 where this CPU has a kernel worth
-/// it ([`Kernel::best`]: AMX, AVX-512 VNNI, or AVX2 without AVX-512) and the backend is the
-/// CPU's; elsewhere unchanged, with a warning.
-pub fn int8_where_possible<B: Backend>(model: BertModel<B>) -> BertModel<B> {
-    let model = match Kernel::best() {
+/// `model` (an encoder, or a classifier's) multiplying in int8 with `kernel` where it runs here,
+/// by default where this CPU has a kernel worth it ([`Kernel::best`]: AMX, AVX-512 VNNI, or AVX2
+/// without AVX-512), and the backend is the CPU's; elsewhere unchanged, with a warning.
+pub fn int8_where_possible<B: Backend>(
+    model: BertModel<B>,
+    kernel: Option<Kernel>,
+) -> BertModel<B> {
+    let model = match kernel.or_else(Kernel::best) {
         Some(kernel) => model.with_int8_copies(kernel),
         None => model,
     };

@@ -24,6 +24,7 @@ use flipside_shared::models::bf16::{Bf16Kernel, Bf16Training};
 use flipside_shared::models::classifier::{
     Architecture, ClassifierConfig, SequenceClassifier, TextClassifier, load_encoder_weights,
 };
+use flipside_shared::models::int8::Kernel;
 use flipside_shared::tokenize::TextTokenizer;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
@@ -814,17 +815,19 @@ fn load_for<B: Backend>(
 }
 
 /// Loads the classifier in `dir` and evaluates it on `dataset`, whose labels must match; with
-/// `int8`, its encoder multiplies in int8 where it can ([`int8_where_possible`]).
+/// `int8`, its encoder multiplies in int8 where it can ([`int8_where_possible`]), with
+/// `int8_kernel` if given.
 pub fn evaluate_dir<B: Backend>(
     compute: Compute<B>,
     dir: &Path,
     dataset: &Dataset,
     batch_size: usize,
     int8: bool,
+    int8_kernel: Option<Kernel>,
 ) -> Result<Evaluation> {
     let mut classifier = load_for(&compute, dir, dataset)?;
     if int8 {
-        classifier.model.bert = int8_where_possible(classifier.model.bert);
+        classifier.model.bert = int8_where_possible(classifier.model.bert, int8_kernel);
     }
     evaluate(&classifier, dataset, batch_size, compute.batches)
 }

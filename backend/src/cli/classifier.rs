@@ -7,6 +7,7 @@ use burn::tensor::backend::Backend;
 use clap::{Args, Subcommand};
 use flipside_shared::data::Input;
 use flipside_shared::metrics::argmax_rows;
+use flipside_shared::models::int8::Kernel;
 
 use super::data::ReadArgs;
 use crate::compare::{CompareConfig, compare, print_table};
@@ -158,10 +159,25 @@ pub struct EvalArgs {
     /// f32 elsewhere)
     #[arg(long)]
     pub int8: bool,
+    /// With --int8, this kernel instead of the fastest: amx, vnni, avx2 (7-bit activations),
+    /// simd128 or relaxedsimd (the page's kernels as plain loops: slow, the page's numbers)
+    #[arg(long, value_name = "KERNEL", requires = "int8", value_parser = parse_kernel)]
+    pub int8_kernel: Option<Kernel>,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
     #[command(flatten)]
     pub read: ReadArgs,
+}
+
+/// A [`Kernel`] by its lowercase name, one that runs on this machine.
+fn parse_kernel(name: &str) -> Result<Kernel, String> {
+    let kernel: Kernel = serde_json::from_value(serde_json::Value::from(name.to_lowercase()))
+        .map_err(|_| "expected amx, vnni, avx2, simd128 or relaxedsimd".to_string())?;
+    if kernel.runs_here() {
+        Ok(kernel)
+    } else {
+        Err(format!("this CPU has no {} instructions", kernel.name()))
+    }
 }
 
 #[derive(Debug, Args)]
@@ -282,7 +298,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     }
     for spec in &args.eval {
         let dataset = args.read.load(home, spec)?;
-        let result = with_backend!(args.device, evaluate_dir(&out, &dataset, 32, false))?;
+        let result = with_backend!(args.device, evaluate_dir(&out, &dataset, 32, false, None))?;
         print_evaluation(&result);
     }
     Ok(())
@@ -300,7 +316,13 @@ fn eval(home: &Home, args: EvalArgs) -> Result<()> {
         let dataset = args.read.load(home, spec)?.limited(args.limit, 0);
         let result = with_backend!(
             args.device,
-            evaluate_dir(&args.model, &dataset, args.batch_size, args.int8)
+            evaluate_dir(
+                &args.model,
+                &dataset,
+                args.batch_size,
+                args.int8,
+                args.int8_kernel
+            )
         )?;
         print_evaluation(&result);
     }

@@ -119,7 +119,7 @@ pub(super) fn embed_texts<B: Backend>(
 ) -> Result<Vec<Vec<f32>>> {
     let mut encoder = load_encoder::<B>(dir, &compute.device)?;
     if int8 {
-        encoder.model = int8_where_possible(encoder.model);
+        encoder.model = int8_where_possible(encoder.model, None);
     }
     let bar = progress::items(texts.len() as u64, "embedding");
     let vectors = encoder.embed_all(texts, batch_size, &compute.batches, &|n| bar.inc(n as u64))?;

@@ -167,7 +167,7 @@ pub fn build_index<B: Backend>(
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let mut encoder = load_encoder::<B>(&encoders.document_dir, &compute.device)?;
     if options.int8 {
-        encoder.model = int8_where_possible(encoder.model);
+        encoder.model = int8_where_possible(encoder.model, None);
     }
     let wanted = EmbeddingsMeta {
         document_fingerprint: encoders.document_fingerprint()?,
