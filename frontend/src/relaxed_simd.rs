@@ -19,16 +19,22 @@ const MODULE: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/int8_relaxed.was
 let products = null;
 export function load_relaxed_products(bytes, memory) {
   if (!WebAssembly.validate(bytes)) return false;
-  const module = new WebAssembly.Module(bytes);
-  products = new WebAssembly.Instance(module, { env: { memory } }).exports.products;
-  return true;
+  try {
+    const module = new WebAssembly.Module(bytes);
+    products = new WebAssembly.Instance(module, { env: { memory } }).exports.products;
+    return true;
+  } catch (error) {
+    console.warn('relaxed SIMD kernel not loaded, using SIMD128:', error);
+    return false;
+  }
 }
 export function relaxed_products(rows, width, pairs, weights, panels, sums) {
   products(rows, width, pairs, weights, panels, sums);
 }
 "#)]
 extern "C" {
-    /// Compiles the kernel module with `memory` (false where the browser has no relaxed SIMD).
+    /// Compiles the kernel module with `memory` (false where the browser has no relaxed SIMD or
+    /// could not instantiate it).
     fn load_relaxed_products(bytes: &[u8], memory: &JsValue) -> bool;
     /// The module's `products` on addresses in the app's memory.
     fn relaxed_products(rows: u32, width: u32, pairs: u32, weights: u32, panels: u32, sums: u32);

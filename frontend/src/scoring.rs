@@ -99,11 +99,10 @@ impl Scores {
     }
 }
 
-/// The classifier on one of the two backends (boxed: both are large, and of different sizes),
-/// on the CPU with its int8 kernel.
+/// The classifier on one of the two backends (boxed: both are large, and of different sizes).
 enum Engine {
     Gpu(Box<TextClassifier<WebGpu>>),
-    Cpu(Box<TextClassifier<Flex>>, Kernel),
+    Cpu(Box<TextClassifier<Flex>>),
 }
 
 /// A loaded classifier.
@@ -117,15 +116,15 @@ impl Scorer {
     pub fn device(&self) -> Device {
         match self.engine {
             Engine::Gpu(_) => Device::WebGpu,
-            Engine::Cpu(..) => Device::Cpu,
+            Engine::Cpu(_) => Device::Cpu,
         }
     }
 
-    /// The int8 kernel, on the CPU.
+    /// The int8 kernel the encoder multiplies with (on the CPU).
     pub fn int8_kernel(&self) -> Option<Kernel> {
-        match self.engine {
+        match &self.engine {
             Engine::Gpu(_) => None,
-            Engine::Cpu(_, kernel) => Some(kernel),
+            Engine::Cpu(classifier) => classifier.model.bert.int8_kernel(),
         }
     }
 
@@ -135,7 +134,7 @@ impl Scorer {
         let input = Input::with_premise(None, text);
         let probabilities = match &self.engine {
             Engine::Gpu(classifier) => classifier.predict_batch_async(&[&input]).await,
-            Engine::Cpu(classifier, _) => classifier.predict_batch_async(&[&input]).await,
+            Engine::Cpu(classifier) => classifier.predict_batch_async(&[&input]).await,
         }
         .map_err(|e| e.to_string())?;
         Ok(Scores {
@@ -267,15 +266,13 @@ async fn load(forced: Option<Device>, status: RwSignal<Status>) -> Result<Scorer
         // The encoder's products in int8 (the weights came as int8 rows anyway): SIMD128's
         // 16-bit dot products do twice as many multiply-adds per instruction as its f32 ones,
         // relaxed SIMD's byte dot products four times.
-        Device::Cpu => {
-            let kernel = int8_kernel();
-            let classifier = build(files, &Default::default())?.with_int8_copies(kernel);
-            Engine::Cpu(Box::new(classifier), kernel)
-        }
+        Device::Cpu => Engine::Cpu(Box::new(
+            build(files, &Default::default())?.with_int8_copies(int8_kernel()),
+        )),
     };
     let labels = match &engine {
         Engine::Gpu(classifier) => classifier.config.labels.clone(),
-        Engine::Cpu(classifier, _) => classifier.config.labels.clone(),
+        Engine::Cpu(classifier) => classifier.config.labels.clone(),
     };
     let scorer = Scorer { engine, labels };
     // A first prediction compiles WebGPU's shaders, so that the user's first one is fast.

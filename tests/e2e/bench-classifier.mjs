@@ -1,7 +1,8 @@
 // The browser half of `flipside bench browser`: opens the app at FLIPSIDE_URL with the
-// classifier on BENCH_BACKEND (cpu or webgpu; BENCH_QUERY is added to the URL's query), scores BENCH_TEXT BENCH_WARMUP times unmeasured
-// and BENCH_RUNS times measured, and prints one JSON object: the per-call milliseconds (timed
-// around `window.flipsideScore`, as a page would call it), the probabilities and the browser.
+// classifier on BENCH_BACKEND (cpu or webgpu; BENCH_QUERY is added to the query), scores
+// BENCH_TEXT BENCH_WARMUP times unmeasured and BENCH_RUNS times measured, and prints one JSON
+// object: the per-call milliseconds (timed around `window.flipsideScore`, as a page would call
+// it), the probabilities, the page's int8 kernel and the browser.
 import { launchChromium, waitForScoring } from './chromium.mjs';
 
 const url = process.env.FLIPSIDE_URL;

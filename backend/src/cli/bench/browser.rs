@@ -131,6 +131,10 @@ struct BrowserResult {
 pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
     ensure!(args.runs > 0, "--runs must be at least 1");
     ensure!(
+        !args.simd128 || args.backend == BrowserBackend::Cpu,
+        "--simd128 chooses the CPU backend's int8 kernel: it needs --backend cpu"
+    );
+    ensure!(
         args.static_dir.join("index.html").is_file(),
         "no browser app in {}: build it with `trunk build --cargo-profile wasm-release` (or run \
          scripts/serve once), or pass --static-dir",
@@ -219,6 +223,13 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         args.runs,
         native_probabilities.len()
     );
+    if args.simd128 {
+        ensure!(
+            browser.int8 == Some(Kernel::Simd128),
+            "the page multiplied with {:?} instead of SIMD128",
+            browser.int8
+        );
+    }
     // What the page should compute: the same products (its int8 kernel's integer sums, here
     // one at a time) on its CPU backend, f32 on WebGPU.
     let expected = match browser.int8 {
