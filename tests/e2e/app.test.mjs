@@ -139,12 +139,14 @@ test('the demo offers the methods, disables those the server cannot run, and sho
 
 // The page's CPU backend multiplies the encoder's layers in int8 — with relaxed SIMD where the
 // browser has it (Chromium does), SIMD128 on `?int8=simd128` (what the others run) — WebGPU in f32.
-for (const [name, query, int8] of [
-  ['cpu', '?backend=cpu', 'relaxedsimd'],
-  ['cpu, SIMD128', '?backend=cpu&int8=simd128', 'simd128'],
-  ['webgpu', '?backend=webgpu', null],
+// Native computes the same integer sums, so the CPU backend's probabilities match closely (3e-8
+// and 2e-8 seen with the test's classifier); WebGPU's f32 sums come in another order.
+for (const [name, query, int8, tolerance] of [
+  ['cpu', '?backend=cpu', 'relaxedsimd', 1e-5],
+  ['cpu, SIMD128', '?backend=cpu&int8=simd128', 'simd128', 1e-5],
+  ['webgpu', '?backend=webgpu', null, 1e-3],
 ]) {
-  test(`the in-browser classifier (${name}) matches native to 1e-3`, { timeout: 600_000 }, async () => {
+  test(`the in-browser classifier (${name}) matches native to ${tolerance}`, { timeout: 600_000 }, async () => {
     assert.ok(NATIVE_SCORE, 'NATIVE_SCORE is not set');
     const { page, errors } = await openApp(query);
     const { browserScore, diff } = await scoreBothWays(page, NATIVE_SCORE.text);
@@ -153,7 +155,7 @@ for (const [name, query, int8] of [
     const expected = int8 ? NATIVE_SCORE.int8[int8].probabilities : NATIVE_SCORE.probabilities;
     const native = Math.max(...browserScore.probabilities.map((p, i) => Math.abs(p - expected[i])));
     console.log(`# ${name}: max |p_browser - p_native| = ${native.toExponential(2)} (same compact weights${int8 ? `, int8; native int8 vs f32 ${NATIVE_SCORE.int8[int8].vs_f32.toExponential(2)}` : ''}), against the server's full weights ${diff.toExponential(2)}; ${browserScore.millis.toFixed(1)} ms`);
-    assert.ok(native <= 1e-3, `browser and native differ by ${native}`);
+    assert.ok(native <= tolerance, `browser and native differ by ${native}`);
     if (int8) {
       // Closer to native int8 than int8 is to f32: the page did multiply in int8.
       const vsF32 = NATIVE_SCORE.int8[int8].vs_f32;
