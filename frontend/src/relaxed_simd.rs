@@ -40,18 +40,13 @@ extern "C" {
     fn relaxed_products(rows: u32, width: u32, pairs: u32, weights: u32, panels: u32, sums: u32);
 }
 
-/// Installs the relaxed-SIMD kernel where the browser compiles it; whether it did.
-pub fn install() -> bool {
+/// Installs the relaxed-SIMD kernel where the browser compiles it (then
+/// [`Kernel::best`](flipside_shared::models::int8::Kernel::best) gives it).
+pub fn install() {
     #[cfg(target_arch = "wasm32")]
-    {
-        let installed = load_relaxed_products(MODULE, &wasm_bindgen::memory());
-        if installed {
-            install_relaxed_products(multiply);
-        }
-        installed
+    if load_relaxed_products(MODULE, &wasm_bindgen::memory()) {
+        install_relaxed_products(multiply);
     }
-    #[cfg(not(target_arch = "wasm32"))]
-    false
 }
 
 /// Runs the module on one task's rows and panels (the shapes `RelaxedProducts` documents).

@@ -205,15 +205,15 @@ fn forced_device() -> Option<Device> {
     Device::parse(&query_parameter("backend")?)
 }
 
-/// The CPU backend's int8 kernel: relaxed SIMD where the browser compiles it, unless
-/// `?int8=simd128` asks for SIMD128 (what browsers without relaxed SIMD run).
+/// The CPU backend's int8 kernel: the best the page has ([`Kernel::best`]: relaxed SIMD once
+/// installed where the browser compiles it), unless `?int8=simd128` asks for SIMD128 (what
+/// browsers without relaxed SIMD run).
 fn int8_kernel() -> Kernel {
-    let simd128_asked = query_parameter("int8").is_some_and(|k| k.eq_ignore_ascii_case("simd128"));
-    if !simd128_asked && relaxed_simd::install() {
-        Kernel::RelaxedSimd
-    } else {
-        Kernel::Simd128
+    if query_parameter("int8").is_some_and(|k| k.eq_ignore_ascii_case("simd128")) {
+        return Kernel::Simd128;
     }
+    relaxed_simd::install();
+    Kernel::best().unwrap_or(Kernel::Simd128)
 }
 
 async fn load(forced: Option<Device>, status: RwSignal<Status>) -> Result<Scorer, String> {

@@ -56,15 +56,10 @@ impl EmbeddingFile {
     pub fn append(&self, rows: &[impl AsRef<[f32]>]) -> Result<()> {
         let file = OpenOptions::new().append(true).open(&self.path)?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
-        let mut row_bytes = Vec::with_capacity(self.dim * 4);
         let written = rows.iter().try_for_each(|row| {
             let row = row.as_ref();
             assert_eq!(row.len(), self.dim, "embedding width");
-            row_bytes.clear();
-            for x in row {
-                row_bytes.extend_from_slice(&x.to_le_bytes());
-            }
-            out.write_all(&row_bytes)
+            row.iter().try_for_each(|x| out.write_all(&x.to_le_bytes()))
         });
         written
             .and_then(|()| out.into_inner().map_err(|error| error.into_error()))
