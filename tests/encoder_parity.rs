@@ -48,6 +48,16 @@ fn minilm_embeddings_match_the_numpy_reference_in_one_padded_batch() {
     // The bundled tokenizer.json pads and truncates to 128; ours must not.
     assert!(lengths.iter().any(|&n| n > 128), "{lengths:?}");
     assert_eq!(tokens.seq_len, *lengths.iter().max().unwrap());
+    // What batches are sorted by: each text's tokens, special tokens included, truncated.
+    assert_eq!(
+        encoder.tokenizer.count_text_tokens(&texts).unwrap(),
+        lengths
+    );
+    let long = "superb ".repeat(2 * encoder.tokenizer.max_len());
+    assert_eq!(
+        encoder.tokenizer.count_text_tokens(&[&long]).unwrap(),
+        [encoder.tokenizer.max_len()]
+    );
 
     let batch = encoder.embed_batch(&texts).unwrap();
     let batch: Vec<Vec<f32>> = batch

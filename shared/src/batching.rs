@@ -17,7 +17,7 @@ impl BatchExecutor for Sequential {
 }
 
 /// Groups item indices into batches of similar length, longest first, so that padding wastes
-/// little compute. `lengths` are any proxy of token counts (e.g. characters).
+/// little compute. `lengths` are token counts (or a proxy of them).
 pub fn length_sorted_batches(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
     let mut order: Vec<usize> = (0..lengths.len()).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(lengths[i]));

@@ -36,11 +36,6 @@ impl Input {
             } => vec![premise, hypothesis],
         }
     }
-
-    /// Total length in bytes of the input's texts: the sort key of length-sorted batches.
-    pub fn text_len(&self) -> usize {
-        self.texts().iter().map(|t| t.len()).sum()
-    }
 }
 
 /// One labelled example. `label` indexes the owning dataset's [`LabelVocab`].
