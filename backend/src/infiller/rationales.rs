@@ -11,6 +11,7 @@
 use anyhow::Result;
 use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
+use flipside_shared::batching::{Sequential, map_batches};
 use flipside_shared::data::{Input, stable_hash};
 use flipside_shared::infill::MaskedText;
 use flipside_shared::models::classifier::TextClassifier;
@@ -83,38 +84,40 @@ pub struct RationaleFinder<B: Backend> {
 }
 
 impl<B: Backend> RationaleFinder<B> {
-    /// Rationales for `requests`, in batches of `batch_size`.
+    /// Rationales for `requests` (in their order), in batches of `batch_size` sorted by token
+    /// count; `on_batch` is called with the number of requests done after each batch.
     pub fn find(
         &self,
         requests: &[RationaleRequest],
         batch_size: usize,
+        on_batch: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<std::result::Result<Rationale, NoRationale>>> {
-        let mut out = Vec::with_capacity(requests.len());
-        for chunk in requests.chunks(batch_size.max(1)) {
-            let inputs: Vec<Input> = chunk
-                .iter()
-                .map(|r| Input::with_premise(r.premise, r.text))
-                .collect();
-            let refs: Vec<&Input> = inputs.iter().collect();
-            let probabilities = self.classifier.predict_batch(&refs)?;
-            let width = self.classifier.config.labels.len();
-            let labels: Vec<usize> = chunk.iter().map(|r| r.label).collect();
+        let inputs: Vec<Input> = requests
+            .iter()
+            .map(|r| Input::with_premise(r.premise, r.text))
+            .collect();
+        let refs: Vec<&Input> = inputs.iter().collect();
+        let lengths = self.classifier.tokenizer.count_input_tokens(&refs)?;
+        let width = self.classifier.config.labels.len();
+        map_batches(&lengths, batch_size, &Sequential, |batch| {
+            let batch_refs: Vec<&Input> = batch.iter().map(|&i| refs[i]).collect();
+            let probabilities = self.classifier.predict_batch(&batch_refs)?;
+            let labels: Vec<usize> = batch.iter().map(|&i| requests[i].label).collect();
             let saliencies = word_saliency(
                 &self.classifier.model,
                 &self.classifier.tokenizer,
-                &refs,
+                &batch_refs,
                 &labels,
                 &self.classifier.device,
             )?;
-            for ((request, words), probs) in chunk
+            on_batch(batch.len());
+            Ok(batch
                 .iter()
                 .zip(saliencies)
                 .zip(probabilities.chunks(width))
-            {
-                out.push(self.rationale(request, &words, probs));
-            }
-        }
-        Ok(out)
+                .map(|((&i, words), probs)| self.rationale(&requests[i], &words, probs))
+                .collect())
+        })
     }
 
     fn rationale(
@@ -186,7 +189,7 @@ impl<B: Backend> FindRationale for std::sync::Mutex<RationaleFinder<B>> {
             premise,
             label,
         };
-        Ok(finder.find(&[request], 1)?.remove(0))
+        Ok(finder.find(&[request], 1, &|_| {})?.remove(0))
     }
 }
 

@@ -190,11 +190,7 @@ pub fn train_infiller<B: Backend>(
         });
     }
     let bar = progress::items(requests.len() as u64, "rationales");
-    let mut rationales = Vec::with_capacity(requests.len());
-    for chunk in requests.chunks(16) {
-        rationales.extend(finder.find(chunk, 16)?);
-        bar.inc(chunk.len() as u64);
-    }
+    let rationales = finder.find(&requests, 16, &|n| bar.inc(n as u64))?;
     bar.finish_and_clear();
     let (keywords, guidance) = match &run.guidance {
         Some(guidance) => {
