@@ -6,6 +6,7 @@ use crate::common;
 use flipside_backend::compute::Cpu;
 use flipside_backend::models::load_encoder;
 use flipside_shared::batching::Sequential;
+use flipside_shared::data::Input;
 use flipside_shared::models::encoder::SentenceEncoder;
 use flipside_shared::models::int8::Kernel;
 use serde::Deserialize;
@@ -56,6 +57,16 @@ fn minilm_embeddings_match_the_numpy_reference_in_one_padded_batch() {
     let long = "superb ".repeat(2 * encoder.tokenizer.max_len());
     assert_eq!(
         encoder.tokenizer.count_text_tokens(&[&long]).unwrap(),
+        [encoder.tokenizer.max_len()]
+    );
+    // A pair past `max_len` is cut as its padded batch is (longest first, three special tokens).
+    let pair = Input::with_premise(Some(long.as_str()), "the acting was superb");
+    assert_eq!(
+        encoder.tokenizer.count_input_tokens(&[&pair]).unwrap(),
+        encoder.tokenizer.encode_inputs(&[&pair]).unwrap().lengths()
+    );
+    assert_eq!(
+        encoder.tokenizer.count_input_tokens(&[&pair]).unwrap(),
         [encoder.tokenizer.max_len()]
     );
 

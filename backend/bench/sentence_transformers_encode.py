@@ -33,16 +33,19 @@ def main():
     start = time.perf_counter()
     embeddings = model.encode(sentences, batch_size=batch, convert_to_numpy=True)
     seconds = time.perf_counter() - start  # encode() returns numpy: the GPU has finished
-    # Once more in batches sorted by token count, as Flipside batches (sentence-transformers
+    # Again in batches sorted by token count, as Flipside batches (sentence-transformers
     # sorts by characters, so its batches pad more): the ratio at equal padding.
     lengths = [len(ids) for ids in transformer.tokenizer(
         sentences, truncation=True, max_length=request["max_len"])["input_ids"]]
     order = sorted(range(len(sentences)), key=lambda i: -lengths[i])
-    start = time.perf_counter()
-    for first in range(0, len(order), batch):
-        model.encode([sentences[i] for i in order[first:first + batch]], batch_size=batch,
-                     convert_to_numpy=True)
-    token_sorted_seconds = time.perf_counter() - start
+    # Two passes, the second timed, as above (the lengths are counted before the timer; Flipside
+    # counts inside its timed pass).
+    for _ in range(2):
+        start = time.perf_counter()
+        for first in range(0, len(order), batch):
+            model.encode([sentences[i] for i in order[first:first + batch]], batch_size=batch,
+                         convert_to_numpy=True)
+        token_sorted_seconds = time.perf_counter() - start
     int8_seconds = None
     if request.get("int8") and request["device"] == "cpu":
         warnings.filterwarnings("ignore")  # torch.ao.quantization is deprecated, still shipped

@@ -97,7 +97,10 @@ impl<B: Backend> RationaleFinder<B> {
             .map(|r| Input::with_premise(r.premise, r.text))
             .collect();
         let refs: Vec<&Input> = inputs.iter().collect();
-        let lengths = self.classifier.tokenizer.count_input_tokens(&refs)?;
+        let lengths = self
+            .classifier
+            .tokenizer
+            .input_batch_lengths(&refs, batch_size)?;
         let width = self.classifier.config.labels.len();
         map_batches(&lengths, batch_size, &Sequential, |batch| {
             let batch_refs: Vec<&Input> = batch.iter().map(|&i| refs[i]).collect();

@@ -473,7 +473,8 @@ impl<B: Backend> TextClassifier<B> {
     }
 
     /// Label probabilities for any number of inputs (one row per input, in input order), in
-    /// batches sorted by token count; `on_batch` is called with the number of inputs done per batch.
+    /// batches sorted by token count; `on_batch` is called with the number of inputs done per
+    /// batch.
     pub fn predict(
         &self,
         inputs: &[&Input],
@@ -482,7 +483,7 @@ impl<B: Backend> TextClassifier<B> {
         on_batch: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Vec<f32>>, TokenizeError> {
         let width = self.config.labels.len();
-        let lengths = self.tokenizer.count_input_tokens(inputs)?;
+        let lengths = self.tokenizer.input_batch_lengths(inputs, batch_size)?;
         map_batches(&lengths, batch_size, executor, |batch| {
             let batch_inputs: Vec<&Input> = batch.iter().map(|&i| inputs[i]).collect();
             let probs = self.predict_batch(&batch_inputs)?;

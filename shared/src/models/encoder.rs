@@ -66,7 +66,8 @@ impl<B: Backend> SentenceEncoder<B> {
         Ok(l2_normalize(mean_pool(hidden, &input.attention_mask)))
     }
 
-    /// Embeds any number of texts in batches sorted by token count of `batch_size`, returning rows in
+    /// Embeds any number of texts in batches of `batch_size` sorted by token count, returning
+    /// rows in
     /// input order; `on_batch` is called with the number of texts done after each batch.
     pub fn embed_all(
         &self,
@@ -75,7 +76,7 @@ impl<B: Backend> SentenceEncoder<B> {
         executor: &impl BatchExecutor,
         on_batch: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Vec<f32>>, TokenizeError> {
-        let lengths = self.tokenizer.count_text_tokens(texts)?;
+        let lengths = self.tokenizer.text_batch_lengths(texts, batch_size)?;
         self.embed_batches(&lengths, batch_size, executor, on_batch, |batch| {
             let texts: Vec<&str> = batch.iter().map(|&i| texts[i]).collect();
             self.embed_batch(&texts)
@@ -90,7 +91,7 @@ impl<B: Backend> SentenceEncoder<B> {
         executor: &impl BatchExecutor,
         on_batch: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<Vec<f32>>, TokenizeError> {
-        let lengths = self.tokenizer.count_input_tokens(inputs)?;
+        let lengths = self.tokenizer.input_batch_lengths(inputs, batch_size)?;
         self.embed_batches(&lengths, batch_size, executor, on_batch, |batch| {
             let inputs: Vec<&Input> = batch.iter().map(|&i| inputs[i]).collect();
             self.embed_input_batch(&inputs)
