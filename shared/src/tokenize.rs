@@ -135,10 +135,7 @@ impl TextTokenizer {
         texts: &[&str],
         batch_size: usize,
     ) -> Result<Vec<usize>, TokenizeError> {
-        if texts.len() <= batch_size {
-            return Ok(vec![0; texts.len()]);
-        }
-        self.count_text_tokens(texts)
+        one_batch(texts.len(), batch_size).map_or_else(|| self.count_text_tokens(texts), Ok)
     }
 
     /// [`TextTokenizer::text_batch_lengths`] for dataset inputs, texts and pairs alike.
@@ -147,10 +144,7 @@ impl TextTokenizer {
         inputs: &[&Input],
         batch_size: usize,
     ) -> Result<Vec<usize>, TokenizeError> {
-        if inputs.len() <= batch_size {
-            return Ok(vec![0; inputs.len()]);
-        }
-        self.count_input_tokens(inputs)
+        one_batch(inputs.len(), batch_size).map_or_else(|| self.count_input_tokens(inputs), Ok)
     }
 
     fn count_tokens(&self, input: EncodeInput<'_>) -> Result<usize, TokenizeError> {
@@ -207,6 +201,11 @@ impl TextTokenizer {
         }
         Ok(out)
     }
+}
+
+/// Equal lengths for `count` inputs that fit in one batch of `batch_size`; `None` otherwise.
+fn one_batch(count: usize, batch_size: usize) -> Option<Vec<usize>> {
+    (count <= batch_size).then(|| vec![0; count])
 }
 
 /// A dataset input as the tokenizer takes it: a text, or a pair joined with `[SEP]`.
