@@ -454,6 +454,26 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         assert!((a - b).abs() < 1e-5, "{p0:?} vs {original:?}");
     }
     assert!(rows[1][0].as_f64().unwrap() > 0.5);
+    // More texts than one batch, of mixed lengths: each row is that text's own probabilities.
+    let texts: Vec<String> = (0..40)
+        .map(|i| format!("{text} {}", "A boring story. ".repeat(i % 7)))
+        .collect();
+    let scored = json_of(server.post("/classify", &json!({ "texts": texts })), 200);
+    let rows = scored["probabilities"].as_array().unwrap();
+    assert_eq!(rows.len(), texts.len());
+    let first = |i: usize| rows[i][0].as_f64().unwrap();
+    assert!(
+        (first(0) - first(6)).abs() > 1e-4,
+        "the lengths change the scores"
+    );
+    for i in [0, 5, 33, 39] {
+        let alone = json_of(server.post("/classify", &json!({"texts": [texts[i]]})), 200);
+        let (a, b) = (&rows[i], &alone["probabilities"][0]);
+        for j in 0..2 {
+            let (a, b) = (a[j].as_f64().unwrap(), b[j].as_f64().unwrap());
+            assert!((a - b).abs() < 1e-5, "text {i}: {a} vs {b}");
+        }
+    }
 
     // Bad requests: JSON errors with stable codes.
     let message = check_error(

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use anyhow::{Result, bail};
 use burn::tensor::backend::Backend;
+use flipside_shared::batching::Sequential;
 use flipside_shared::data::Input;
 use flipside_shared::metrics::argmax_rows;
 use flipside_shared::models::classifier::TextClassifier;
@@ -18,9 +19,13 @@ pub trait Classify: Send + Sync {
     /// Its label names, in output order.
     fn labels(&self) -> Vec<String>;
 
-    /// Label probabilities of `inputs` (one batch), one row per input.
+    /// Label probabilities of `inputs`, one row per input, in input order (computed in batches
+    /// of [`CLASSIFY_BATCH_SIZE`] sorted by token count, as `classifier eval` does).
     fn probabilities(&self, inputs: &[&Input]) -> Result<Vec<Vec<f32>>>;
 }
+
+/// Inputs per batch when [`Classify::probabilities`] is given many (the server's `/classify`).
+pub const CLASSIFY_BATCH_SIZE: usize = 32;
 
 impl<B: Backend> Classify for Mutex<TextClassifier<B>> {
     fn labels(&self) -> Vec<String> {
@@ -29,11 +34,7 @@ impl<B: Backend> Classify for Mutex<TextClassifier<B>> {
 
     fn probabilities(&self, inputs: &[&Input]) -> Result<Vec<Vec<f32>>> {
         let classifier = self.lock().unwrap();
-        let flat = classifier.predict_batch(inputs)?;
-        Ok(flat
-            .chunks(classifier.config.labels.len())
-            .map(<[f32]>::to_vec)
-            .collect())
+        Ok(classifier.predict(inputs, CLASSIFY_BATCH_SIZE, &Sequential, &|_| {})?)
     }
 }
 
