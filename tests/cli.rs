@@ -404,6 +404,26 @@ fn training_resumes_exactly_after_a_pause_or_a_kill() {
     let err = failure(train_command(&csv, &other).args(["--weight-decay", "0.02"]));
     assert!(err.contains("a different training run"), "{err}");
 
+    // Batches of similar length: another order than the shuffle's, recorded, and resumed
+    // exactly too; a shuffled run's record has no such field (as before the option existed).
+    let by_length = |out: &Path| {
+        let mut command = train_command(&csv, out);
+        command.args(["--batch-order", "by-length"]);
+        command
+    };
+    let record = |dir: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(dir.join("training.json")).unwrap()).unwrap()
+    };
+    let grouped = dir.path().join("by-length");
+    success(&mut by_length(&grouped));
+    assert!(weights(&grouped) != reference);
+    assert_eq!(record(&grouped)["config"]["batch_order"], "by-length");
+    assert!(record(&straight)["config"].get("batch_order").is_none());
+    let grouped_paused = dir.path().join("by-length-paused");
+    success(by_length(&grouped_paused).args(["--pause-after", "5"]));
+    success(&mut by_length(&grouped_paused));
+    assert!(weights(&grouped_paused) == weights(&grouped));
+
     // Running a finished job again reuses its model; another job may not overwrite it.
     let out = success(&mut train_command(&csv, &straight));
     assert!(out.contains("steps    12"), "{out}");

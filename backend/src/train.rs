@@ -18,7 +18,7 @@ use burn::optim::{GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use flipside_shared::data::{Dataset, Example, stable_hash};
+use flipside_shared::data::{Dataset, Example, Input, stable_hash};
 use flipside_shared::metrics::{accuracy, argmax_rows};
 use flipside_shared::models::bf16::{Bf16Kernel, Bf16Training};
 use flipside_shared::models::classifier::{
@@ -65,6 +65,30 @@ pub struct TrainConfig {
     /// Multiply the encoder's linear layers (forward and gradients) in bf16 with AMX or AVX-512
     /// BF16, summing in f32 ([`flipside_shared::models::bf16`]); CPU only. The weights then depend on the CPU.
     pub bf16: bool,
+    /// How a classifier's training examples are put into batches. (Dis-AE's training always
+    /// groups by length; the other objectives shuffle.) Records written before this option
+    /// existed were shuffled.
+    #[serde(default, skip_serializing_if = "BatchOrder::is_shuffled")]
+    pub batch_order: BatchOrder,
+}
+
+/// How a classifier's training examples are put into batches in each epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatchOrder {
+    /// A seeded shuffle of all examples, cut into batches.
+    #[default]
+    Shuffled,
+    /// Examples of similar token counts batched together (less padding, faster on short and
+    /// mixed-length texts): the seeded shuffle sorted by length within runs of 50 batches,
+    /// then the batches shuffled.
+    ByLength,
+}
+
+impl BatchOrder {
+    fn is_shuffled(&self) -> bool {
+        *self == BatchOrder::Shuffled
+    }
 }
 
 /// Which head a trained classifier gets.
@@ -93,6 +117,7 @@ impl Default for TrainConfig {
             checkpoint_every: 50,
             head: Head::HfPooler,
             bf16: false,
+            batch_order: BatchOrder::Shuffled,
         }
     }
 }
@@ -515,9 +540,16 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Resu
     }
     let _bf16 = bf16_training::<B>(config)?;
     let files = BertFiles::read(run.encoder_dir)?;
+    let tokenizer = files.tokenizer(config.max_len)?;
+    let inputs: Vec<&Input> = run.train.examples.iter().map(|e| &e.input).collect();
+    let lengths = match config.batch_order {
+        BatchOrder::Shuffled => None,
+        BatchOrder::ByLength => Some(tokenizer.count_input_tokens(&inputs)?),
+    };
     let objective = ClassifierObjective {
         train: run.train,
-        tokenizer: files.tokenizer(config.max_len)?,
+        lengths,
+        tokenizer,
         model_config: classifier_config(&files, run.train, config)?,
         files: &files,
     };
@@ -605,6 +637,8 @@ pub fn run_training<B: AutodiffBackend, O: Objective<B>>(
 /// Cross-entropy of a sequence classifier on labelled examples.
 struct ClassifierObjective<'a> {
     train: &'a Dataset,
+    /// Each example's token count, when batches group examples of similar length.
+    lengths: Option<Vec<usize>>,
     tokenizer: TextTokenizer,
     model_config: ClassifierConfig,
     files: &'a BertFiles,
@@ -628,6 +662,10 @@ impl<B: AutodiffBackend> Objective<B> for ClassifierObjective<'_> {
 
     fn skeleton(&self, device: &B::Device) -> Self::Model {
         self.model_config.init::<B>(device)
+    }
+
+    fn lengths(&self) -> Option<Vec<usize>> {
+        self.lengths.clone()
     }
 
     fn loss(

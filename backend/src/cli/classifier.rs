@@ -16,7 +16,7 @@ use crate::explain::{explain, print_explanation};
 use crate::home::Home;
 use crate::models::{DEFAULT_ENCODER, load_classifier, resolve_model_dir};
 use crate::train::{
-    Evaluation, TrainConfig, TrainOutcome, TrainRun, evaluate_dir, train_classifier,
+    BatchOrder, Evaluation, TrainConfig, TrainOutcome, TrainRun, evaluate_dir, train_classifier,
 };
 use crate::with_backend;
 
@@ -97,6 +97,10 @@ pub struct TrainConfigArgs {
     /// with AMX-BF16 or AVX-512 BF16, and the weights then depend on the CPU
     #[arg(long)]
     pub bf16: bool,
+    /// How examples are batched: `shuffled`, or `by-length` (examples of similar length
+    /// together: less padding, faster on short and mixed-length texts)
+    #[arg(long, value_enum, default_value_t = TrainConfig::default().batch_order)]
+    pub batch_order: BatchOrder,
 }
 
 impl TrainConfigArgs {
@@ -114,6 +118,7 @@ impl TrainConfigArgs {
             checkpoint_every: self.checkpoint_every,
             head: TrainConfig::default().head,
             bf16: self.bf16,
+            batch_order: self.batch_order,
         }
     }
 }

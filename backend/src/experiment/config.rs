@@ -440,4 +440,19 @@ mod tests {
         }
         assert!(checked >= 3, "{checked} files in {}", dir.display());
     }
+
+    #[test]
+    fn the_batch_order_is_shuffled_unless_the_model_table_says_by_length() {
+        use crate::train::BatchOrder;
+        let model = |text: &str| {
+            toml::from_str::<ModelConfig>(text)
+                .unwrap()
+                .train
+                .batch_order
+        };
+        assert_eq!(model("kind = \"fine-tune\""), BatchOrder::Shuffled);
+        let by_length = "kind = \"fine-tune\"\nbatch_order = \"by-length\"";
+        assert_eq!(model(by_length), BatchOrder::ByLength);
+        assert!(toml::from_str::<ModelConfig>("batch_order = \"sorted\"").is_err());
+    }
 }
