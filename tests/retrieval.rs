@@ -299,6 +299,9 @@ fn a_trained_retriever_indexes_searches_and_is_evaluated_against_minilm() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds this model"));
     let error = failure(&mut train(&["--lr", "1e-3"]));
     assert!(error.contains("different training run"), "{error}");
+    // Its negatives are the rest of a shuffled batch: no batches by length.
+    let error = failure(&mut train(&["--batch-order", "by-length"]));
+    assert!(error.contains("CF-DPR's negatives"), "{error}");
 
     // The trained document encoder gets its own index; the MiniLM index stays valid.
     success(in_corpus(&corpus, &["index", "build", "--encoder"]).arg(&out));

@@ -309,9 +309,10 @@ pub trait Objective<B: AutodiffBackend> {
         None
     }
     /// Each item's length (tokens): when given, batches hold items of similar length, so
-    /// padding costs less (see [`bucketed_order`]).
-    fn lengths(&self) -> Option<Vec<usize>> {
-        None
+    /// padding costs less (see [`bucketed_order`]). Asked once per run, after a finished run
+    /// was looked for.
+    fn lengths(&self) -> Result<Option<Vec<usize>>> {
+        Ok(None)
     }
 }
 
@@ -379,7 +380,7 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
     let started = Instant::now();
     let seconds_before = record.train_seconds;
     let pause_at = pause_after.map(|n| record.step + n);
-    let lengths = objective.lengths();
+    let lengths = objective.lengths()?;
     let order_of = |epoch: usize| match &lengths {
         Some(lengths) => bucketed_order(lengths, config.batch_size, config.seed, epoch),
         None => epoch_order(objective.items(), config.seed, epoch),
@@ -540,16 +541,10 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Resu
     }
     let _bf16 = bf16_training::<B>(config)?;
     let files = BertFiles::read(run.encoder_dir)?;
-    let tokenizer = files.tokenizer(config.max_len)?;
-    let inputs: Vec<&Input> = run.train.examples.iter().map(|e| &e.input).collect();
-    let lengths = match config.batch_order {
-        BatchOrder::Shuffled => None,
-        BatchOrder::ByLength => Some(tokenizer.count_input_tokens(&inputs)?),
-    };
     let objective = ClassifierObjective {
         train: run.train,
-        lengths,
-        tokenizer,
+        batch_order: config.batch_order,
+        tokenizer: files.tokenizer(config.max_len)?,
         model_config: classifier_config(&files, run.train, config)?,
         files: &files,
     };
@@ -637,8 +632,7 @@ pub fn run_training<B: AutodiffBackend, O: Objective<B>>(
 /// Cross-entropy of a sequence classifier on labelled examples.
 struct ClassifierObjective<'a> {
     train: &'a Dataset,
-    /// Each example's token count, when batches group examples of similar length.
-    lengths: Option<Vec<usize>>,
+    batch_order: BatchOrder,
     tokenizer: TextTokenizer,
     model_config: ClassifierConfig,
     files: &'a BertFiles,
@@ -664,8 +658,14 @@ impl<B: AutodiffBackend> Objective<B> for ClassifierObjective<'_> {
         self.model_config.init::<B>(device)
     }
 
-    fn lengths(&self) -> Option<Vec<usize>> {
-        self.lengths.clone()
+    fn lengths(&self) -> Result<Option<Vec<usize>>> {
+        Ok(match self.batch_order {
+            BatchOrder::Shuffled => None,
+            BatchOrder::ByLength => {
+                let inputs: Vec<&Input> = self.train.examples.iter().map(|e| &e.input).collect();
+                Some(self.tokenizer.count_input_tokens(&inputs)?)
+            }
+        })
     }
 
     fn loss(

@@ -69,6 +69,10 @@ pub struct ModelConfig {
     pub encoder: String,
     #[serde(flatten)]
     pub train: TrainConfig,
+    /// Keys that are none of the above (refused by [`ModelConfig::check`]: a misspelt option
+    /// would otherwise be ignored).
+    #[serde(flatten, skip_serializing)]
+    pub unknown: BTreeMap<String, toml::Value>,
 }
 
 impl Default for ModelConfig {
@@ -77,11 +81,24 @@ impl Default for ModelConfig {
             kind: ModelKind::default(),
             encoder: DEFAULT_ENCODER.into(),
             train: TrainConfig::default(),
+            unknown: BTreeMap::new(),
         }
     }
 }
 
 impl ModelConfig {
+    /// Refuses keys that are not options of the model.
+    pub fn check(&self) -> Result<()> {
+        if !self.unknown.is_empty() {
+            let keys: Vec<&str> = self.unknown.keys().map(String::as_str).collect();
+            bail!(
+                "[model] has unknown keys {keys:?}: its keys are `kind`, `encoder` and \
+                 `classifier train`'s options in snake_case (e.g. max_len, batch_order)"
+            );
+        }
+        Ok(())
+    }
+
     /// The training hyper-parameters of one seed's unit.
     pub fn train_config(&self, seed: u64) -> TrainConfig {
         TrainConfig {
@@ -264,6 +281,7 @@ impl ExperimentConfig {
 
     /// Checks what can be checked without reading data.
     pub fn validate(&self) -> Result<()> {
+        self.model.check()?;
         if self.seeds.is_empty() {
             bail!("no seeds: give at least one (three or more for a significance test)");
         }
@@ -454,5 +472,15 @@ mod tests {
         let by_length = "kind = \"fine-tune\"\nbatch_order = \"by-length\"";
         assert_eq!(model(by_length), BatchOrder::ByLength);
         assert!(toml::from_str::<ModelConfig>("batch_order = \"sorted\"").is_err());
+        // The CLI's spelling is not a key: refused, not ignored.
+        let misspelt: ModelConfig = toml::from_str("batch-order = \"by-length\"").unwrap();
+        let message = misspelt.check().unwrap_err().to_string();
+        assert!(message.contains("batch-order"), "{message}");
+        assert!(
+            toml::from_str::<ModelConfig>(by_length)
+                .unwrap()
+                .check()
+                .is_ok()
+        );
     }
 }

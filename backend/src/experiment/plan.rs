@@ -714,6 +714,9 @@ mod tests {
         let mut kind = config.clone();
         kind.model.kind = ModelKind::Bow;
         changed.push(unit_key(&kind, &train, 1, Some("enc")).unwrap());
+        let mut grouped = config.clone();
+        grouped.model.train.batch_order = crate::train::BatchOrder::ByLength;
+        changed.push(unit_key(&grouped, &train, 1, Some("enc")).unwrap());
         for other in &changed {
             assert_ne!(&key, other);
         }

@@ -120,14 +120,14 @@ impl<B: AutodiffBackend> Objective<B> for DisAeObjective {
         self.config.init(device)
     }
 
-    fn lengths(&self) -> Option<Vec<usize>> {
-        Some(match &self.data {
+    fn lengths(&self) -> Result<Option<Vec<usize>>> {
+        Ok(Some(match &self.data {
             DisAeData::Texts(texts) => texts.iter().map(|t| t.ids.len()).collect(),
             DisAeData::Pairs(pairs) => pairs
                 .iter()
                 .map(|(a, b)| a.ids.len().max(b.ids.len()))
                 .collect(),
-        })
+        }))
     }
 
     fn loss(

@@ -19,8 +19,7 @@ pub trait Classify: Send + Sync {
     /// Its label names, in output order.
     fn labels(&self) -> Vec<String>;
 
-    /// Label probabilities of `inputs`, one row per input, in input order (computed in batches
-    /// of [`CLASSIFY_BATCH_SIZE`] sorted by token count, as `classifier eval` does).
+    /// Label probabilities of `inputs`, one row per input, in input order.
     fn probabilities(&self, inputs: &[&Input]) -> Result<Vec<Vec<f32>>>;
 }
 
@@ -32,6 +31,7 @@ impl<B: Backend> Classify for Mutex<TextClassifier<B>> {
         self.lock().unwrap().config.labels.clone()
     }
 
+    /// In batches of [`CLASSIFY_BATCH_SIZE`] sorted by token count, as `classifier eval` runs.
     fn probabilities(&self, inputs: &[&Input]) -> Result<Vec<Vec<f32>>> {
         let classifier = self.lock().unwrap();
         Ok(classifier.predict(inputs, CLASSIFY_BATCH_SIZE, &Sequential, &|_| {})?)

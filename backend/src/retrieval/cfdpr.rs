@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::encoders::{RETRIEVER_FILE, RetrieverLayout};
 use crate::compute::Compute;
 use crate::models::{BertFiles, write_atomic};
-use crate::train::{Objective, TrainConfig, TrainOutcome, TrainRecord, run_training};
+use crate::train::{BatchOrder, Objective, TrainConfig, TrainOutcome, TrainRecord, run_training};
 
 /// The seed pairs printed in the CORE and LASS papers (CORE Table 11; LASS Appendix D and
 /// Table 5): human-written or human-checked minimal sentiment flips of reviews.
@@ -227,6 +227,12 @@ pub fn train_retriever<B: Backend>(
     }
     if run.config.batch_size < 2 {
         bail!("--batch-size must be at least 2: the other items of a batch are the negatives");
+    }
+    if run.config.batch_order != BatchOrder::Shuffled {
+        bail!(
+            "--batch-order by-length is for classifiers and re-rankers: CF-DPR's negatives are \
+             the other pairs of a batch, which stay shuffled"
+        );
     }
     let files = BertFiles::read(run.encoder_dir)?;
     let objective = DprObjective {

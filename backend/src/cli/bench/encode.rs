@@ -164,14 +164,26 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
             rate(&ours) / rate(&reference.token_sorted),
         );
         for (kernel, int8) in kernels.iter().zip(&int8s) {
-            let against_int8 = match (&reference.int8, &reference.int8_token_sorted) {
-                (Some(theirs), Some(sorted)) => format!(
-                    ", {:.2}x its dynamic int8 ({:.2}x in batches sorted by tokens)",
-                    rate(int8) / rate(theirs),
-                    rate(int8) / rate(sorted)
-                ),
-                _ => String::new(),
-            };
+            let sorted = reference
+                .int8_token_sorted
+                .as_ref()
+                .map(|sorted| {
+                    format!(
+                        " ({:.2}x in batches sorted by tokens)",
+                        rate(int8) / rate(sorted)
+                    )
+                })
+                .unwrap_or_default();
+            let against_int8 = reference
+                .int8
+                .as_ref()
+                .map(|theirs| {
+                    format!(
+                        ", {:.2}x its dynamic int8{sorted}",
+                        rate(int8) / rate(theirs)
+                    )
+                })
+                .unwrap_or_default();
             println!(
                 "ratio flipside int8 ({}) / sentence-transformers: {:.2}x PyTorch's f32{against_int8}",
                 kernel.name(),
