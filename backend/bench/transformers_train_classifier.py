@@ -5,7 +5,8 @@ Reads a JSON request on stdin: {"model_dir", "texts", "labels" (ids), "num_label
 "device", "seed", "autocast_bf16"}, fine-tunes BertForSequenceClassification (pooler over [CLS], then a linear
 layer: Flipside's default head) as `flipside classifier train` does: AdamW with weight decay on
 every parameter, linear warm-up and decay, gradient clipping; step i trains on the i-th
-`batch_size` texts, padded to the longest. With "autocast_bf16" the forward pass runs under
+`batch_size` texts, padded to the longest (the caller hands the texts over in the order of the
+batches to train). With "autocast_bf16" the forward pass runs under
 `torch.autocast("cpu", torch.bfloat16)` (linear layers and matrix products in bf16, weights and
 optimizer in f32). The first step is a warm-up and is not timed. Prints a JSON result on stdout.
 """

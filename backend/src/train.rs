@@ -143,6 +143,20 @@ fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
     order
 }
 
+/// The order in which `items` training items are trained in `epoch` (`config.batch_size` at a
+/// time): in batches of similar `lengths` when given ([`bucketed_order`]), else shuffled.
+pub fn training_order(
+    config: &TrainConfig,
+    items: usize,
+    lengths: Option<&[usize]>,
+    epoch: usize,
+) -> Vec<usize> {
+    match lengths {
+        Some(lengths) => bucketed_order(lengths, config.batch_size, config.seed, epoch),
+        None => epoch_order(items, config.seed, epoch),
+    }
+}
+
 /// Batches per length bucket: the shuffled items are cut into runs of this many batches, each
 /// run sorted by length.
 const BUCKET_BATCHES: usize = 50;
@@ -381,10 +395,8 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
     let seconds_before = record.train_seconds;
     let pause_at = pause_after.map(|n| record.step + n);
     let lengths = objective.lengths()?;
-    let order_of = |epoch: usize| match &lengths {
-        Some(lengths) => bucketed_order(lengths, config.batch_size, config.seed, epoch),
-        None => epoch_order(objective.items(), config.seed, epoch),
-    };
+    let order_of =
+        |epoch: usize| training_order(&config, objective.items(), lengths.as_deref(), epoch);
     let mut order = order_of(record.step / steps_per_epoch);
 
     while record.step < total && pause_at != Some(record.step) {
