@@ -67,8 +67,7 @@ impl<B: Backend> SentenceEncoder<B> {
     }
 
     /// Embeds any number of texts in batches of `batch_size` sorted by token count, returning
-    /// rows in
-    /// input order; `on_batch` is called with the number of texts done after each batch.
+    /// rows in input order; `on_batch` is called with the number of texts done after each batch.
     pub fn embed_all(
         &self,
         texts: &[&str],
