@@ -13,7 +13,7 @@ use flipside_backend::models::{compact_model_dir, load_classifier};
 use flipside_backend::server::demo::{CLASSIFIER_BITS, DIS_AE_BITS};
 use flipside_shared::data::Input;
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::models::int8::{Kernel, page_parity_digest};
 
 use serde_json::json;
 
@@ -34,7 +34,8 @@ const SCORED: &str = "The film was wonderful and the cast superb.";
 
 /// The native classifier's probabilities for [`SCORED`], as JSON for the browser test: in f32
 /// (WebGPU's) and with the encoder in int8 as the page's CPU backend computes it with each of its
-/// kernels (relaxed SIMD's and SIMD128's integer sums, here one at a time), by kernel name.
+/// kernels (relaxed SIMD's and SIMD128's integer sums, here one at a time), by kernel name, with
+/// the digest of each kernel's products that the page must reproduce exactly.
 fn native_score(classifier: &Path) -> String {
     let classifier = load_classifier::<Cpu>(classifier, &Default::default()).unwrap();
     let input = Input::Text {
@@ -56,7 +57,11 @@ fn native_score(classifier: &Path) -> String {
                 .as_str()
                 .unwrap()
                 .into(),
-            json!({"probabilities": int8_probabilities, "vs_f32": int8_vs_f32}),
+            json!({
+                "probabilities": int8_probabilities,
+                "vs_f32": int8_vs_f32,
+                "parity": page_parity_digest(kernel).expect("the page's kernels run natively"),
+            }),
         );
     }
     json!({

@@ -8,7 +8,9 @@
 //! The URL query `?backend=cpu` or `?backend=webgpu` forces a backend, `?int8=simd128` the
 //! SIMD128 kernel. Once loaded, the classifier is also callable from JavaScript (for tests and
 //! benchmarks): `window.flipsideScore(text)` resolves to
-//! `{probabilities, labels, backend, int8, millis}` (`int8`: the kernel's name or null), and
+//! `{probabilities, labels, backend, int8, millis}` (`int8`: the kernel's name or null),
+//! `window.flipsideInt8Parity()` returns `{kernel, digest}` (`int8::page_parity_digest` of its
+//! int8 kernel, which native computes alike), and
 //! `window.flipsideScoringReady` becomes `true` (or `window.flipsideScoringError` is set).
 
 use std::cell::RefCell;
@@ -20,7 +22,7 @@ use burn::tensor::backend::Backend;
 use flipside_shared::data::Input;
 use flipside_shared::models::CheckpointFiles;
 use flipside_shared::models::classifier::TextClassifier;
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::models::int8::{Kernel, page_parity_digest};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use serde::Serialize;
@@ -320,6 +322,14 @@ fn register_js_hook() {
     set_window_property("flipsideScore", score.as_ref());
     // The hook lives as long as the page.
     score.forget();
+    let parity = Closure::<dyn Fn() -> JsValue>::new(|| {
+        let kernel = scorer().and_then(|scorer| scorer.int8_kernel());
+        let digest = kernel.and_then(page_parity_digest);
+        let json = serde_json::json!({ "kernel": kernel, "digest": digest });
+        js_sys::JSON::parse(&json.to_string()).unwrap_or(JsValue::NULL)
+    });
+    set_window_property("flipsideInt8Parity", parity.as_ref());
+    parity.forget();
     set_window_property("flipsideScoringReady", &JsValue::TRUE);
 }
 

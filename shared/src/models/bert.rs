@@ -19,6 +19,7 @@ use super::gelu::gelu;
 use super::heads::{merge_heads, split_heads};
 use super::int8::{Int8Copy, Kernel};
 use super::layer_norm::layer_norm;
+use super::portable;
 use super::softmax::masked_softmax_last;
 
 /// BERT's renames between Hugging Face keys and the field names below.
@@ -198,6 +199,7 @@ impl<B: Backend> BertModel<B> {
             layer.intermediate.int8 = copy(&layer.intermediate.dense);
             layer.output.int8 = copy(&layer.output.dense);
         }
+        self.embeddings.portable = self.int8_kernel().is_some_and(Kernel::portable);
         self
     }
 
@@ -237,6 +239,10 @@ pub struct BertEmbeddings<B: Backend> {
     pub layer_norm_eps: f64,
     pub dropout: Dropout,
     pub position_offset: usize,
+    /// Whether the encoder's int8 copies use the page's kernels, with which the LayerNorm is
+    /// [`portable`]'s ([`BertModel::with_int8_copies`] sets it).
+    #[module(skip)]
+    pub portable: bool,
 }
 
 impl<B: Backend> BertEmbeddings<B> {
@@ -251,6 +257,7 @@ impl<B: Backend> BertEmbeddings<B> {
             layer_norm_eps: config.layer_norm_eps,
             dropout: config.hidden_dropout(),
             position_offset: config.position_offset,
+            portable: false,
         }
     }
 
@@ -265,7 +272,11 @@ impl<B: Backend> BertEmbeddings<B> {
         if let Some(token_types) = &self.token_type_embeddings {
             embedded = embedded + token_types.forward(token_type_ids);
         }
-        let normalised = layer_norm(&self.layer_norm, self.layer_norm_eps, embedded);
+        let normalised = if self.portable {
+            portable::layer_norm(&self.layer_norm, self.layer_norm_eps, embedded)
+        } else {
+            layer_norm(&self.layer_norm, self.layer_norm_eps, embedded)
+        };
         dropout(&self.dropout, normalised)
     }
 }
@@ -385,12 +396,17 @@ impl<B: Backend> BertSelfAttention<B> {
 
     fn forward(&self, hidden: Tensor<B, 3>, padding: &Tensor<B, 4, Bool>) -> Tensor<B, 3> {
         let head_dim = hidden.dims()[2] / self.num_heads;
-        let heads = |x: Tensor<B, 3>| split_heads(x, self.num_heads);
         let [query_int8, key_int8, value_int8] = &self.int8;
-        let query = heads(per_token(&self.query, query_int8, hidden.clone()));
-        let key = heads(per_token(&self.key, key_int8, hidden.clone()));
-        let value = heads(per_token(&self.value, value_int8, hidden));
+        let query = per_token(&self.query, query_int8, hidden.clone());
+        let key = per_token(&self.key, key_int8, hidden.clone());
+        let value = per_token(&self.value, value_int8, hidden);
+        if query_int8.portable() {
+            let divisor = (head_dim as f32).sqrt();
+            return portable::attention(query, key, value, self.num_heads, divisor, padding);
+        }
 
+        let heads = |x: Tensor<B, 3>| split_heads(x, self.num_heads);
+        let (query, key, value) = (heads(query), heads(key), heads(value));
         let scores = batched_matmul(query, key.transpose());
         let probs = masked_softmax_last(scores, (head_dim as f64).sqrt(), padding.clone());
         let probs = dropout(&self.dropout, probs);
@@ -457,6 +473,13 @@ impl<B: Backend> BertOutput<B> {
             &self.dropout,
             per_token(&self.dense, &self.int8, intermediate),
         );
+        if self.int8.portable() {
+            return portable::layer_norm(
+                &self.layer_norm,
+                self.layer_norm_eps,
+                projected + residual,
+            );
+        }
         layer_norm(&self.layer_norm, self.layer_norm_eps, projected + residual)
     }
 }

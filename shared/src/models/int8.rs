@@ -25,6 +25,8 @@ use burn::nn::Linear;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 
+use crate::random::SplitMix64;
+
 /// Output columns per panel: two 16-lane `i32` vectors.
 const PANEL: usize = 32;
 /// Rows multiplied together by the VNNI and AVX2 kernels: 12 × 2 accumulators, each weight
@@ -132,8 +134,14 @@ impl Kernel {
     /// Whether layers can be packed for `self` here: the kernels this CPU runs, and off
     /// WebAssembly the page's too (as plain integer loops, slow but the same numbers).
     pub fn runs_here(self) -> bool {
-        let page_kernel = matches!(self, Self::Simd128 | Self::RelaxedSimd);
-        (page_kernel && !cfg!(target_arch = "wasm32")) || Self::available().contains(&self)
+        (self.portable() && !cfg!(target_arch = "wasm32")) || Self::available().contains(&self)
+    }
+
+    /// Whether this is one of the page's kernels, whose products are the same bits on every CPU
+    /// and in the page, and with which the encoder takes the same f32 steps everywhere too
+    /// ([`portable`](super::portable)), so that native reproduces the page's numbers exactly.
+    pub fn portable(self) -> bool {
+        matches!(self, Self::Simd128 | Self::RelaxedSimd)
     }
 
     /// The kernel to encode with on this CPU ([`Self::preferred`] of [`Self::available`]); in
@@ -177,7 +185,7 @@ impl Kernel {
     /// `mul_add` would call a software one; off WebAssembly too, so that its numbers are the
     /// page's).
     fn fused(self) -> bool {
-        !matches!(self, Self::Simd128 | Self::RelaxedSimd)
+        !self.portable()
     }
 
     /// The largest quantised activation.
@@ -436,6 +444,71 @@ impl Int8Linear {
     }
 }
 
+/// A pseudo-random layer and rows for checking products, with shapes off every multiple of the
+/// kernels' tiles: more rows than one task (and a partial tile), inputs in a partial group of 4,
+/// outputs in a partial panel; activations skewed like a GELU's output, so that rows get
+/// different zero points.
+pub struct ProductCase {
+    pub rows: usize,
+    pub inputs: usize,
+    pub outputs: usize,
+    /// `rows × inputs`.
+    pub x: Vec<f32>,
+    /// `inputs × outputs` (burn's `Linear` layout).
+    pub weight: Vec<f32>,
+    pub bias: Vec<f32>,
+}
+
+impl ProductCase {
+    /// The case for `seed`.
+    pub fn new(seed: u64) -> Self {
+        let (rows, inputs, outputs) = (110, 37, 45);
+        let x = SplitMix64(seed)
+            .centred_f32s(rows * inputs, 4.0)
+            .into_iter()
+            .map(|v| v.max(-0.2))
+            .collect();
+        Self {
+            rows,
+            inputs,
+            outputs,
+            x,
+            weight: SplitMix64(seed + 1).centred_f32s(inputs * outputs, 0.5),
+            bias: SplitMix64(seed + 2).centred_f32s(outputs, 1.0),
+        }
+    }
+
+    /// The products with `kernel`, if it runs here ([`Kernel::runs_here`]).
+    pub fn products(&self, kernel: Kernel) -> Option<Vec<f32>> {
+        let layer = Int8Linear::new(
+            &self.weight,
+            self.inputs,
+            self.outputs,
+            Some(&self.bias),
+            kernel,
+        )?;
+        Some(layer.forward(&self.x, self.rows))
+    }
+}
+
+/// A digest of the products of two [`ProductCase`]s with one of the page's kernels (`None`
+/// where the kernel does not run here), which the page and native compute alike on every CPU:
+/// both quantise with the same rounded products and sums (no fused multiply-add), sum exactly
+/// in integers and scale back with the same roundings. The browser test compares the page's
+/// digest with native's: the same digest, the same bits.
+pub fn page_parity_digest(kernel: Kernel) -> Option<String> {
+    // FNV-1a over the products' bits.
+    let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
+    for seed in [1, 11] {
+        for value in ProductCase::new(seed).products(kernel)? {
+            for byte in value.to_bits().to_le_bytes() {
+                digest = (digest ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    Some(format!("{digest:016x}"))
+}
+
 /// A burn `Linear`'s int8 copy ([`Int8Linear`]), used while the layer still holds the very
 /// weights it was made from: a layer trained or loaded since falls back to f32 by itself.
 /// Empty (`Default`) until [`Int8Copy::of`] fills it, and where it cannot (off Flex).
@@ -491,6 +564,11 @@ impl Int8Copy {
     /// The kernel of the int8 weights this copy holds, if it holds any.
     pub fn kernel(&self) -> Option<Kernel> {
         self.0.as_ref().map(|copy| copy.layer.kernel)
+    }
+
+    /// Whether the copy multiplies with one of the page's kernels ([`Kernel::portable`]).
+    pub fn portable(&self) -> bool {
+        self.kernel().is_some_and(Kernel::portable)
     }
 
     /// `linear`'s output for `x` (`[rows, inputs]`) computed in int8, or `x` back when this copy
@@ -1181,17 +1259,9 @@ mod tests {
             Kernel::available().contains(&Kernel::Avx2),
             "an x86-64-v3 build runs on AVX2"
         );
-        // Shapes off every multiple: 110 rows (two tasks, a partial tile), 37 inputs (a partial
-        // group), 45 outputs (a partial panel); activations skewed like a GELU's output.
-        let (rows, k, n) = (110, 37, 45);
-        let x: Vec<f32> = SplitMix64(1)
-            .centred_f32s(rows * k, 4.0)
-            .iter()
-            .map(|v| v.max(-0.2))
-            .collect();
-        let w = SplitMix64(2).centred_f32s(k * n, 0.5);
-        let b = SplitMix64(3).centred_f32s(n, 1.0);
-        let expected = f32_product(&x, &w, &b, rows, k, n);
+        let case = ProductCase::new(1);
+        let (x, w, b) = (&case.x, &case.weight, &case.bias);
+        let expected = f32_product(x, w, b, case.rows, case.inputs, case.outputs);
         let scale = expected.iter().map(|v| v.abs()).fold(0f32, f32::max);
         assert!(Kernel::Amx.same_results(Kernel::Vnni) && !Kernel::Vnni.same_results(Kernel::Avx2));
         let page_kernels = [Kernel::Simd128, Kernel::RelaxedSimd];
@@ -1203,8 +1273,7 @@ mod tests {
         // The page's kernels too (here their plain loops): the numbers the page is checked
         // against.
         for kernel in Kernel::available().into_iter().chain(page_kernels) {
-            let layer = Int8Linear::new(&w, k, n, Some(&b), kernel).unwrap();
-            let got = layer.forward(&x, rows);
+            let got = case.products(kernel).unwrap();
             // AMX and VNNI sum the same integer products: the same numbers, bit for bit;
             // SIMD128 too (relaxed SIMD as AVX2, in 7 bits), but scales them with products and
             // sums rounded separately.

@@ -23,6 +23,7 @@ pub mod int8;
 pub mod layer_norm;
 pub mod lstm;
 pub mod pooling;
+pub mod portable;
 pub mod search;
 pub mod sequence_loss;
 pub mod softmax;
