@@ -96,6 +96,12 @@ install_chromium() {
   apt_install "the browser tests run it headless" chromium
 }
 
+# The CPU test (tests/cpus.rs) runs flipside on an emulated CPU without AVX-512 (QEMU's user mode).
+install_qemu_user() {
+  command -v qemu-x86_64 >/dev/null 2>&1 && return
+  apt_install "the CPU test emulates a CPU without AVX-512" qemu-user
+}
+
 # The server's Postgres test starts a throwaway cluster with Debian's postgresql binaries.
 install_postgres() {
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return

@@ -8,6 +8,7 @@ mod common;
 mod browser;
 mod checkpoint;
 mod cli;
+mod cpus;
 mod encoder_parity;
 mod experiment;
 mod faults;

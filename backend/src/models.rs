@@ -134,7 +134,9 @@ pub fn int8_where_possible<B: Backend>(
         Some(kernel) => model.with_int8_copies(kernel),
         None => model,
     };
-    if model.int8_kernel().is_none() {
+    if let Some(kernel) = model.int8_kernel() {
+        tracing::info!("multiplying in int8 with the {} kernel", kernel.name());
+    } else {
         tracing::warn!(
             "int8 needs the CPU backend on a CPU with AMX, AVX-512 VNNI, or AVX2 without \
              AVX-512: computing in f32"

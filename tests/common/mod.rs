@@ -190,7 +190,7 @@ pub fn minilm_classifier<B: Backend>(
 pub const MODEL: &str = "smollm2-135m";
 
 /// Helper sentences for the corpus.
-const CORPUS: &str = "\
+pub const CORPUS: &str = "\
 The acting was wooden and the plot made no sense.
 What a delight this film is, the cast is superb.
 A dull, lifeless script with boring explosions.

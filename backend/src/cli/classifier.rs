@@ -14,7 +14,7 @@ use crate::compare::{CompareConfig, compare, print_table};
 use crate::compute::{Compute, DeviceChoice};
 use crate::explain::{explain, print_explanation};
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, load_classifier, resolve_model_dir};
+use crate::models::{DEFAULT_ENCODER, int8_where_possible, load_classifier, resolve_model_dir};
 use crate::train::{
     BatchOrder, Evaluation, TrainConfig, TrainOutcome, TrainRun, evaluate_dir, train_classifier,
 };
@@ -159,6 +159,17 @@ pub struct EvalArgs {
     pub limit: Option<usize>,
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
+    #[command(flatten)]
+    pub int8: Int8Args,
+    #[arg(long, value_enum, default_value_t)]
+    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub read: ReadArgs,
+}
+
+/// Whether, and with which kernel, the encoder multiplies in int8.
+#[derive(Debug, Args)]
+pub struct Int8Args {
     /// Multiply the encoder's layers in int8 (CPU backend; AMX or AVX-512 VNNI: the integer sums
     /// the browser demo's CPU backend computes; AVX2 on CPUs without AVX-512: 7-bit activations;
     /// f32 elsewhere)
@@ -168,10 +179,6 @@ pub struct EvalArgs {
     /// simd128 or relaxedsimd (the page's kernels as plain loops: slow, the page's numbers)
     #[arg(long, value_name = "KERNEL", requires = "int8", value_parser = parse_kernel)]
     pub int8_kernel: Option<Kernel>,
-    #[arg(long, value_enum, default_value_t)]
-    pub device: DeviceChoice,
-    #[command(flatten)]
-    pub read: ReadArgs,
 }
 
 /// A [`Kernel`] by its lowercase name, one that runs on this machine.
@@ -198,6 +205,8 @@ pub struct PredictArgs {
     /// Print JSON lines instead of a table
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub int8: Int8Args,
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     #[arg(long, value_enum, default_value_t)]
@@ -325,8 +334,8 @@ fn eval(home: &Home, args: EvalArgs) -> Result<()> {
                 &args.model,
                 &dataset,
                 args.batch_size,
-                args.int8,
-                args.int8_kernel
+                args.int8.int8,
+                args.int8.int8_kernel
             )
         )?;
         print_evaluation(&result);
@@ -349,7 +358,7 @@ fn predict(args: PredictArgs) -> Result<()> {
     }
     let (labels, probs) = with_backend!(
         args.device,
-        predict_texts(&args.model, &texts, args.batch_size)
+        predict_texts(&args.model, &texts, args.batch_size, &args.int8)
     )?;
     let flat: Vec<f32> = probs.iter().flatten().copied().collect();
     for ((text, row), best) in texts
@@ -377,8 +386,12 @@ fn predict_texts<B: Backend>(
     dir: &Path,
     texts: &[String],
     batch_size: usize,
+    int8: &Int8Args,
 ) -> Result<(Vec<String>, Vec<Vec<f32>>)> {
-    let classifier = load_classifier::<B>(dir, &compute.device)?;
+    let mut classifier = load_classifier::<B>(dir, &compute.device)?;
+    if int8.int8 {
+        classifier.model.bert = int8_where_possible(classifier.model.bert, int8.int8_kernel);
+    }
     let inputs: Vec<Input> = texts
         .iter()
         .map(|t| Input::Text { text: t.clone() })
