@@ -44,8 +44,8 @@ pub fn layer_norm<B: Backend, const D: usize>(
 /// `row ← (row − mean) / √(variance + ε) · γ + β`, the mean and variance in two passes.
 fn normalise_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, epsilon: f32) {
     let width = row.len() as f32;
-    let mean = lane_sum(row.iter().copied()) / width;
-    let variance = lane_sum(row.iter().map(|&x| (x - mean) * (x - mean))) / width;
+    let mean = lane_sum(row, |x| x) / width;
+    let variance = lane_sum(row, |x| (x - mean) * (x - mean)) / width;
     let inverse = 1.0 / (variance + epsilon).sqrt();
     for (i, x) in row.iter_mut().enumerate() {
         let scaled = (*x - mean) * inverse * gamma[i];
@@ -56,19 +56,28 @@ fn normalise_row(row: &mut [f32], gamma: &[f32], beta: Option<&[f32]>, epsilon: 
     }
 }
 
-/// The sum of `values`, value `i` into partial sum `i % LANES`, the partials then added in order.
-fn lane_sum(values: impl Iterator<Item = f32>) -> f32 {
+/// The sum of `term` of each of `values`, value `i`'s into partial sum `i % LANES`, the
+/// partials then added in order.
+#[inline(always)]
+fn lane_sum(values: &[f32], term: impl Fn(f32) -> f32) -> f32 {
     let mut lanes = [0f32; LANES];
-    for (i, value) in values.enumerate() {
-        lanes[i % LANES] += value;
+    let chunks = values.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (lane, &value) in lanes.iter_mut().zip(chunk) {
+            *lane += term(value);
+        }
+    }
+    for (lane, &value) in lanes.iter_mut().zip(tail) {
+        *lane += term(value);
     }
     lanes.iter().fold(0.0, |sum, &lane| sum + lane)
 }
 
 /// Scaled dot-product attention of `query`, `key` and `value` (`[batch, seq, heads · dim]`,
-/// as the projections give them), the scores divided by `divisor` and those at `masked`
-/// (`[batch, heads, seq, seq]`) set to `f32::MIN` before the softmax: the context,
-/// `[batch, seq, heads · dim]` (heads merged).
+/// as the projections give them), the scores divided by `divisor` and those of the keys that
+/// `masked` (`[batch, heads, seq, seq]`, the same for every head and query: padding) marks set
+/// to `f32::MIN` before the softmax: the context, `[batch, seq, heads · dim]` (heads merged).
 pub fn attention<B: Backend>(
     query: Tensor<B, 3>,
     key: Tensor<B, 3>,
@@ -80,7 +89,9 @@ pub fn attention<B: Backend>(
     let (device, [batch, seq, width]) = (query.device(), query.dims());
     let dim = width / heads;
     let (query, key, value) = (values(query), values(key), values(value));
-    let masked: Vec<bool> = masked.clone().into_data().iter::<bool>().collect();
+    // The padding of each sequence's keys: the first head's first query's row.
+    let padding = masked.clone().slice([0..batch, 0..1, 0..1, 0..seq]);
+    let padding: Vec<bool> = padding.into_data().iter::<bool>().collect();
     let mut context = vec![0f32; batch * seq * width];
     let (mut keys, mut scores) = (vec![0f32; dim * seq], vec![0f32; seq]);
     for b in 0..batch {
@@ -93,29 +104,49 @@ pub fn attention<B: Backend>(
                     keys[t * seq + j] = k;
                 }
             }
-            let mask = &masked[(b * heads + h) * seq * seq..][..seq * seq];
+            let padding = &padding[b * seq..][..seq];
             for i in 0..seq {
-                scores.fill(0.0);
-                for (t, &q) in query[token(i, h)..][..dim].iter().enumerate() {
-                    for (score, &k) in scores.iter_mut().zip(&keys[t * seq..][..seq]) {
-                        *score += q * k;
-                    }
-                }
-                for (score, &masked) in scores.iter_mut().zip(&mask[i * seq..][..seq]) {
+                let query = &query[token(i, h)..][..dim];
+                weighted_rows(&mut scores, query, |t| &keys[t * seq..][..seq]);
+                for (score, &masked) in scores.iter_mut().zip(padding) {
                     *score = if masked { f32::MIN } else { *score / divisor };
                 }
                 softmax_in_place(&mut scores);
                 let out = &mut context[token(i, h)..][..dim];
-                for (j, &p) in scores.iter().enumerate() {
-                    for (out, &v) in out.iter_mut().zip(&value[token(j, h)..][..dim]) {
-                        *out += p * v;
-                    }
-                }
+                weighted_rows(out, &scores, |j| &value[token(j, h)..][..dim]);
             }
         }
     }
     Tensor::from_data(TensorData::new(context, [batch, seq, width]), &device)
 }
+
+/// `out[c] = Σₖ weights[k] · row(k)[c]`, each product rounded and added in `k` order from 0;
+/// [`BLOCK`] outputs at a time, kept in registers over all `k`.
+fn weighted_rows<'a>(out: &mut [f32], weights: &[f32], row: impl Fn(usize) -> &'a [f32]) {
+    for (block, out) in out.chunks_mut(BLOCK).enumerate() {
+        let start = block * BLOCK;
+        let mut sums = [0f32; BLOCK];
+        if let Ok(out) = <&mut [f32; BLOCK]>::try_from(&mut *out) {
+            for (k, &weight) in weights.iter().enumerate() {
+                let row: &[f32; BLOCK] = row(k)[start..start + BLOCK].try_into().unwrap();
+                for (sum, &value) in sums.iter_mut().zip(row) {
+                    *sum += weight * value;
+                }
+            }
+            *out = sums;
+            continue;
+        }
+        for (k, &weight) in weights.iter().enumerate() {
+            for (sum, &value) in sums.iter_mut().zip(&row(k)[start..][..out.len()]) {
+                *sum += weight * value;
+            }
+        }
+        out.copy_from_slice(&sums[..out.len()]);
+    }
+}
+
+/// Outputs of [`weighted_rows`] summed together: four SIMD128 vectors, two AVX2 ones.
+const BLOCK: usize = 16;
 
 fn values<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
     tensor
