@@ -6,6 +6,7 @@
 //! reviewers at once on SQLite and on two servers sharing Postgres.
 
 use std::collections::{HashMap, HashSet};
+use std::io::Write;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,8 +15,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::accounts::{
-    ADMIN_PASSWORD, Account, Auth, add_user, follow, items_dataset, login, session_of, sign_in,
-    team_of,
+    ADMIN_PASSWORD, Account, Auth, add_user, api_token, follow, items_dataset, login, session_of,
+    sign_in, team_of,
 };
 use crate::common::{EditingSetup, editing_setup, flipside, success};
 use crate::server::{Postgres, Server, check_error, json_of, postgres_bin_dir};
@@ -477,6 +478,7 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
         "unauthorized",
     );
 
+    the_access_table_is_the_servers(&server);
     every_endpoint_role_and_team(
         &ada,
         &[&dan, &bob, &cleo, &ada],
@@ -494,8 +496,83 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
     ]
 }
 
-/// Every portal endpoint as a viewer, annotator, reviewer and admin of the team, and as the
-/// admin of another team: allowed, 403, or 404 — and the other team's admin never sees data.
+/// The team roles, least first, as the access table names them.
+const ROLES: [&str; 4] = ["viewer", "annotator", "reviewer", "admin"];
+
+/// A row of the route table of docs/src/access.md.
+struct AccessRow {
+    method: String,
+    /// As the server sees it: `/api/…` or `/v1/…`.
+    path: String,
+    /// One of [`ROLES`], or `user` (any signed-in account).
+    role: String,
+    scope: String,
+}
+
+/// The route table of docs/src/access.md, the account model the README points to.
+fn access_table() -> Vec<AccessRow> {
+    let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/access.md");
+    let page = std::fs::read_to_string(page).unwrap();
+    let rows: Vec<AccessRow> = page
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let route = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            let (method, path) = route.split_once(' ')?;
+            let (role, scope) = (*cells.get(2)?, *cells.get(3)?);
+            (role == "user" || ROLES.contains(&role)).then(|| AccessRow {
+                method: method.into(),
+                path: path.into(),
+                role: role.into(),
+                scope: scope.into(),
+            })
+        })
+        .collect();
+    assert!(rows.len() > 30, "{} rows", rows.len());
+    rows
+}
+
+/// Every route the OpenAPI document gives a token scope is in the access table with that scope,
+/// and every route of the table is served.
+fn the_access_table_is_the_servers(server: &Server) {
+    let openapi = json_of(server.get("/openapi.json"), 200);
+    let mut served = Vec::new();
+    for (path, operations) in openapi["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            let scopes: Vec<&str> = operation["security"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|requirement| requirement["token"].as_array())
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if let [scope] = scopes[..] {
+                let path = match path.starts_with("/v1/") {
+                    true => path.clone(),
+                    false => format!("/api{path}"),
+                };
+                served.push(format!("{} {path} {scope}", method.to_uppercase()));
+            } else {
+                assert!(scopes.is_empty(), "{method} {path}: {scopes:?}");
+            }
+        }
+    }
+    let mut documented: Vec<String> = access_table()
+        .iter()
+        .map(|row| format!("{} {} {}", row.method, row.path, row.scope))
+        .collect();
+    served.sort();
+    documented.sort();
+    assert_eq!(
+        documented, served,
+        "docs/src/access.md against /api/openapi.json"
+    );
+}
+
+/// Every portal endpoint as a viewer, annotator, reviewer and admin of the team, as the admin
+/// with a token lacking the route's scope, and as the admin of another team: allowed, 403, or
+/// 404 — and the other team's admin never sees data. Roles and scopes as the access table says.
 fn every_endpoint_role_and_team(
     admin: &Account,
     members: &[&Account],
@@ -529,79 +606,204 @@ fn every_endpoint_role_and_team(
         ),
         200,
     );
-    // (method, path under the team, body, least role: 0 viewer … 3 admin)
+    // (method, path under the team as the access table writes it, the path, body); the least
+    // role and the token's scope come from the table (docs/src/access.md).
     let q = format!("queues/{queue}");
-    let endpoints: Vec<(Method, String, Value, usize)> = vec![
-        (Method::GET, "members".into(), Value::Null, 0),
+    let endpoints: Vec<(Method, &str, String, Value)> = vec![
+        (Method::GET, "members", "members".into(), Value::Null),
         (
             Method::POST,
+            "invites",
             "invites".into(),
             json!({"email": "x@y.z", "role": "viewer"}),
-            3,
         ),
-        (Method::GET, "queues".into(), Value::Null, 0),
+        (Method::GET, "queues", "queues".into(), Value::Null),
         (
             Method::POST,
+            "queues",
             "queues".into(),
             json!({"name": "made in the matrix"}),
-            3,
         ),
-        (Method::GET, q.clone(), Value::Null, 0),
-        (Method::POST, format!("{q}/items"), uploaded_items(1), 3),
-        (Method::POST, format!("{q}/next"), json!({}), 1),
+        (Method::GET, "queues/{queue}", q.clone(), Value::Null),
         (
             Method::POST,
+            "queues/{queue}/items",
+            format!("{q}/items"),
+            uploaded_items(1),
+        ),
+        (
+            Method::POST,
+            "queues/{queue}/upload",
+            format!("{q}/upload"),
+            json!({}),
+        ),
+        (
+            Method::POST,
+            "queues/{queue}/next",
+            format!("{q}/next"),
+            json!({}),
+        ),
+        (
+            Method::POST,
+            "queues/{queue}/verdicts",
             format!("{q}/verdicts"),
             json!({"lease": "lease-0", "request_id": "r", "verdict": "accept"}),
-            1,
         ),
-        (Method::POST, format!("{q}/undo"), json!({}), 1),
-        (
-            Method::PUT,
-            format!("{q}/leases/lease-0/draft"),
-            json!({"text": "x"}),
-            1,
-        ),
-        (Method::GET, format!("{q}/review/next"), Value::Null, 2),
-        (Method::GET, format!("{q}/items/{item}"), Value::Null, 0),
         (
             Method::POST,
+            "queues/{queue}/undo",
+            format!("{q}/undo"),
+            json!({}),
+        ),
+        (
+            Method::PUT,
+            "queues/{queue}/leases/{lease}/draft",
+            format!("{q}/leases/lease-0/draft"),
+            json!({"text": "x"}),
+        ),
+        (
+            Method::GET,
+            "queues/{queue}/review/next",
+            format!("{q}/review/next"),
+            Value::Null,
+        ),
+        (
+            Method::GET,
+            "queues/{queue}/items/{item}",
+            format!("{q}/items/{item}"),
+            Value::Null,
+        ),
+        (
+            Method::POST,
+            "queues/{queue}/items/{item}/review",
             format!("{q}/items/{item}/review"),
             json!({"version": 999, "verdict": "accept"}),
-            2,
         ),
         (
             Method::GET,
+            "queues/{queue}/items/{item}/history",
             format!("{q}/items/{item}/history"),
             Value::Null,
-            0,
         ),
-        (Method::GET, format!("{q}/stats"), Value::Null, 0),
-        (Method::GET, format!("{q}/export"), Value::Null, 2),
-        (Method::GET, "datasets".into(), Value::Null, 0),
-        (Method::POST, "datasets".into(), json!({}), 2),
-        (Method::GET, "jobs".into(), Value::Null, 0),
-        (Method::POST, "jobs".into(), json!({"dataset": "nope"}), 2),
-        (Method::GET, format!("jobs/{job}"), Value::Null, 0),
-        (Method::GET, format!("jobs/{job}/events"), Value::Null, 0),
-        (Method::GET, format!("jobs/{job}/records"), Value::Null, 0),
         (
             Method::GET,
+            "queues/{queue}/stats",
+            format!("{q}/stats"),
+            Value::Null,
+        ),
+        (
+            Method::GET,
+            "queues/{queue}/export",
+            format!("{q}/export"),
+            Value::Null,
+        ),
+        (Method::GET, "datasets", "datasets".into(), Value::Null),
+        (Method::POST, "datasets", "datasets".into(), json!({})),
+        (Method::GET, "jobs", "jobs".into(), Value::Null),
+        (
+            Method::POST,
+            "jobs",
+            "jobs".into(),
+            json!({"dataset": "nope"}),
+        ),
+        (Method::GET, "jobs/{id}", format!("jobs/{job}"), Value::Null),
+        (
+            Method::GET,
+            "jobs/{id}/events",
+            format!("jobs/{job}/events"),
+            Value::Null,
+        ),
+        (
+            Method::GET,
+            "jobs/{id}/records",
+            format!("jobs/{job}/records"),
+            Value::Null,
+        ),
+        (
+            Method::GET,
+            "jobs/{id}/records.jsonl",
             format!("jobs/{job}/records.jsonl"),
             Value::Null,
-            0,
         ),
-        (Method::POST, format!("jobs/{job}/cancel"), json!({}), 2),
-        (Method::DELETE, "jobs/job-0".into(), Value::Null, 2),
-        (Method::DELETE, "datasets/ds-0".into(), Value::Null, 2),
+        (
+            Method::POST,
+            "jobs/{id}/cancel",
+            format!("jobs/{job}/cancel"),
+            json!({}),
+        ),
+        (
+            Method::POST,
+            "jobs/{id}/resume",
+            format!("jobs/{job}/resume"),
+            json!({}),
+        ),
+        (
+            Method::DELETE,
+            "jobs/{id}",
+            "jobs/job-0".into(),
+            Value::Null,
+        ),
+        (
+            Method::DELETE,
+            "datasets/{id}",
+            "datasets/ds-0".into(),
+            Value::Null,
+        ),
     ];
-    for (method, path, body, least) in &endpoints {
+    let table = access_table();
+    let team_routes = table
+        .iter()
+        .filter(|row| row.path.starts_with("/api/teams/{team}/"))
+        .count();
+    assert_eq!(
+        endpoints.len(),
+        team_routes,
+        "every team route of the table is called"
+    );
+    // Tokens of the admin, each with every scope but one.
+    let lacking = |scope: &str| {
+        let scopes: Vec<&str> = ["read", "review", "export", "manage", "generate"]
+            .into_iter()
+            .filter(|s| *s != scope)
+            .collect();
+        let token = json_of(
+            admin.post("/tokens", &json!({"name": "all but one", "scopes": scopes})),
+            201,
+        );
+        Account {
+            auth: Auth::Token(token["token"].as_str().unwrap().into()),
+            ..admin.clone()
+        }
+    };
+    let lacking: HashMap<&str, Account> = ["read", "review", "export", "manage", "generate"]
+        .into_iter()
+        .map(|scope| (scope, lacking(scope)))
+        .collect();
+    for (method, template, path, body) in &endpoints {
+        let row = table
+            .iter()
+            .find(|row| {
+                row.method == method.as_str()
+                    && row.path == format!("/api/teams/{{team}}/{template}")
+            })
+            .unwrap_or_else(|| panic!("{method} {template} is not in the access table"));
+        let least = ROLES.iter().position(|role| *role == row.role).unwrap();
         let body = (!body.is_null()).then_some(body);
+        let response = lacking[row.scope.as_str()].send(
+            method.clone(),
+            &format!("/teams/{team}/{path}"),
+            body,
+        );
+        let message = check_error(response, 403, "forbidden");
+        assert!(
+            message.contains(&format!("lacks the {} scope", row.scope)),
+            "{method} {path}: {message}"
+        );
         for (role, member) in members.iter().enumerate() {
             let response = member.send(method.clone(), &format!("/teams/{team}/{path}"), body);
             let status = response.status().as_u16();
             let text = response.text().unwrap();
-            if role < *least {
+            if role < least {
                 assert_eq!(status, 403, "{method} {path} as role {role}: {text}");
             } else {
                 assert!(
@@ -796,4 +998,221 @@ fn fifty_reviewers_share_queues_through_two_servers_on_postgres() {
         return;
     };
     crowd(&editing_setup(), &["--database-url", &postgres.url], 2);
+}
+
+/// The cells a spreadsheet would run as formulas, as reviewers might type them.
+const FORMULAS: [&str; 7] = [
+    "=cmd|' /C calc'!A0",
+    "=HYPERLINK(\"http://example.org\", \"click\")",
+    "+SUM(1, 1)",
+    "-SUM(1, 1)",
+    "@SUM(1, 1)",
+    "\tSUM(1, 1)",
+    "\r=SUM(1, 1)",
+];
+
+/// The portal's second security round, each hole found by probing it: invitations never take
+/// an existing account's password (so no guessing past the sign-in limits), a token without
+/// `manage` neither lists nor revokes its siblings, a password change ends every session and
+/// token, CSV exports defuse formulas, labels the classifier does not know are refused, errors
+/// are JSON, the API's answers are not cached, `/v1` needs a generating role and an unknown
+/// item has no history.
+#[test]
+fn account_paths_tokens_and_exports_hold() {
+    let setup = editing_setup();
+    let data = setup.dir.path().join("server");
+    add_user(&data, &[], "ada@lab.org", "lab", "admin");
+    add_user(&data, &[], "eve@other.org", "other", "admin");
+    add_user(&data, &[], "vic@lab.org", "lab", "viewer");
+    let server = Server::start(&setup, &data, &[]);
+    let ada = sign_in(&server, "ada@lab.org", ADMIN_PASSWORD);
+    let team = team_of(&ada);
+
+    // An invitation for an existing account takes no password, not even the right one, and
+    // names no email; the guesses leave the account's sign-in alone.
+    let invitation = json_of(
+        ada.post(
+            &format!("/teams/{team}/invites"),
+            &json!({"email": "eve@other.org", "role": "viewer"}),
+        ),
+        201,
+    );
+    let token = invitation["token"].as_str().unwrap();
+    for guess in (0..6)
+        .map(|i| format!("guess number {i}"))
+        .chain([ADMIN_PASSWORD.into()])
+    {
+        let answer = server.post(
+            "/invites/accept",
+            &json!({"token": token, "name": "Eve", "password": guess}),
+        );
+        assert!(answer.headers().get("set-cookie").is_none());
+        let message = check_error(answer, 401, "sign_in_required");
+        assert!(!message.contains("eve@other.org"), "{message}");
+    }
+    let eve = sign_in(&server, "eve@other.org", ADMIN_PASSWORD);
+    // Someone else's session cannot take it, and it stays open for the person invited.
+    check_error(
+        ada.post("/invites/accept", &json!({"token": token})),
+        403,
+        "forbidden",
+    );
+    let joined = json_of(eve.post("/invites/accept", &json!({"token": token})), 200);
+    assert_eq!(joined["teams"].as_array().unwrap().len(), 2, "{joined}");
+    let members = json_of(ada.get(&format!("/teams/{team}/members")), 200);
+    assert!(members.to_string().contains("eve@other.org"), "{members}");
+
+    // A token without `manage` neither lists nor revokes the user's other tokens.
+    let made = |scopes: Value| {
+        json_of(
+            ada.post("/tokens", &json!({"name": "t", "scopes": scopes})),
+            201,
+        )
+    };
+    let (manage, read) = (made(json!(["read", "manage"])), made(json!(["read"])));
+    let as_token = |token: &Value| Account {
+        auth: Auth::Token(token["token"].as_str().unwrap().into()),
+        ..ada.clone()
+    };
+    let (manager, reader) = (as_token(&manage), as_token(&read));
+    let manage_id = manage["id"].as_str().unwrap();
+    check_error(
+        reader.send(Method::DELETE, &format!("/tokens/{manage_id}"), None),
+        403,
+        "forbidden",
+    );
+    check_error(reader.get("/tokens"), 403, "forbidden");
+    assert_eq!(
+        json_of(manager.get("/tokens"), 200)
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+
+    // Labels the classifier does not know are refused in items and in relabels; the export
+    // defuses every cell a spreadsheet would run.
+    let queue = new_queue(&ada, &team, json!({"name": "formulas"}));
+    let q = format!("/teams/{team}/queues/{queue}");
+    let item = |original: String, label: &str, counterfactual: &str| json!({"original": original, "label": label, "target": "negative", "counterfactual": counterfactual});
+    let message = check_error(
+        ada.post(
+            &format!("{q}/items"),
+            &json!([item("Fine.".into(), "neutral", "Bad.")]),
+        ),
+        400,
+        "bad_request",
+    );
+    assert!(message.contains("neutral"), "{message}");
+    let items: Vec<Value> = FORMULAS
+        .iter()
+        .enumerate()
+        .map(|(i, formula)| item(format!("Review {i} was lovely."), "positive", formula))
+        .collect();
+    add_items(&ada, &team, &queue, &Value::Array(items));
+    let lease = json_of(ada.post(&format!("{q}/next"), &json!({})), 200);
+    let mut relabel = verdict(&lease, "relabel");
+    relabel["label"] = json!("neutral");
+    check_error(
+        ada.post(&format!("{q}/verdicts"), &relabel),
+        400,
+        "bad_request",
+    );
+    json_of(
+        ada.post(&format!("{q}/verdicts"), &verdict(&lease, "accept")),
+        200,
+    );
+    while let Some(lease) =
+        Some(json_of(ada.post(&format!("{q}/next"), &json!({})), 200)).filter(|l| !l.is_null())
+    {
+        json_of(
+            ada.post(&format!("{q}/verdicts"), &verdict(&lease, "accept")),
+            200,
+        );
+    }
+    for format in ["classifier", "pairs"] {
+        let csv = ada.get(&format!("{q}/export?format={format}&as=csv"));
+        assert_eq!(csv.status(), 200);
+        let csv = csv.text().unwrap();
+        let mut reader = csv::Reader::from_reader(csv.as_bytes());
+        let mut defused = 0;
+        for record in reader.records() {
+            for cell in record.unwrap().iter() {
+                assert!(
+                    !cell.starts_with(['=', '+', '-', '@', '\t', '\r']),
+                    "{cell:?}"
+                );
+                defused += usize::from(FORMULAS.iter().any(|f| cell == format!("'{f}")));
+            }
+        }
+        assert_eq!(defused, FORMULAS.len(), "{format}: {csv}");
+    }
+    // JSON lines keep the texts as typed.
+    let jsonl = ada.get(&format!("{q}/export")).text().unwrap();
+    assert!(jsonl.contains(&json!(FORMULAS[0]).to_string()), "{jsonl}");
+
+    // Errors are JSON, the API's answers are not cached, and an unknown item has no history.
+    check_error(ada.get(&format!("{q}/export?as=xml")), 400, "bad_request");
+    check_error(
+        ada.get(&format!("{q}/review/next?after=abc")),
+        400,
+        "bad_request",
+    );
+    check_error(
+        ada.get(&format!("{q}/items/no-such-item/history")),
+        404,
+        "not_found",
+    );
+    let me = ada.get("/auth/me");
+    assert_eq!(me.headers()["cache-control"], "no-store");
+    let posted = server
+        .http
+        .post(format!("{}index.html", server.url))
+        .send()
+        .unwrap();
+    assert_eq!(posted.headers()["allow"], "GET, HEAD");
+    check_error(posted, 405, "method_not_allowed");
+    let missing = server
+        .http
+        .get(format!("{}nowhere", server.url))
+        .send()
+        .unwrap();
+    check_error(missing, 404, "not_found");
+
+    // A viewer's token cannot use the LLM API, even with the `generate` scope.
+    let viewer = api_token(&data, &[], "vic@lab.org", "generate");
+    let models = server
+        .http
+        .get(format!("{}v1/models", server.url))
+        .bearer_auth(&viewer)
+        .send()
+        .unwrap();
+    check_error(models, 403, "forbidden");
+
+    // A password change ends the user's sessions and revokes their tokens.
+    let mut change = flipside()
+        .args([
+            "users",
+            "password",
+            "--email",
+            "ada@lab.org",
+            "--password-stdin",
+        ])
+        .arg("--data-dir")
+        .arg(&data)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    writeln!(change.stdin.take().unwrap(), "{PASSWORD}").unwrap();
+    let said = change.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&said.stdout);
+    assert!(
+        said.contains("1 session(s) ended, 2 token(s) revoked"),
+        "{said}"
+    );
+    for old in [&ada, &manager, &reader] {
+        check_error(old.get("/auth/me"), 401, "unauthorized");
+    }
+    sign_in(&server, "ada@lab.org", PASSWORD);
 }

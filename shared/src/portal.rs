@@ -146,12 +146,15 @@ pub struct Invite {
     pub expires_at: String,
 }
 
-/// `POST /api/invites/accept`: joins the team (making the account when it is new) and signs in.
+/// `POST /api/invites/accept`: joins the team. Signed in, the token alone; signed out, the new
+/// account's name and password (an existing account signs in first).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AcceptInvite {
     pub token: String,
+    #[serde(default)]
     pub name: String,
+    #[serde(default)]
     pub password: String,
 }
 

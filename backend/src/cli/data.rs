@@ -139,7 +139,7 @@ pub fn run(home: &Home, command: DataCommand) -> Result<()> {
             }
             if show_bad {
                 for bad in &report.skipped {
-                    println!("bad row  {bad}");
+                    println!("bad row  {}", printable(&bad.to_string()));
                 }
             }
             Ok(())
@@ -148,11 +148,12 @@ pub fn run(home: &Home, command: DataCommand) -> Result<()> {
 }
 
 fn print_summary(data: &Dataset, head: usize) {
-    println!("dataset  {}", data.name);
+    println!("dataset  {}", printable(&data.name));
     println!("examples {}", data.len());
     for (name, count) in data.labels.names().iter().zip(data.label_counts()) {
         println!(
-            "label    {name:<12} {count:>7} ({:.1}%)",
+            "label    {:<12} {count:>7} ({:.1}%)",
+            printable(name),
             100.0 * count as f64 / data.len().max(1) as f64
         );
     }
@@ -171,9 +172,37 @@ fn print_summary(data: &Dataset, head: usize) {
             ""
         };
         println!(
-            "example  {} [{}] {short}{ellipsis}",
-            example.id,
-            data.labels.name(example.label)
+            "example  {} [{}] {}{ellipsis}",
+            printable(&example.id),
+            printable(data.labels.name(example.label)),
+            printable(&short)
+        );
+    }
+}
+
+/// `text` safe to print to a terminal: control characters (escape sequences that would move the
+/// cursor, recolour or retitle it) and the bidirectional overrides that reorder what is shown
+/// become escapes (`\u{1b}`); everything else, quotes included, is kept.
+fn printable(text: &str) -> String {
+    let hidden =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+    text.chars()
+        .map(|c| match c {
+            c if hidden(c) => c.escape_unicode().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn terminal_controls_are_shown_not_obeyed() {
+        assert_eq!(
+            printable("a\u{1b}[31mred\u{7}\t\u{202e}x \"quoted\" é"),
+            "a\\u{1b}[31mred\\u{7}\\u{9}\\u{202e}x \"quoted\" é"
         );
     }
 }

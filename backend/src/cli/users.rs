@@ -142,8 +142,11 @@ pub fn run(home: &Home, command: UsersCommand) -> Result<()> {
                     .await?
                     .with_context(|| format!("no user {}", args.email))?;
                 let (password, made) = password(args.password_stdin)?;
-                accounts::set_password(&db, &user.info.id, &password).await?;
-                println!("password of {} changed", user.info.email);
+                let ended = accounts::set_password(&db, &user.info.id, &password).await?;
+                println!(
+                    "password of {} changed; {} session(s) ended, {} token(s) revoked",
+                    user.info.email, ended.sessions, ended.tokens
+                );
                 if made {
                     println!("password (shown once): {password}");
                 }

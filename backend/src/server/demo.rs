@@ -7,8 +7,7 @@
 use std::time::Instant;
 
 use axum::Json;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use flipside_shared::api::{
@@ -21,7 +20,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
-use super::error::{ApiError, ApiResult, JsonBody};
+use super::error::{ApiError, ApiResult, JsonBody, QueryParams};
 use super::portal::auth::DemoAccess;
 use super::priority::{spawn_cancellable, spawn_compute};
 use super::resources::{Resources, demo_examples};
@@ -210,10 +209,10 @@ pub async fn classifier_file(
     _: DemoAccess,
     State(state): State<AppState>,
     Path(file): Path<String>,
-    version: Result<Query<FileVersion>, QueryRejection>,
+    QueryParams(version): QueryParams<FileVersion>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let version = version?.0.v;
+    let version = version.v;
     state
         .resources()?
         .classifier_downloads
@@ -239,10 +238,10 @@ pub async fn dis_ae_file(
     _: DemoAccess,
     State(state): State<AppState>,
     Path(file): Path<String>,
-    version: Result<Query<FileVersion>, QueryRejection>,
+    QueryParams(version): QueryParams<FileVersion>,
     headers: HeaderMap,
 ) -> ApiResult<Response> {
-    let version = version?.0.v;
+    let version = version.v;
     let resources = state.resources()?;
     let Some((downloads, _)) = &resources.dis_ae else {
         return Err(ApiError::not_found(

@@ -164,6 +164,11 @@ impl From<axum::extract::multipart::MultipartRejection> for ApiError {
 #[from_request(via(axum::Json), rejection(ApiError))]
 pub struct JsonBody<T>(pub T);
 
+/// URL query parameters whose rejections are [`ApiError`]s (axum's own answer in plain text).
+#[derive(Debug, Clone, Copy, Default, axum::extract::FromRequestParts)]
+#[from_request(via(axum::extract::Query), rejection(ApiError))]
+pub struct QueryParams<T>(pub T);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -20,7 +20,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use super::AppState;
 use super::datasets;
 use super::db::{RecordFilter, now};
-use super::error::{ApiError, ApiResult, JsonBody};
+use super::error::{ApiError, ApiResult, JsonBody, QueryParams};
 use super::portal::auth::{Access, Caller, GENERATE, READ};
 use super::runner::{checkpoint, job_method};
 use crate::methods;
@@ -288,9 +288,8 @@ pub async fn records(
     State(state): State<AppState>,
     caller: Caller,
     Path((team, id)): Path<(String, String)>,
-    query: Result<Query<RecordQuery>, axum::extract::rejection::QueryRejection>,
+    QueryParams(query): QueryParams<RecordQuery>,
 ) -> ApiResult<Json<RecordPage>> {
-    let Query(query) = query?;
     find(&state, &caller, &team, &id, READ).await?;
     if query.offset > MAX_OFFSET {
         return Err(ApiError::bad_request(format!(

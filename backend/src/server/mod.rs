@@ -32,8 +32,9 @@ use anyhow::{Context, Result};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
+use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{any, get};
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::services::ServeDir;
@@ -237,6 +238,15 @@ fn enumerate_methods(openapi: &mut utoipa::openapi::OpenApi) {
     }
 }
 
+/// The answer to a method an endpoint does not take.
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this endpoint does not take that method (see /api/openapi.json)",
+    )
+}
+
 /// Opens the database and serves until Ctrl-C, resuming unfinished jobs once `preparation` has
 /// the models; `on_listening` gets the bound address. A failed preparation stops the server
 /// with its error.
@@ -284,14 +294,8 @@ pub async fn serve(
         .layer(DefaultBodyLimit::max(1 << 20));
     let mut app = Router::new().nest(
         "/api",
-        api.method_not_allowed_fallback(|| async {
-            ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "this endpoint does not take that method (see /api/openapi.json)",
-            )
-        })
-        .with_state(state.clone()),
+        api.method_not_allowed_fallback(method_not_allowed)
+            .with_state(state.clone()),
     );
     if config.embedded_llm {
         let sign_in =
@@ -301,36 +305,49 @@ pub async fn serve(
             .merge(
                 crate::llm::server::router(preparation.clone(), config.deadline)
                     .route_layer(admit)
-                    .route_layer(sign_in),
+                    .route_layer(sign_in)
+                    .method_not_allowed_fallback(method_not_allowed),
             )
             .route("/health", get(|| async { "ok" }));
     }
-    // The app's files, `/` its page (it routes by the URL's hash); anything else is 404. While
-    // the app is being built (`/` finds no `index.html`), `/` is a page saying so.
-    if let Some(dir) = &config.static_dir {
-        let not_found = get({
-            let preparation = preparation.clone();
-            move |uri: axum::http::Uri| async move {
-                if uri.path() == "/" {
-                    holding_page::response(preparation.status()).into_response()
-                } else {
-                    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such file")
-                        .into_response()
+    // The app's files, `/` its page (it routes by the URL's hash); anything else is a JSON 404,
+    // and a method other than GET or HEAD a JSON 405. While the app is being built (`/` finds
+    // no `index.html`), `/` is a page saying so.
+    let no_file = {
+        let preparation = preparation.clone();
+        let has_app = config.static_dir.is_some();
+        any(
+            move |method: axum::http::Method, uri: axum::http::Uri| async move {
+                if method != axum::http::Method::GET && method != axum::http::Method::HEAD {
+                    let error = ApiError::new(
+                        StatusCode::METHOD_NOT_ALLOWED,
+                        "method_not_allowed",
+                        "files are only read (GET or HEAD)",
+                    );
+                    return ([(header::ALLOW, "GET, HEAD")], error).into_response();
                 }
-            }
-        });
-        app = app.fallback_service(ServeDir::new(dir).fallback(not_found));
-    }
+                if has_app && uri.path() == "/" {
+                    return holding_page::response(preparation.status()).into_response();
+                }
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such file").into_response()
+            },
+        )
+    };
+    app = match &config.static_dir {
+        Some(dir) => app.fallback_service(
+            ServeDir::new(dir)
+                .call_fallback_on_method_not_allowed(true)
+                .fallback(no_file),
+        ),
+        None => app.fallback_service(no_file),
+    };
     let headers = security::SecurityHeaders::for_app(config.static_dir.as_deref());
     let app = app
         // Inside the pacing: the rest of a body is read at the same pace or not at all.
         .layer(axum::middleware::from_fn(unread_body::read_unread_rest))
         .layer(axum::middleware::from_fn(body_pace::require_pace))
         .layer(axum::middleware::from_fn(request_size::check_size))
-        .layer(axum::middleware::from_fn_with_state(
-            headers,
-            security::add_headers,
-        ))
+        // Inside the security headers, so that a panic's 500 carries them too.
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -339,6 +356,10 @@ pub async fn serve(
             )
             .into_response()
         }))
+        .layer(axum::middleware::from_fn_with_state(
+            headers,
+            security::add_headers,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             request_log::log_request,

@@ -113,23 +113,26 @@ impl Resources {
         self.models.llm.as_ref().map_or("", |llm| llm.model())
     }
 
+    /// Whether `label` (a `what`: "label", "target") is one of the classifier's labels.
+    pub fn check_label(&self, what: &str, label: &str) -> Result<(), String> {
+        let labels = &self.classifier_info.labels;
+        if labels.iter().any(|l| l == label) {
+            return Ok(());
+        }
+        Err(format!(
+            "{what} {label:?} is not one of the classifier's labels ({})",
+            labels.join(", ")
+        ))
+    }
+
     /// The target of flipping `label`: `target` if given, else the other label of a binary
     /// classifier.
     pub fn target(&self, label: &str, target: Option<&str>) -> Result<String, String> {
         let labels = &self.classifier_info.labels;
-        if !labels.iter().any(|l| l == label) {
-            return Err(format!(
-                "label {label:?} is not one of the classifier's labels ({})",
-                labels.join(", ")
-            ));
-        }
+        self.check_label("label", label)?;
         match target {
             Some(t) if t == label => Err(format!("the target {t:?} is the text's own label")),
-            Some(t) if labels.iter().any(|l| l == t) => Ok(t.to_string()),
-            Some(t) => Err(format!(
-                "target {t:?} is not one of the classifier's labels ({})",
-                labels.join(", ")
-            )),
+            Some(t) => self.check_label("target", t).map(|()| t.to_string()),
             None => match labels.iter().filter(|l| *l != label).collect::<Vec<_>>()[..] {
                 [other] => Ok(other.clone()),
                 _ => Err(format!(

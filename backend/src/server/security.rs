@@ -96,18 +96,28 @@ fn headers_allowing(inline_hashes: &[String]) -> Headers {
     ])
 }
 
-/// Adds the headers to a response.
+/// Adds the headers to a response, and to the API's answers (`/api/`, `/v1/`) that set no
+/// `Cache-Control` of their own (the model downloads do) `no-store`: they may carry a user's
+/// data or the session's CSRF token, which no cache on the way may keep.
 pub async fn add_headers(
     State(headers): State<SecurityHeaders>,
     request: Request,
     next: Next,
 ) -> Response {
+    let path = request.uri().path();
+    let api = path.starts_with("/api/") || path.starts_with("/v1/");
     let mut response = next.run(request).await;
     for (name, value) in headers.current().iter() {
         response
             .headers_mut()
             .entry(name)
             .or_insert_with(|| value.clone());
+    }
+    if api {
+        response
+            .headers_mut()
+            .entry(header::CACHE_CONTROL)
+            .or_insert(HeaderValue::from_static("no-store"));
     }
     response
 }

@@ -15,6 +15,7 @@ use flipside_shared::portal::{
 };
 
 use super::auth::{Caller, Client, MANAGE, READ, start_session};
+use super::queue::dialect;
 use super::{hash_secret, new_id, new_secret};
 use crate::server::AppState;
 use crate::server::db::{Db, now, now_plus, with_pool};
@@ -99,21 +100,46 @@ pub async fn create_user(db: &Db, email: &str, name: &str, password: &str) -> Re
     Ok(user)
 }
 
-/// Sets a user's password.
-pub async fn set_password(db: &Db, user: &str, password: &str) -> Result<()> {
+/// What a password change ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    pub sessions: u64,
+    pub tokens: u64,
+}
+
+/// Sets a user's password and, in the same transaction, ends every session of theirs and
+/// revokes every token: whoever held the old password, or anything made with it, is out.
+pub async fn set_password(db: &Db, user: &str, password: &str) -> Result<Ended> {
     if let Some(problem) = password_problem(password) {
         bail!(problem);
     }
     let hash = hash_password(password)?;
-    with_pool!(db, |pool| sqlx::query(
-        "UPDATE users SET password_hash = $2 WHERE id = $1"
-    )
-    .bind(user)
-    .bind(&hash)
-    .execute(pool)
-    .await
-    .map(drop))?;
-    Ok(())
+    let (begin, _) = dialect(db);
+    let ended = with_pool!(db, |pool| async {
+        let mut tx = pool.begin_with(begin).await?;
+        sqlx::query("UPDATE users SET password_hash = $2 WHERE id = $1")
+            .bind(user)
+            .bind(&hash)
+            .execute(&mut *tx)
+            .await?;
+        let sessions = sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+            .bind(user)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        let tokens = sqlx::query(
+            "UPDATE api_tokens SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL",
+        )
+        .bind(user)
+        .bind(now())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(Ended { sessions, tokens })
+    }
+    .await)?;
+    Ok(ended)
 }
 
 type UserRow = (String, String, String, String);
@@ -293,15 +319,21 @@ pub async fn invite(
     ))
 }
 
-/// `POST /api/invites/accept`: joins the invitation's team, making the account when the email
-/// has none (an existing account must give its password), and signs in.
-#[utoipa::path(post, path = "/invites/accept", tag = "accounts", request_body = AcceptInvite, responses((status = 200, body = Me, description = "Joined and signed in"), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+/// `POST /api/invites/accept`: joins the invitation's team. Signed in (a browser session), as
+/// the person invited; signed out, only an email without an account, which the acceptance makes
+/// (with `name` and `password`) and signs in. An existing account never gives its password
+/// here: it signs in first, where the sign-in limits apply, and the answer to a signed-out
+/// acceptance for it names no email.
+#[utoipa::path(post, path = "/invites/accept", tag = "accounts", request_body = AcceptInvite, security((), ("session" = [])), responses((status = 200, body = Me, description = "Joined (and, for a new account, signed in)"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody, description = "Sign in first: the invitation is for an existing account"), (status = 403, body = ErrorBody, description = "Signed in as someone else"), (status = 404, body = ErrorBody)))]
 pub async fn accept_invite(
     State(state): State<AppState>,
     client: Client,
+    caller: Result<Caller, ApiError>,
     JsonBody(request): JsonBody<AcceptInvite>,
 ) -> ApiResult<Response> {
     let db = &state.db;
+    // A browser session only: a token cannot join teams.
+    let signed_in = caller.ok().filter(|caller| caller.scopes.is_none());
     let hash = hash_secret(request.token.trim());
     // Marking it used first makes a second, concurrent acceptance find nothing.
     let invite: Option<(String, String, String)> = with_pool!(db, |pool| sqlx::query_as(
@@ -318,24 +350,28 @@ pub async fn accept_invite(
         ));
     };
     let role = Role::parse(&role).context("an invitation's role")?;
-    let user = match user_by_email(db, &email).await? {
-        Some(existing) if verify_password(&existing.password_hash, &request.password) => {
-            existing.info
-        }
+    // The user, and the CSRF token of the session they are signed in with (none for a new
+    // account, which gets a session below).
+    let (user, csrf) = match signed_in {
+        Some(caller) if caller.user.email == email => (caller.user, caller.csrf),
         Some(_) => {
-            unuse_invite(db, &hash).await?;
-            return Err(ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                format!("{email} has an account: give its password to join"),
-            ));
+            let message = "this invitation is for someone else: sign out, or sign in as the \
+                           person invited";
+            return refuse(
+                db,
+                &hash,
+                ApiError::new(StatusCode::FORBIDDEN, "forbidden", message),
+            )
+            .await;
+        }
+        None if user_by_email(db, &email).await?.is_some() => {
+            let message = "sign in as the person invited, then open the invitation again";
+            let error = ApiError::new(StatusCode::UNAUTHORIZED, "sign_in_required", message);
+            return refuse(db, &hash, error).await;
         }
         None => match create_user(db, &email, &request.name, &request.password).await {
-            Ok(user) => user,
-            Err(e) => {
-                unuse_invite(db, &hash).await?;
-                return Err(ApiError::bad_request(e.to_string()));
-            }
+            Ok(user) => (user, None),
+            Err(e) => return refuse(db, &hash, ApiError::bad_request(e.to_string())).await,
         },
     };
     set_membership(db, &team, &user.id, role).await?;
@@ -348,11 +384,15 @@ pub async fn accept_invite(
         serde_json::json!({"role": role}),
     )
     .await?;
+    if csrf.is_some() {
+        let teams = memberships(db, &user.id).await?;
+        return Ok(Json(Me { user, teams, csrf }).into_response());
+    }
     Ok(start_session(db, user, client.https).await?.into_response())
 }
 
-/// Opens an invitation again after an acceptance that failed.
-async fn unuse_invite(db: &Db, hash: &str) -> Result<()> {
+/// Opens the invitation `hash` again after an acceptance that failed with `error`.
+async fn refuse(db: &Db, hash: &str, error: ApiError) -> ApiResult<Response> {
     with_pool!(db, |pool| sqlx::query(
         "UPDATE invites SET used_at = NULL WHERE secret_hash = $1"
     )
@@ -360,5 +400,5 @@ async fn unuse_invite(db: &Db, hash: &str) -> Result<()> {
     .execute(pool)
     .await
     .map(drop))?;
-    Ok(())
+    Err(error)
 }

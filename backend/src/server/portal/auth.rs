@@ -115,13 +115,26 @@ impl FromRequestParts<AppState> for DemoAccess {
 }
 
 /// Guards the embedded LLM's OpenAI-compatible API: a session, or an API token with the
-/// `generate` scope (sent as the OpenAI API key).
+/// `generate` scope (sent as the OpenAI API key), of someone who may generate ([`GENERATE`]'s
+/// role) in at least one team, as datasets and jobs need.
 pub async fn require_generate(
+    State(state): State<AppState>,
     caller: Caller,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> ApiResult<Response> {
     caller.require_scope(Scope::Generate)?;
+    let teams = memberships(&state.db, &caller.user.id).await?;
+    if !teams.iter().any(|team| team.role >= GENERATE.0) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "the LLM API needs the {} role in a team",
+                GENERATE.0.as_str()
+            ),
+        ));
+    }
     Ok(next.run(request).await)
 }
 
@@ -482,9 +495,11 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(token)))
 }
 
-/// `GET /api/tokens`: the caller's tokens (without their secrets).
-#[utoipa::path(get, path = "/tokens", tag = "accounts", security(("session" = []), ("token" = ["read"])), responses((status = 200, body = Vec<ApiToken>), (status = 401, body = ErrorBody)))]
+/// `GET /api/tokens`: the caller's tokens (without their secrets). With a token, one that has
+/// the `manage` scope: the others do not see their siblings.
+#[utoipa::path(get, path = "/tokens", tag = "accounts", security(("session" = []), ("token" = ["manage"])), responses((status = 200, body = Vec<ApiToken>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<ApiToken>>> {
+    caller.require_scope(Scope::Manage)?;
     let rows: Vec<(String, String, String, String, Option<String>)> =
         with_pool!(&state.db, |pool| sqlx::query_as(
             "SELECT id, name, scopes, created_at, revoked_at FROM api_tokens WHERE user_id = $1 \
@@ -510,13 +525,14 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Js
 }
 
 /// `DELETE /api/tokens/{id}`: revokes one of the caller's tokens; it fails from the next
-/// request on.
+/// request on. With a token, one that has the `manage` scope.
 #[utoipa::path(delete, path = "/tokens/{id}", tag = "accounts", params(("id" = String, Path)), security(("session" = []), ("token" = ["manage"])), responses((status = 204), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn revoke(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
+    caller.require_scope(Scope::Manage)?;
     let changed = with_pool!(&state.db, |pool| sqlx::query(
         "UPDATE api_tokens SET revoked_at = $3 WHERE id = $1 AND user_id = $2 \
          AND revoked_at IS NULL"

@@ -3,7 +3,9 @@
 //! (the `generate` format), or as (original, counterfactual) pairs for `flipside retriever
 //! train` and `reranker train`.
 
-use axum::extract::{Path, Query, State};
+use std::borrow::Cow;
+
+use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use flipside_shared::api::ApiError as ErrorBody;
@@ -15,7 +17,7 @@ use super::auth::{Caller, EXPORT};
 use super::queue::queue_for;
 use crate::server::AppState;
 use crate::server::db::with_pool;
-use crate::server::error::{ApiError, ApiResult};
+use crate::server::error::{ApiError, ApiResult, QueryParams};
 
 /// What to export.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -54,18 +56,32 @@ pub struct ExportQuery {
 /// One exported line of the classifier format.
 #[derive(Serialize)]
 struct Labelled<'a> {
-    id: String,
-    text: &'a str,
-    label: &'a str,
+    id: Cow<'a, str>,
+    text: Cow<'a, str>,
+    label: Cow<'a, str>,
 }
 
 /// One exported line of the pairs format (what `read_pairs` reads).
 #[derive(Serialize)]
 struct Pair<'a> {
-    id: &'a str,
-    text: &'a str,
-    label: &'a str,
-    counterfactual: &'a str,
+    id: Cow<'a, str>,
+    text: Cow<'a, str>,
+    label: Cow<'a, str>,
+    counterfactual: Cow<'a, str>,
+}
+
+/// The characters that make a spreadsheet read a cell as a formula (or, the control ones, let a
+/// formula follow), the full-width forms included.
+const FORMULA_STARTS: [char; 10] = ['=', '+', '-', '@', '\t', '\r', '＝', '＋', '－', '＠'];
+
+/// `text` as a cell of `file`: in CSV, a cell a spreadsheet would run as a formula starts with
+/// an apostrophe (OWASP's advice for CSV injection), which spreadsheets show as text; JSON lines
+/// keep every text as it is.
+fn cell(text: &str, file: FileFormat) -> Cow<'_, str> {
+    match file {
+        FileFormat::Csv if text.starts_with(FORMULA_STARTS) => Cow::Owned(format!("'{text}")),
+        _ => Cow::Borrowed(text),
+    }
 }
 
 /// id, original, label, counterfactual, record, outcome.
@@ -94,7 +110,7 @@ pub async fn download(
     State(state): State<AppState>,
     caller: Caller,
     Path((team, queue)): Path<(String, String)>,
-    Query(query): Query<ExportQuery>,
+    QueryParams(query): QueryParams<ExportQuery>,
 ) -> ApiResult<Response> {
     let (queue, _) = queue_for(&state.db, &caller, &team, &queue, EXPORT).await?;
     if query.file == FileFormat::Csv && query.format == ExportKind::Records {
@@ -154,21 +170,22 @@ pub async fn download(
 
 fn render(kept: &[Kept], query: &ExportQuery) -> anyhow::Result<Vec<u8>> {
     let mut lines = Lines::new(query.file);
+    let file = query.file;
     match query.format {
         ExportKind::Classifier => {
             let mut originals = std::collections::BTreeSet::new();
             for item in kept {
                 if query.originals && originals.insert(item.original.as_str()) {
                     lines.push(&Labelled {
-                        id: format!("{}-original", item.id),
-                        text: &item.original,
-                        label: &item.label,
+                        id: Cow::Owned(cell(&format!("{}-original", item.id), file).into_owned()),
+                        text: cell(&item.original, file),
+                        label: cell(&item.label, file),
                     })?;
                 }
                 lines.push(&Labelled {
-                    id: item.id.clone(),
-                    text: &item.counterfactual,
-                    label: &item.outcome.label,
+                    id: cell(&item.id, file),
+                    text: cell(&item.counterfactual, file),
+                    label: cell(&item.outcome.label, file),
                 })?;
             }
         }
@@ -176,10 +193,10 @@ fn render(kept: &[Kept], query: &ExportQuery) -> anyhow::Result<Vec<u8>> {
             // A relabel to the original's own label is a paraphrase, not a flip.
             for item in kept.iter().filter(|i| i.outcome.label != i.label) {
                 lines.push(&Pair {
-                    id: &item.id,
-                    text: &item.original,
-                    label: &item.label,
-                    counterfactual: &item.counterfactual,
+                    id: cell(&item.id, file),
+                    text: cell(&item.original, file),
+                    label: cell(&item.label, file),
+                    counterfactual: cell(&item.counterfactual, file),
                 })?;
             }
         }
@@ -248,5 +265,58 @@ impl Lines {
             Lines::Jsonl(out) => out,
             Lines::Csv(writer) => writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use flipside_shared::portal::Verdict;
+
+    use super::*;
+
+    /// Every start a spreadsheet reads as a formula, in every cell of both CSV formats; JSON
+    /// lines keep the texts as typed.
+    #[test]
+    fn csv_cells_that_would_run_as_formulas_start_with_an_apostrophe() {
+        let kept: Vec<Kept> = FORMULA_STARTS
+            .iter()
+            .enumerate()
+            .map(|(i, start)| Kept {
+                id: format!("{start}id{i}"),
+                original: format!("{start}original"),
+                label: format!("{start}positive"),
+                counterfactual: format!("{start}SUM(1, 1)"),
+                record: None,
+                outcome: Outcome {
+                    verdict: Verdict::Accept,
+                    text: None,
+                    label: format!("{start}negative"),
+                    reviewed: false,
+                },
+            })
+            .collect();
+        for format in [ExportKind::Classifier, ExportKind::Pairs] {
+            let query = |file| ExportQuery {
+                format,
+                file,
+                originals: true,
+            };
+            let csv = render(&kept, &query(FileFormat::Csv)).unwrap();
+            let mut reader = csv::Reader::from_reader(csv.as_slice());
+            let mut cells = 0;
+            for record in reader.records() {
+                for cell in record.unwrap().iter() {
+                    assert!(cell.starts_with('\''), "{format:?}: {cell:?}");
+                    assert!(cell[1..].starts_with(FORMULA_STARTS), "{cell:?}");
+                    cells += 1;
+                }
+            }
+            assert!(cells >= 3 * FORMULA_STARTS.len(), "{format:?}: {cells}");
+            let jsonl = render(&kept, &query(FileFormat::Jsonl)).unwrap();
+            let jsonl = String::from_utf8(jsonl).unwrap();
+            assert!(jsonl.contains("\"=SUM(1, 1)\""), "{jsonl}");
+            assert!(!jsonl.contains("'="), "{jsonl}");
+        }
+        assert_eq!(cell("plain text", FileFormat::Csv), "plain text");
     }
 }

@@ -155,6 +155,12 @@ async fn append(
     queue: QueueRow,
     items: Vec<StoredItem>,
 ) -> ApiResult<Json<Queue>> {
+    let resources = state.resources()?;
+    for (i, item) in items.iter().enumerate() {
+        resources
+            .target(&item.label, Some(&item.target))
+            .map_err(|e| ApiError::bad_request(format!("item {}: {e}", i + 1)))?;
+    }
     let added = items.len();
     let total = insert_items(&state.db, &queue.id, items).await?;
     audit(

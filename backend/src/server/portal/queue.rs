@@ -12,7 +12,7 @@
 
 use anyhow::Context;
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use flipside_shared::api::ApiError as ErrorBody;
 use flipside_shared::portal::{
@@ -28,7 +28,7 @@ use super::{hash_secret, new_id};
 use crate::server::AppState;
 use crate::server::db::{Db, now, now_plus, with_pool};
 use crate::server::demo::{blocking, check_text, probabilities};
-use crate::server::error::{ApiError, ApiResult, JsonBody};
+use crate::server::error::{ApiError, ApiResult, JsonBody, QueryParams};
 
 /// The most people one item may need.
 const MAX_OVERLAP: usize = 10;
@@ -580,6 +580,12 @@ async fn check_verdict(
         ),
         _ => None,
     };
+    if let Some(label) = &label {
+        state
+            .resources()?
+            .check_label("label", label)
+            .map_err(ApiError::bad_request)?;
+    }
     if let Some(text) = written {
         check_text(text)?;
     }
@@ -1083,7 +1089,7 @@ pub async fn next_to_review(
     State(state): State<AppState>,
     caller: Caller,
     Path((team, queue)): Path<(String, String)>,
-    Query(cursor): Query<ReviewCursor>,
+    QueryParams(cursor): QueryParams<ReviewCursor>,
 ) -> ApiResult<Json<Option<ReviewTask>>> {
     let (queue, _) = queue_for(&state.db, &caller, &team, &queue, REVIEW_READ).await?;
     let item: Option<String> = with_pool!(&state.db, |pool| {
@@ -1230,6 +1236,8 @@ pub async fn history(
     Path((team, queue, item)): Path<(String, String, String)>,
 ) -> ApiResult<Json<Vec<HistoryEntry>>> {
     let (queue, _) = queue_for(&state.db, &caller, &team, &queue, READ).await?;
+    // An unknown item is a 404, as for its siblings.
+    load_item(&state.db, &queue.id, &item).await?;
     let rows: Vec<(String, Option<String>, String, String)> =
         with_pool!(&state.db, |pool| sqlx::query_as(
             "SELECT a.at, u.name, a.action, a.detail FROM audit_log a \
