@@ -170,13 +170,13 @@ pub struct EvalArgs {
 /// Whether, and with which kernel, the encoder multiplies in int8.
 #[derive(Debug, Args)]
 pub struct Int8Args {
-    /// Multiply the encoder's layers in int8 (CPU backend; AMX or AVX-512 VNNI: the integer sums
-    /// the browser demo's CPU backend computes; AVX2 on CPUs without AVX-512: 7-bit activations;
-    /// f32 elsewhere)
+    /// Multiply the encoder's layers in int8 (CPU backend: AMX or AVX-512 VNNI, AVX2 on CPUs
+    /// without AVX-512 with 7-bit activations; f32 elsewhere)
     #[arg(long)]
     pub int8: bool,
     /// With --int8, this kernel instead of the fastest: amx, vnni, avx2 (7-bit activations),
-    /// simd128 or relaxedsimd (the page's kernels as plain loops: slow, the page's numbers)
+    /// simd128 or relaxedsimd (the browser demo's kernels as plain loops: slow, but the page's
+    /// numbers to the bit on every CPU)
     #[arg(long, value_name = "KERNEL", requires = "int8", value_parser = parse_kernel)]
     pub int8_kernel: Option<Kernel>,
 }

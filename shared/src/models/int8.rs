@@ -497,6 +497,10 @@ impl ProductCase {
 /// in integers and scale back with the same roundings. The browser test compares the page's
 /// digest with native's: the same digest, the same bits.
 pub fn page_parity_digest(kernel: Kernel) -> Option<String> {
+    debug_assert!(
+        kernel.portable(),
+        "{kernel:?} is not one of the page's kernels"
+    );
     // FNV-1a over the products' bits.
     let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
     for seed in [1, 11] {

@@ -184,13 +184,20 @@ mod tests {
 
     #[test]
     fn attention_is_burns_with_padding_masked() {
-        let (batch, seq, heads, dim) = (2, 7, 3, 5);
+        // Heads smaller than a block of outputs, and longer than one with a partial block.
+        check_attention(7, 3, 5);
+        check_attention(37, 2, 20);
+    }
+
+    /// Two sequences of `seq` tokens, the first's last key and the second's last two padding.
+    fn check_attention(seq: usize, heads: usize, dim: usize) {
+        let batch = 2;
         let width = heads * dim;
         let [query, key, value] = [1, 2, 3].map(|seed| varied([batch, seq, width], seed, 2.0));
-        // The second sequence's last two tokens are padding.
         let mut padding = vec![false; batch * heads * seq * seq];
         for h in 0..heads {
             for i in 0..seq {
+                padding[(h * seq + i) * seq + seq - 1] = true;
                 for j in seq - 2..seq {
                     padding[((heads + h) * seq + i) * seq + j] = true;
                 }

@@ -100,7 +100,7 @@ pub async fn create_user(db: &Db, email: &str, name: &str, password: &str) -> Re
     Ok(user)
 }
 
-/// What a password change ended.
+/// What a password change ended: live sessions and tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ended {
     pub sessions: u64,
@@ -122,11 +122,16 @@ pub async fn set_password(db: &Db, user: &str, password: &str) -> Result<Ended> 
             .bind(&hash)
             .execute(&mut *tx)
             .await?;
-        let sessions = sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+        let sessions = sqlx::query("DELETE FROM sessions WHERE user_id = $1 AND expires_at > $2")
             .bind(user)
+            .bind(now())
             .execute(&mut *tx)
             .await?
             .rows_affected();
+        sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+            .bind(user)
+            .execute(&mut *tx)
+            .await?;
         let tokens = sqlx::query(
             "UPDATE api_tokens SET revoked_at = $2 WHERE user_id = $1 AND revoked_at IS NULL",
         )
@@ -332,8 +337,13 @@ pub async fn accept_invite(
     JsonBody(request): JsonBody<AcceptInvite>,
 ) -> ApiResult<Response> {
     let db = &state.db;
-    // A browser session only: a token cannot join teams.
-    let signed_in = caller.ok().filter(|caller| caller.scopes.is_none());
+    // A browser session only: a token cannot join teams. No session (or one that has ended) is
+    // signed out; a session without its CSRF token, or a failure, is answered as it is.
+    let signed_in = match caller {
+        Ok(caller) => Some(caller).filter(|caller| caller.scopes.is_none()),
+        Err(error) if error.status == StatusCode::UNAUTHORIZED => None,
+        Err(error) => return Err(error),
+    };
     let hash = hash_secret(request.token.trim());
     // Marking it used first makes a second, concurrent acceptance find nothing.
     let invite: Option<(String, String, String)> = with_pool!(db, |pool| sqlx::query_as(
