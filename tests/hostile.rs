@@ -177,6 +177,33 @@ fn slow_and_greedy_clients_are_cut_off_and_every_request_is_logged() {
         .unwrap();
     check_error(refused, 431, "headers_too_large");
 
+    // Heads hyper cannot parse get the app's JSON errors and security headers too.
+    let mut over_buffer = b"GET /api/health HTTP/1.1\r\nx-filler: ".to_vec();
+    over_buffer.resize(over_buffer.len() + (1 << 20) + 10, b'c');
+    for (head, status, code) in [
+        (
+            b"GET /api/health HTTP/1.1\r\nx-a: b\0c\r\n\r\n".to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            b"POST /api/classify HTTP/1.1\r\ncontent-length: ten\r\n\r\n".to_vec(),
+            400,
+            "bad_request",
+        ),
+        (over_buffer, 431, "headers_too_large"),
+    ] {
+        let mut stream = connect(&url);
+        // The server may answer and close before the whole head is sent.
+        let _ = stream.write_all(&head);
+        let reply = read_until_closed(&mut stream).0;
+        assert!(reply.starts_with(&format!("HTTP/1.1 {status} ")), "{reply}");
+        assert!(reply.contains(&format!("\"code\":\"{code}\"")), "{reply}");
+        for header in ["x-content-type-options: nosniff", "x-frame-options: DENY"] {
+            assert!(reply.contains(header), "{reply}");
+        }
+    }
+
     // A query string is never logged (it may carry what the path does not).
     json_of(server.get("/health?secret=abc"), 200);
     // Last, since the slots of the connections it drops come back a moment later: one address
@@ -197,6 +224,7 @@ fn slow_and_greedy_clients_are_cut_off_and_every_request_is_logged() {
     };
     assert!(refused.starts_with("HTTP/1.1 429"), "{refused}");
     assert!(refused.contains("too_many_connections"), "{refused}");
+    assert!(refused.contains("x-frame-options: DENY"), "{refused}");
     assert!(held.len() >= PER_CLIENT - 1, "{} admitted", held.len());
     drop(held.pop());
     let started = Instant::now();

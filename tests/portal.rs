@@ -1057,10 +1057,47 @@ fn account_paths_tokens_and_exports_hold() {
         403,
         "forbidden",
     );
+    // Eve's session without its CSRF token is refused as such, not taken for signed out.
+    let without_csrf = server
+        .http
+        .post(server.url("/invites/accept"))
+        .header("cookie", eve.cookie())
+        .json(&json!({"token": token}))
+        .send()
+        .unwrap();
+    check_error(without_csrf, 403, "csrf");
     let joined = json_of(eve.post("/invites/accept", &json!({"token": token})), 200);
     assert_eq!(joined["teams"].as_array().unwrap().len(), 2, "{joined}");
     let members = json_of(ada.get(&format!("/teams/{team}/members")), 200);
     assert!(members.to_string().contains("eve@other.org"), "{members}");
+
+    // Guesses sent at once are all counted: at most the limit's five are checked, the rest
+    // wait, and then so does the right password.
+    let answers: Vec<u16> = std::thread::scope(|scope| {
+        let guesses: Vec<_> = (0..16)
+            .map(|i| {
+                let server = &server;
+                scope.spawn(move || login(server, "vic@lab.org", &format!("guess {i}")).status())
+            })
+            .collect();
+        guesses
+            .into_iter()
+            .map(|guess| guess.join().unwrap().as_u16())
+            .collect()
+    });
+    let checked = answers.iter().filter(|&&status| status == 401).count();
+    assert!(checked <= 5, "{answers:?}");
+    assert!(
+        answers.iter().all(|&status| status == 401 || status == 429),
+        "{answers:?}"
+    );
+    if checked == 5 {
+        check_error(
+            login(&server, "vic@lab.org", ADMIN_PASSWORD),
+            429,
+            "throttled",
+        );
+    }
 
     // A token without `manage` neither lists nor revokes the user's other tokens.
     let made = |scopes: Value| {

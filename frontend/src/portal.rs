@@ -178,7 +178,9 @@ fn SignIn(title: &'static str) -> impl IntoView {
     }
 }
 
-/// `#/invite/{token}`: choose a name and password, join the team, and go to its queues.
+/// `#/invite/{token}`: join the team. Someone signed in joins as themselves with one click; someone
+/// signed out either signs in first (an invitation never takes an existing account's password)
+/// or, new to Flipside, chooses a name and password.
 #[component]
 pub fn AcceptInvitation(token: String) -> impl IntoView {
     let session = use_session();
@@ -186,12 +188,11 @@ pub fn AcceptInvitation(token: String) -> impl IntoView {
     let password = RwSignal::new(String::new());
     let error = RwSignal::new(None::<String>);
     let token = StoredValue::new(token);
-    let submit = move |ev: leptos::ev::SubmitEvent| {
-        ev.prevent_default();
+    let accept = move |name: String, password: String| {
         let request = AcceptInvite {
             token: token.get_value(),
-            name: name.get_untracked(),
-            password: password.get_untracked(),
+            name,
+            password,
         };
         spawn_local(async move {
             match api::accept_invite(&request).await {
@@ -204,11 +205,35 @@ pub fn AcceptInvitation(token: String) -> impl IntoView {
             }
         });
     };
-    view! {
-        <section class="card narrow">
-            <h2>"Join your team"</h2>
-            <p class="muted small">"You were invited to review counterfactuals on Flipside."</p>
-            <form on:submit=submit class="stack">
+    let create_account = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        accept(name.get_untracked(), password.get_untracked());
+    };
+    let sign_out = move |_| {
+        spawn_local(async move {
+            let _ = api::logout().await;
+            error.set(None);
+            session.me.set(None);
+        });
+    };
+    let form = move || {
+        if !session.loaded.get() {
+            return view! { <p><Spinner />" Loading…"</p> }.into_any();
+        }
+        if let Some(me) = session.me.get() {
+            return view! {
+                <p>"You are signed in as " <strong>{me.user.email}</strong> "."</p>
+                <div class="row">
+                    <button class="primary" data-testid="invite-join"
+                        on:click=move |_| accept(String::new(), String::new())>"Join the team"</button>
+                    <button data-testid="invite-sign-out" on:click=sign_out>"Not you? Sign out"</button>
+                </div>
+            }
+            .into_any();
+        }
+        view! {
+            <p class="muted small">"New to Flipside? Choose a name and a password."</p>
+            <form on:submit=create_account class="stack">
                 <label class="field">
                     "Your name"
                     <input type="text" data-testid="invite-name"
@@ -221,8 +246,19 @@ pub fn AcceptInvitation(token: String) -> impl IntoView {
                 </label>
                 <button type="submit" class="primary" data-testid="invite-submit">"Join"</button>
             </form>
+        }
+        .into_any()
+    };
+    view! {
+        <section class="card narrow">
+            <h2>"Join your team"</h2>
+            <p class="muted small">"You were invited to review counterfactuals on Flipside."</p>
+            {form}
             {move || error.get().map(|m| view! { <ErrorMessage message=m testid="invite-error" /> })}
         </section>
+        {move || (session.loaded.get() && session.me.get().is_none()).then(|| view! {
+            <SignIn title="Have an account already? Sign in, then join" />
+        })}
     }
 }
 

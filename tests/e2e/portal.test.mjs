@@ -35,6 +35,22 @@ async function person() {
   return { page, errors };
 }
 
+/** Invites `email` as `role` from the team page; returns the link, which is shown once. */
+async function invite(page, email, role) {
+  await page.getByTestId('invite-email').fill(email);
+  await page.getByTestId('invite-role').selectOption(role);
+  const shown = await page.getByTestId('invite-link').count();
+  await page.getByTestId('invite-create').click();
+  const link = page.getByTestId('invite-link');
+  await page.waitForFunction(([was, previous]) => {
+    const now = document.querySelector('[data-testid="invite-link"]');
+    return now && (!was || now.textContent !== previous);
+  }, [shown, shown ? await link.textContent() : null]);
+  const text = await link.textContent();
+  assert.match(text, /#\/invite\/[0-9a-f]{64}$/);
+  return text;
+}
+
 /** The shown item's id, or 'finished' when nothing is left. */
 async function current(page) {
   await page.locator('[data-testid="review-item"], [data-testid="review-finished"]').first()
@@ -67,11 +83,7 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
     await ada.page.getByTestId('team-name').waitFor();
 
     // Invite Bob; the link is shown once.
-    await ada.page.getByTestId('invite-email').fill('bob@lab.org');
-    await ada.page.getByTestId('invite-role').selectOption('annotator');
-    await ada.page.getByTestId('invite-create').click();
-    const link = await ada.page.getByTestId('invite-link').textContent();
-    assert.match(link, /#\/invite\/[0-9a-f]{64}$/);
+    const link = await invite(ada.page, 'bob@lab.org', 'annotator');
 
     // A queue of the job's counterfactuals, two people per item.
     await ada.page.getByTestId('queue-job').selectOption(JOB);
@@ -179,6 +191,26 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
     await ada.page.keyboard.press('s');
     await ada.page.getByTestId('review-finished').waitFor({ timeout: LONG });
 
+    // An invitation for someone with an account never asks for a password: signed in, Bob
+    // joins with one click (and becomes a reviewer, who may export); signed out, he signs in on
+    // the invitation's page first.
+    await ada.page.goto(`${URL}#/review`);
+    const promotion = await invite(ada.page, 'bob@lab.org', 'reviewer');
+    await bob.page.goto(promotion);
+    assert.equal(await bob.page.getByTestId('invite-name').count(), 0);
+    await bob.page.getByTestId('invite-join').click();
+    await bob.page.getByTestId('export-classifier').first().waitFor({ timeout: LONG });
+    const again = await invite(ada.page, 'bob@lab.org', 'annotator');
+    const elsewhere = await person();
+    await elsewhere.page.goto(again);
+    await elsewhere.page.getByTestId('login-email').fill('bob@lab.org');
+    await elsewhere.page.getByTestId('login-password').fill('a long enough password');
+    await elsewhere.page.getByTestId('login-submit').click();
+    await elsewhere.page.getByTestId('invite-join').click();
+    await elsewhere.page.getByTestId('team-name').waitFor();
+    assert.equal(await elsewhere.page.getByTestId('export-classifier').count(), 0);
+
     assert.deepEqual(ada.errors, []);
     assert.deepEqual(bob.errors, []);
+    assert.deepEqual(elsewhere.errors, []);
   });

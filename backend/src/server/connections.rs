@@ -1,6 +1,7 @@
 //! Accepting connections: HTTP/1.1 with a deadline for each request's headers (which also closes
 //! a kept-alive connection left idle), a cap on the connections one client address may hold
-//! open, and a graceful stop.
+//! open, and a graceful stop. hyper's own answers to heads it cannot parse are replaced by the
+//! app's (see [`raw_answers`]).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_http::add_extension::AddExtension;
 
+use super::raw_answers::{self, WithAppAnswers};
 use super::request_size::{HYPER_MAX_BUFFER, HYPER_MAX_HEADERS};
 
 /// How long a client may take to send a request's headers, or to start its next request on a
@@ -78,7 +80,8 @@ pub async fn serve(
                 .header_read_timeout(limits.header_timeout)
                 .max_headers(HYPER_MAX_HEADERS)
                 .max_buf_size(HYPER_MAX_BUFFER);
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            let connection =
+                builder.serve_connection(WithAppAnswers::new(TokioIo::new(stream)), service);
             tokio::pin!(connection);
             let result = tokio::select! {
                 result = connection.as_mut() => result,
@@ -99,14 +102,14 @@ pub async fn serve(
 
 /// Answers a connection over the limit with 429 and closes it, without reading a request.
 async fn refuse(mut stream: TcpStream) {
-    let body = r#"{"code":"too_many_connections","message":"this address has too many connections open; close some and retry"}"#;
-    let reply = format!(
-        "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\n\
-         content-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
-        body.len()
+    let reply = raw_answers::json_error(
+        "429 Too Many Requests",
+        "too_many_connections",
+        "this address has too many connections open; close some and retry",
+        "retry-after: 1\r\n",
     );
     let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        stream.write_all(reply.as_bytes()).await?;
+        stream.write_all(&reply).await?;
         stream.shutdown().await
     })
     .await;

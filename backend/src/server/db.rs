@@ -15,7 +15,7 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, SqlSafeStr};
 
 /// The checked-in migrations, in order.
-const MIGRATIONS: [(i64, &str, &str); 3] = [
+const MIGRATIONS: [(i64, &str, &str); 4] = [
     (1, "init", include_str!("../../migrations/0001_init.sql")),
     (
         2,
@@ -26,6 +26,11 @@ const MIGRATIONS: [(i64, &str, &str); 3] = [
         3,
         "team jobs",
         include_str!("../../migrations/0003_team_jobs.sql"),
+    ),
+    (
+        4,
+        "sign-in attempts",
+        include_str!("../../migrations/0004_sign_in_attempts.sql"),
     ),
 ];
 

@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod portal;
 pub mod preparation;
 pub mod priority;
+pub mod raw_answers;
 pub mod request_log;
 pub mod request_size;
 pub mod resources;

@@ -27,7 +27,7 @@ pub struct SecurityHeaders {
 /// What tells one version of a file from the next: its modification time and length.
 type FileVersion = (SystemTime, u64);
 
-type Headers = Arc<Vec<(HeaderName, HeaderValue)>>;
+pub type Headers = Arc<Vec<(HeaderName, HeaderValue)>>;
 
 impl SecurityHeaders {
     /// The headers for the app in `static_dir` (its `index.html`'s inline scripts are hashed
@@ -66,6 +66,13 @@ impl SecurityHeaders {
         }
         current.1.clone()
     }
+}
+
+/// The headers for answers that are never the app's page (errors written outside the app).
+pub fn headers_without_app() -> Headers {
+    static HEADERS: std::sync::LazyLock<Headers> =
+        std::sync::LazyLock::new(|| headers_allowing(&[]));
+    HEADERS.clone()
 }
 
 /// The headers with a policy that allows the inline scripts of these hashes.

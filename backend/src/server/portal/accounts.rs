@@ -2,6 +2,8 @@
 //! crate's defaults: 19 MiB, 2 passes, OWASP's recommendation); invitations are random secrets
 //! stored as hashes and used once.
 
+use std::sync::LazyLock;
+
 use anyhow::{Context, Result, bail};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::{Argon2, password_hash::rand_core::OsRng};
@@ -13,6 +15,7 @@ use flipside_shared::api::ApiError as ErrorBody;
 use flipside_shared::portal::{
     AcceptInvite, Invite, InviteRequest, Me, Member, Role, TeamMembership, UserInfo,
 };
+use tokio::sync::Semaphore;
 
 use super::auth::{Caller, Client, MANAGE, READ, start_session};
 use super::queue::dialect;
@@ -26,8 +29,24 @@ const INVITE_SECONDS: i64 = 7 * 24 * 3600;
 /// The shortest password accepted.
 pub const MIN_PASSWORD_CHARS: usize = 10;
 
+/// How many argon2id hashes run at once: one per core. Each takes 19 MiB and about 40 ms of a
+/// core, so they run on blocking threads, never on the async workers that answer requests.
+static PASSWORD_WORK: LazyLock<Semaphore> =
+    LazyLock::new(|| Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())));
+
+/// Runs argon2id work on a blocking thread once one of [`PASSWORD_WORK`]'s turns is free.
+async fn password_work<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
+    let _turn = PASSWORD_WORK.acquire().await?;
+    Ok(tokio::task::spawn_blocking(work).await?)
+}
+
 /// The argon2id hash of `password`, in PHC string form (salt and parameters included).
-pub fn hash_password(password: &str) -> Result<String> {
+pub async fn hash_password(password: &str) -> Result<String> {
+    let password = password.to_string();
+    password_work(move || argon2_hash(&password)).await?
+}
+
+fn argon2_hash(password: &str) -> Result<String> {
     let salt = SaltString::generate(&mut OsRng);
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
@@ -35,13 +54,22 @@ pub fn hash_password(password: &str) -> Result<String> {
         .map_err(|e| anyhow::anyhow!("cannot hash the password: {e}"))
 }
 
-/// Whether `password` matches `hash` (false for a malformed hash).
-pub fn verify_password(hash: &str, password: &str) -> bool {
-    PasswordHash::new(hash).is_ok_and(|parsed| {
-        Argon2::default()
-            .verify_password(password.as_bytes(), &parsed)
-            .is_ok()
+/// Whether `password` matches `hash` (false for a malformed hash). Without a hash (an unknown
+/// email) it checks against a decoy, so that an unknown email takes as long to refuse as a
+/// wrong password.
+pub async fn verify_password(hash: Option<String>, password: &str) -> Result<bool> {
+    static DECOY: LazyLock<String> =
+        LazyLock::new(|| argon2_hash("not anybody's password").unwrap_or_default());
+    let password = password.to_string();
+    password_work(move || {
+        let hash = hash.as_deref().unwrap_or(DECOY.as_str());
+        PasswordHash::new(hash).is_ok_and(|parsed| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok()
+        })
     })
+    .await
 }
 
 /// A password's problem, if it is too weak to accept.
@@ -85,7 +113,7 @@ pub async fn create_user(db: &Db, email: &str, name: &str, password: &str) -> Re
         email,
         name,
     };
-    let hash = hash_password(password)?;
+    let hash = hash_password(password).await?;
     with_pool!(db, |pool| sqlx::query(
         "INSERT INTO users (id, email, name, password_hash, created_at) VALUES ($1, $2, $3, $4, $5)"
     )
@@ -113,7 +141,7 @@ pub async fn set_password(db: &Db, user: &str, password: &str) -> Result<Ended> 
     if let Some(problem) = password_problem(password) {
         bail!(problem);
     }
-    let hash = hash_password(password)?;
+    let hash = hash_password(password).await?;
     let (begin, _) = dialect(db);
     let ended = with_pool!(db, |pool| async {
         let mut tx = pool.begin_with(begin).await?;

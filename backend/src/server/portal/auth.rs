@@ -4,7 +4,6 @@
 //! throttling.
 
 use flipside_shared::api::ApiError as ErrorBody;
-use std::sync::OnceLock;
 
 use anyhow::{Context, Result};
 use axum::Json;
@@ -14,7 +13,7 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use flipside_shared::portal::{ApiToken, LoginRequest, Me, Role, Scope, TokenRequest, UserInfo};
 
-use super::accounts::{hash_password, memberships, role_in, user_by_email, verify_password};
+use super::accounts::{memberships, role_in, user_by_email, verify_password};
 use super::{hash_secret, new_id, new_secret};
 use crate::server::AppState;
 use crate::server::db::{Db, now, now_plus, with_pool};
@@ -32,6 +31,8 @@ pub const MAX_FAILED_LOGINS: i64 = 5;
 /// that address is refused for a while.
 pub const MAX_FAILED_LOGINS_PER_ADDRESS: i64 = 30;
 const THROTTLE_SECONDS: i64 = 15 * 60;
+/// The longest email a sign-in reads (RFC 5321's limit on a path is 256 bytes).
+const MAX_EMAIL_BYTES: usize = 254;
 /// API tokens start with this, so that they are easy to spot (and to scan for in leaks).
 const TOKEN_PREFIX: &str = "fst_";
 
@@ -252,13 +253,6 @@ pub async fn start_session(db: &Db, user: UserInfo, secure: bool) -> Result<Resp
     Ok(([(header::SET_COOKIE, cookie)], Json(me)).into_response())
 }
 
-/// An argon2id hash to check wrong emails against, so that an unknown email takes as long to
-/// refuse as a wrong password.
-fn decoy_hash() -> &'static str {
-    static HASH: OnceLock<String> = OnceLock::new();
-    HASH.get_or_init(|| hash_password("not anybody's password").unwrap_or_default())
-}
-
 /// The client of a request: its address, and whether it reached the server over HTTPS. Behind
 /// a proxy (`flipside serve --behind-proxy`) both come from the proxy's `X-Forwarded-For` (its
 /// last entry: the address the proxy saw) and `X-Forwarded-Proto`; otherwise from the
@@ -303,8 +297,13 @@ impl FromRequestParts<AppState> for Client {
 }
 
 /// Why sign-in is refused for now, and for how many seconds: too many recent failures for
-/// `email`, or from `address`.
-pub async fn throttled(db: &Db, email: &str, address: &str) -> Result<Option<(String, i64)>> {
+/// `email`, or from `address`, besides the attempt being made (`attempt`, recorded already).
+pub async fn throttled(
+    db: &Db,
+    email: &str,
+    address: &str,
+    attempt: &str,
+) -> Result<Option<(String, i64)>> {
     let since = now_plus(-THROTTLE_SECONDS);
     let (of_email, email_oldest, of_address, address_oldest): (
         i64,
@@ -314,11 +313,13 @@ pub async fn throttled(db: &Db, email: &str, address: &str) -> Result<Option<(St
     ) = with_pool!(db, |pool| sqlx::query_as(
         "SELECT COUNT(CASE WHEN email = $1 THEN 1 END), MIN(CASE WHEN email = $1 THEN at END), \
          COUNT(CASE WHEN address = $2 THEN 1 END), MIN(CASE WHEN address = $2 THEN at END) \
-         FROM login_failures WHERE (email = $1 OR address = $2) AND at > $3"
+         FROM login_failures WHERE (email = $1 OR address = $2) AND at > $3 \
+         AND (attempt IS NULL OR attempt <> $4)"
     )
     .bind(email)
     .bind(address)
     .bind(&since)
+    .bind(attempt)
     .fetch_one(pool)
     .await)?;
     let wait = |oldest: Option<String>| {
@@ -354,7 +355,34 @@ pub async fn login(
 ) -> ApiResult<Response> {
     let db = &state.db;
     let email = request.email.trim().to_lowercase();
-    if let Some((why, wait)) = throttled(db, &email, &client.address).await? {
+    if email.len() > MAX_EMAIL_BYTES {
+        return Err(ApiError::bad_request(format!(
+            "an email has at most {MAX_EMAIL_BYTES} bytes"
+        )));
+    }
+    // The attempt counts as a failure from before its password is checked, so that guesses
+    // sent at once cannot all pass the limits; it is taken back if it is over them (a refused
+    // attempt does not prolong the wait) or the password is right.
+    let attempt = new_id("try");
+    let since = now_plus(-THROTTLE_SECONDS);
+    forget_failures(db, "DELETE FROM login_failures WHERE at <= $1", &since).await?;
+    with_pool!(db, |pool| sqlx::query(
+        "INSERT INTO login_failures (email, at, address, attempt) VALUES ($1, $2, $3, $4)"
+    )
+    .bind(&email)
+    .bind(now())
+    .bind(&client.address)
+    .bind(&attempt)
+    .execute(pool)
+    .await
+    .map(drop))?;
+    if let Some((why, wait)) = throttled(db, &email, &client.address, &attempt).await? {
+        forget_failures(
+            db,
+            "DELETE FROM login_failures WHERE attempt = $1",
+            &attempt,
+        )
+        .await?;
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "throttled",
@@ -363,34 +391,24 @@ pub async fn login(
         .retry_after(wait.max(1) as u64));
     }
     let user = user_by_email(db, &email).await?;
-    let hash = user
-        .as_ref()
-        .map_or(decoy_hash(), |u| u.password_hash.as_str());
-    let matches = verify_password(hash, &request.password);
+    let hash = user.as_ref().map(|u| u.password_hash.clone());
     match user {
-        Some(user) if matches => {
-            with_pool!(db, |pool| sqlx::query(
-                "DELETE FROM login_failures WHERE email = $1"
-            )
-            .bind(&email)
-            .execute(pool)
-            .await
-            .map(drop))?;
+        Some(user) if verify_password(hash, &request.password).await? => {
+            forget_failures(db, "DELETE FROM login_failures WHERE email = $1", &email).await?;
             Ok(start_session(db, user.info, client.https).await?)
         }
-        _ => {
-            with_pool!(db, |pool| sqlx::query(
-                "INSERT INTO login_failures (email, at, address) VALUES ($1, $2, $3)"
-            )
-            .bind(&email)
-            .bind(now())
-            .bind(&client.address)
-            .execute(pool)
-            .await
-            .map(drop))?;
-            Err(unauthorized("wrong email or password"))
-        }
+        _ => Err(unauthorized("wrong email or password")),
     }
+}
+
+/// Deletes the failed sign-ins `statement` picks by `value`.
+async fn forget_failures(db: &Db, statement: &'static str, value: &str) -> Result<()> {
+    with_pool!(db, |pool| sqlx::query(statement)
+        .bind(value)
+        .execute(pool)
+        .await
+        .map(drop))?;
+    Ok(())
 }
 
 /// Seconds until a failure at `oldest` leaves the throttling window.
@@ -578,11 +596,11 @@ mod tests {
             fail(&db, "ada@lab.org", "10.0.0.1").await;
         }
         assert_eq!(
-            throttled(&db, "ada@lab.org", "10.0.0.9").await.unwrap(),
+            throttled(&db, "ada@lab.org", "10.0.0.9", "").await.unwrap(),
             None
         );
         fail(&db, "ada@lab.org", "10.0.0.2").await;
-        let (why, wait) = throttled(&db, "ada@lab.org", "10.0.0.9")
+        let (why, wait) = throttled(&db, "ada@lab.org", "10.0.0.9", "")
             .await
             .unwrap()
             .unwrap();
@@ -593,18 +611,18 @@ mod tests {
             fail(&db, &format!("user{i}@lab.org"), "10.0.0.1").await;
         }
         assert_eq!(
-            throttled(&db, "bob@lab.org", "10.0.0.1").await.unwrap(),
+            throttled(&db, "bob@lab.org", "10.0.0.1", "").await.unwrap(),
             None
         );
         fail(&db, "cleo@lab.org", "10.0.0.1").await;
-        let (why, _) = throttled(&db, "bob@lab.org", "10.0.0.1")
+        let (why, _) = throttled(&db, "bob@lab.org", "10.0.0.1", "")
             .await
             .unwrap()
             .unwrap();
         assert!(why.contains("your address"), "{why}");
         // Other addresses are not affected.
         assert_eq!(
-            throttled(&db, "bob@lab.org", "10.0.0.3").await.unwrap(),
+            throttled(&db, "bob@lab.org", "10.0.0.3", "").await.unwrap(),
             None
         );
     }
