@@ -509,7 +509,7 @@ struct AccessRow {
     scope: String,
 }
 
-/// The route table of docs/src/access.md, the account model the README points to.
+/// The route table of docs/src/access.md, the account model the book documents.
 fn access_table() -> Vec<AccessRow> {
     let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/src/access.md");
     let page = std::fs::read_to_string(page).unwrap();

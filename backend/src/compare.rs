@@ -25,7 +25,7 @@ pub struct CompareConfig {
     /// Rotten Tomatoes sentences to evaluate on (all when `None`).
     pub ood_size: Option<usize>,
     pub encoder: String,
-    /// Where the trained classifier goes [default: `<home>/models/imdb-<train-size>`].
+    /// Where the trained classifier goes [default: HOME/models/imdb-TRAIN_SIZE].
     pub out: Option<PathBuf>,
     pub device: DeviceChoice,
     pub config: TrainConfig,

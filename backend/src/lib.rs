@@ -4,6 +4,9 @@
 //!
 //! The library does not know the command line: `cli/` parses arguments and calls it, as the
 //! server does.
+//!
+//! How the parts fit together, and what they measure: the book in `docs/` (`mdbook build docs`;
+//! start at `docs/src/introduction.md`, the architecture at `docs/src/architecture.md`).
 
 pub mod adamw;
 pub mod allocator;

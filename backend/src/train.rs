@@ -144,7 +144,7 @@ fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
 }
 
 /// The order in which `items` training items are trained in `epoch` (`config.batch_size` at a
-/// time): in batches of similar `lengths` when given ([`bucketed_order`]), else shuffled.
+/// time): in batches of similar `lengths` when given (`bucketed_order`), else shuffled.
 pub fn training_order(
     config: &TrainConfig,
     items: usize,
@@ -323,7 +323,7 @@ pub trait Objective<B: AutodiffBackend> {
         None
     }
     /// Each item's length (tokens): when given, batches hold items of similar length, so
-    /// padding costs less (see [`bucketed_order`]). Asked once per run, after a finished run
+    /// padding costs less (see `bucketed_order`). Asked once per run, after a finished run
     /// was looked for.
     fn lengths(&self) -> Result<Option<Vec<usize>>> {
         Ok(None)

@@ -6,6 +6,9 @@
 //! One module per concept: [`api`] talks to the server, [`scoring`] runs the classifier and
 //! [`dis_ae`] the Dis-AE in the browser, [`demo`], [`browser_generation`], [`jobs`],
 //! [`portal`] and [`review`] are the pages.
+//!
+//! How the parts fit together, and what they measure: the book in `docs/` (`mdbook build docs`;
+//! start at `docs/src/introduction.md`, the architecture at `docs/src/architecture.md`).
 
 mod api;
 mod browser_generation;

@@ -3,7 +3,7 @@
 //! adapter, else on the CPU (burn's flex backend compiled to wasm with SIMD128).
 //!
 //! On the CPU the encoder's products are int8, with relaxed SIMD where the browser has it
-//! ([`relaxed_simd`](crate::relaxed_simd)), else SIMD128.
+//! ([`crate::relaxed_simd`]), else SIMD128.
 //!
 //! The URL query `?backend=cpu` or `?backend=webgpu` forces a backend, `?int8=simd128` the
 //! SIMD128 kernel. Once loaded, the classifier is also callable from JavaScript (for tests and

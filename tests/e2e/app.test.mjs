@@ -84,7 +84,7 @@ test('the edit demo makes a counterfactual and shows helpers, keywords, diff and
   await page.close();
 });
 
-// An AutoCAD answer as `POST /api/edit` gives it, the record from a run of the README's
+// An AutoCAD answer as `POST /api/edit` gives it, the record from a run of the AutoCAD
 // ablation (this test server has no infiller, so the page is handed this answer).
 const AUTOCAD_ORIGINAL = 'The script is very poor with nothing special at all.';
 const AUTOCAD_EDITED = 'The film is very good with nothing were. at all.';

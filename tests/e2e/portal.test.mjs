@@ -39,13 +39,14 @@ async function person() {
 async function invite(page, email, role) {
   await page.getByTestId('invite-email').fill(email);
   await page.getByTestId('invite-role').selectOption(role);
-  const shown = await page.getByTestId('invite-link').count();
-  await page.getByTestId('invite-create').click();
   const link = page.getByTestId('invite-link');
-  await page.waitForFunction(([was, previous]) => {
+  // The link shown before (if any), read before the click: the new one replaces it.
+  const previous = (await link.count()) ? await link.textContent() : null;
+  await page.getByTestId('invite-create').click();
+  await page.waitForFunction((was) => {
     const now = document.querySelector('[data-testid="invite-link"]');
-    return now && (!was || now.textContent !== previous);
-  }, [shown, shown ? await link.textContent() : null]);
+    return now && now.textContent !== was;
+  }, previous);
   const text = await link.textContent();
   assert.match(text, /#\/invite\/[0-9a-f]{64}$/);
   return text;

@@ -32,7 +32,7 @@ pub struct EmbedArgs {
     pub device: DeviceChoice,
     /// Multiply in int8 (CPU backend; AMX or AVX-512 VNNI, or AVX2 on CPUs without AVX-512; f32
     /// elsewhere): about 2-2.5x the texts per second, embeddings within cosine 0.996 of f32
-    /// (AVX2: 1.4x, 0.988; README, "Encoding in int8")
+    /// (AVX2: 1.4x, 0.988; docs/src/benchmarks.md)
     #[arg(long)]
     pub int8: bool,
 }

@@ -65,7 +65,7 @@ pub struct BuildArgs {
     pub pause_after: Option<usize>,
     /// Encode with int8 matrix products (CPU backend; AMX or AVX-512 VNNI, or AVX2 on CPUs
     /// without AVX-512; f32 elsewhere): about 2-2.5x the sentences per second, embeddings within
-    /// cosine 0.996 of f32 (AVX2: 1.4x, 0.988; README, "Encoding in int8")
+    /// cosine 0.996 of f32 (AVX2: 1.4x, 0.988; docs/src/benchmarks.md)
     #[arg(long)]
     pub int8: bool,
 }

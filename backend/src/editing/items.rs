@@ -66,7 +66,7 @@ pub fn select_examples(
     Ok(items)
 }
 
-/// Every sentence of [`SENTENCE_WORDS`] words (at most `max_words`) of each example, with the
+/// Every sentence of `SENTENCE_WORDS` words (at most `max_words`) of each example, with the
 /// example's label, examples in a seeded order: training text for an autoencoder, more of it
 /// than [`Unit::Sentence`]'s one sentence per review, with noisier labels. At most `limit`
 /// sentences (none: all).

@@ -57,7 +57,7 @@ impl RougeMeans {
 /// The perplexities of one way of decoding.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PerplexitySummary {
-    /// Outputs scored (those of at least [`MIN_PERPLEXITY_CHARS`] characters).
+    /// Outputs scored (those of at least `MIN_PERPLEXITY_CHARS` characters).
     pub scored: usize,
     pub mean: f64,
     pub quartiles: [f64; 3],

@@ -38,7 +38,7 @@ pub struct SeedPair {
     pub id: Option<String>,
     /// The original text (for NLI, the hypothesis).
     pub text: String,
-    /// For NLI: the premise; the query is then premise [SEP] text.
+    /// For NLI: the premise; the query is then premise `[SEP]` text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub premise: Option<String>,
     pub label: String,

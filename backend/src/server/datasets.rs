@@ -85,8 +85,9 @@ pub async fn list(
 }
 
 /// Uploads a labelled dataset (multipart form: `file`, and optionally `name`, `text_col`
-/// [text], `label_col` [label] and `premise_col` for text pairs). Unreadable rows are skipped
-/// and counted; a file with no readable row is refused with the reason.
+/// (default `text`), `label_col` (default `label`) and `premise_col` for text pairs).
+/// Unreadable rows are skipped and counted; a file with no readable row is refused with the
+/// reason.
 #[utoipa::path(post, path = "/teams/{team}/datasets", tag = "datasets",
     params(("team" = String, Path)), security(("session" = []), ("token" = ["generate"])),
     request_body(content_type = "multipart/form-data", description = "file, name, text_col, label_col, premise_col"),

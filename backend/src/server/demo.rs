@@ -37,7 +37,7 @@ pub const MAX_CLASSIFY_TEXTS: usize = 64;
 pub const CLASSIFIER_FILES: [&str; 3] = ["config.json", "tokenizer.json", COMPACT_WEIGHTS_FILE];
 /// Bits per weight of the classifier the browser downloads: with 7, imdb-400 gives the same
 /// label as in f32 for 99.1 % of Rotten Tomatoes' sentences and 99.3 % of IMDb reviews, and
-/// is 18.3 MB over the wire (21.0 MB with 8; README).
+/// is 18.3 MB over the wire (21.0 MB with 8; docs/src/methods.md, *What the browser downloads*).
 pub const CLASSIFIER_BITS: u32 = 7;
 /// Bits per weight of the Dis-AE the browser downloads: beam search is more sensitive (8 bits
 /// keep 191 of 200 f32 outputs, 7 keep 180), and the model is small (3.8 MB over the wire).

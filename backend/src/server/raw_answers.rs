@@ -60,7 +60,7 @@ fn replacement_for(bytes: &[u8]) -> Option<Vec<u8>> {
     (bodiless && !from_app).then(|| json_error(status, code, message, ""))
 }
 
-/// A connection whose automatic answers from hyper are replaced by [`replacement_for`]'s.
+/// A connection whose automatic answers from hyper are replaced by `replacement_for`'s.
 pub struct WithAppAnswers<T> {
     inner: T,
     /// A replacement still to write, and how much of it is written.

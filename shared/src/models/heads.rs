@@ -3,7 +3,7 @@
 //!
 //! One direction is a view; the other needs a copy (the merge's forward, the split's gradient),
 //! which burn-flex makes element by element through a strided iterator: 5.9 % of a bf16
-//! fine-tuning step in `perf`. On Flex (with or without autodiff) that copy is [`token_major`]
+//! fine-tuning step in `perf`. On Flex (with or without autodiff) that copy is `token_major`
 //! here: runs of `dim` values, on rayon's threads. Every other backend uses burn's ops.
 
 use std::any::Any;

@@ -86,13 +86,13 @@ pub enum Kernel {
     Avx2,
     /// WebAssembly SIMD128 (the page): activations (8 bits) and weights widened to 16 bits and
     /// multiplied by `i32x4.dot_i16x8_s`, which sums pairs of products exactly into `i32`, so
-    /// its sums are VNNI's (its scaling is not fused: [`Kernel::fused`]). Off WebAssembly its
+    /// its sums are VNNI's (its scaling is not fused: `Kernel::fused`). Off WebAssembly its
     /// sums are computed one at a time, to check the page's numbers against (see
     /// [`Kernel::runs_here`]).
     Simd128,
     /// WebAssembly's relaxed SIMD (the page, where the browser has it): four byte products
     /// summed into each `i32` lane by `i32x4.relaxed_dot_i8x16_i7x16_add_s`, in a module of
-    /// its own that the page loads ([`install_relaxed_products`]). Activations in 7 bits, as
+    /// its own that the page loads (`install_relaxed_products`). Activations in 7 bits, as
     /// AVX2's, so that every CPU's lowering of the instruction gives the same exact sums; scaled
     /// as SIMD128's. Off WebAssembly its sums are computed one at a time, as SIMD128's.
     RelaxedSimd,
@@ -170,7 +170,7 @@ impl Kernel {
 
     /// Whether products with `self` and with `other` are the same numbers: AMX and VNNI are
     /// (the same 8-bit quantisation, exact integer sums). SIMD128 sums the same integers but
-    /// scales without fused multiply-adds ([`Self::fused`]); relaxed SIMD likewise against
+    /// scales without fused multiply-adds (`Self::fused`); relaxed SIMD likewise against
     /// AVX2 (7-bit activations).
     pub fn same_results(self, other: Self) -> bool {
         self == other
@@ -315,7 +315,7 @@ impl Int8Linear {
         self.outputs
     }
 
-    /// `x · W + b` for `x` of `rows` rows of [`Self::inputs`] values: `rows × outputs` values,
+    /// `x · W + b` for `x` of `rows` rows of `Self::inputs` values: `rows × outputs` values,
     /// computed on rayon's threads in tasks of 96 rows.
     pub fn forward(&self, x: &[f32], rows: usize) -> Vec<f32> {
         assert_eq!(x.len(), rows * self.inputs, "x is [rows, inputs]");

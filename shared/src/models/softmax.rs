@@ -1,8 +1,8 @@
 //! Softmax over the last dimension. In the page (Flex compiled to WebAssembly) a loop of ours:
 //! burn-flex's softmax calls libm's scalar `expf` there (4 % of the page's classifier time in
-//! Chromium's profiler), while the loop's exp ([`exp_non_positive`]) has no branches or calls and
+//! Chromium's profiler), while the loop's exp (`exp_non_positive`) has no branches or calls and
 //! compiles to SIMD128. Natively burn-flex's own softmax, one fused SIMD pass, was faster than a
-//! loop like this one (README, *Fused attention and softmax were slower*), so natively it is
+//! loop like this one (docs/src/benchmarks.md, tried and not kept), so natively it is
 //! burn-flex's softmax; when training on `Autodiff<Flex>` it is one autodiff op (burn's autodiff
 //! composes softmax of five tracked tensor operations, each a pass over the attention scores
 //! forward and more backward) whose gradient is one pass, `y ⊙ (g − Σ g ⊙ y)` per row. Every

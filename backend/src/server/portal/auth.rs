@@ -25,9 +25,9 @@ pub const SESSION_COOKIE: &str = "flipside_session";
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// How long a browser session lasts.
 const SESSION_SECONDS: i64 = 7 * 24 * 3600;
-/// Failed sign-ins of one email within [`THROTTLE_SECONDS`] before it is refused for a while.
+/// Failed sign-ins of one email within `THROTTLE_SECONDS` before it is refused for a while.
 pub const MAX_FAILED_LOGINS: i64 = 5;
-/// Failed sign-ins from one client address (of any emails) within [`THROTTLE_SECONDS`] before
+/// Failed sign-ins from one client address (of any emails) within `THROTTLE_SECONDS` before
 /// that address is refused for a while.
 pub const MAX_FAILED_LOGINS_PER_ADDRESS: i64 = 30;
 const THROTTLE_SECONDS: i64 = 15 * 60;
