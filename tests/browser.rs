@@ -9,11 +9,11 @@ use std::process::Command;
 
 use flipside_backend::compute::Cpu;
 use flipside_backend::lass::model::load_reproducer;
-use flipside_backend::models::{compact_model_dir, load_classifier};
-use flipside_backend::server::demo::{CLASSIFIER_BITS, DIS_AE_BITS};
+use flipside_backend::model_dirs::{compact_model_dir, load_classifier};
+use flipside_backend::server::downloads::{CLASSIFIER_BITS, DIS_AE_BITS};
 use flipside_shared::data::Input;
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
-use flipside_shared::models::int8::{Kernel, page_parity_digest};
+use flipside_shared::ops::int8::{Kernel, page_parity_digest};
 
 use serde_json::json;
 

@@ -9,7 +9,9 @@ use crate::common;
 
 use burn::tensor::Tensor;
 use flipside_backend::compute::Cpu;
-use flipside_backend::models::{compact_model_dir, load_classifier, load_encoder, save_classifier};
+use flipside_backend::model_dirs::{
+    compact_model_dir, load_classifier, load_encoder, save_classifier,
+};
 use flipside_shared::data::Input;
 use flipside_shared::models::bert::BertConfig;
 use flipside_shared::models::classifier::Architecture;

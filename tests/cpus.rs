@@ -7,8 +7,8 @@
 
 use std::process::Command;
 
-use flipside_backend::models::compact_model_dir;
-use flipside_backend::server::demo::CLASSIFIER_BITS;
+use flipside_backend::model_dirs::compact_model_dir;
+use flipside_backend::server::downloads::CLASSIFIER_BITS;
 
 use crate::common::{CORPUS, ITEMS, editing_setup, flipside, success};
 

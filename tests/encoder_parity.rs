@@ -4,11 +4,11 @@
 use crate::common;
 
 use flipside_backend::compute::Cpu;
-use flipside_backend::models::load_encoder;
+use flipside_backend::model_dirs::load_encoder;
 use flipside_shared::batching::Sequential;
 use flipside_shared::data::Input;
 use flipside_shared::models::encoder::SentenceEncoder;
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::ops::int8::Kernel;
 use serde::Deserialize;
 
 #[derive(Deserialize)]

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use crate::common::{asset, failure, flipside, success};
 use flipside_backend::retrieval::index::{encoded_in_int8, index_dir};
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::ops::int8::Kernel;
 
 const REVIEWS: &str = "\
 The acting was wooden and the plot made no sense. I walked out after an hour.

@@ -8,7 +8,7 @@ use burn::module::AutodiffModule;
 use burn::tensor::{Tensor, TensorData};
 use flipside_backend::compute::{Batches, Compute, Cpu};
 use flipside_backend::data::{ReadOptions, read_file};
-use flipside_backend::train::{TrainConfig, TrainRun, train_classifier};
+use flipside_backend::training::classifier::{TrainConfig, TrainRun, train_classifier};
 use flipside_shared::saliency::label_gradients;
 
 type Ad = Autodiff<Cpu>;

@@ -11,7 +11,7 @@ use flipside_shared::saliency::{WordSaliency, word_saliency};
 use serde::Serialize;
 
 use crate::compute::Compute;
-use crate::models::load_classifier;
+use crate::model_dirs::load_classifier;
 
 /// A prediction with the saliency of each word for the explained label.
 #[derive(Debug, Serialize)]

@@ -8,14 +8,10 @@
 //! How the parts fit together, and what they measure: the book in `docs/` (`mdbook build docs`;
 //! start at `docs/src/introduction.md`, the architecture at `docs/src/architecture.md`).
 
-pub mod adamw;
 pub mod allocator;
 pub mod assets;
-pub mod baseline;
 pub mod cli;
-pub mod compare;
 pub mod compute;
-pub mod corpus;
 pub mod data;
 pub mod editing;
 pub mod experiment;
@@ -25,13 +21,13 @@ pub mod infiller;
 pub mod lass;
 pub mod llm;
 pub mod methods;
-pub mod models;
+pub mod model_dirs;
 pub mod pipeline;
 pub mod prepare;
 pub mod progress;
 pub mod retrieval;
 pub mod server;
-pub mod train;
+pub mod training;
 
 /// The property tests' settings: `cases` generated inputs, or `PROPTEST_CASES` when set
 /// (`scripts/fuzz` runs them for minutes); failures are printed, not saved beside the sources.

@@ -7,13 +7,15 @@ use anyhow::Result;
 
 use crate::assets::{Clients, FetchOutcome};
 use crate::compute::DeviceChoice;
-use crate::corpus::{Corpus, SentenceFilter, build_corpus, corpus_dir, dataset_documents};
 use crate::data::{BUILTIN_SPLITS, DatasetSpec, ReadOptions};
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::model_dirs::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::retrieval::corpus::{
+    Corpus, SentenceFilter, build_corpus, corpus_dir, dataset_documents,
+};
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::{BuildOptions, build_index, encoded_in_int8, index_dir};
-use crate::train::{TrainConfig, TrainRun, train_classifier};
+use crate::training::classifier::{TrainConfig, TrainRun, train_classifier};
 use crate::with_backend;
 
 /// The small retrieval corpus: Rotten Tomatoes (8,942 sentences, indexed in under a minute).

@@ -2,11 +2,11 @@
 //! kernel is a module of its own (`int8_relaxed.wat`, assembled by `build.rs`), because a module
 //! that uses relaxed SIMD does not compile in a browser without it. [`install`] compiles it
 //! with the app's memory as its own and hands it to the shared int8 layers
-//! ([`Kernel::RelaxedSimd`](flipside_shared::models::int8::Kernel::RelaxedSimd)); where the
+//! ([`Kernel::RelaxedSimd`](flipside_shared::ops::int8::Kernel::RelaxedSimd)); where the
 //! browser refuses it, the layers keep SIMD128's kernel.
 
 #[cfg(target_arch = "wasm32")]
-use flipside_shared::models::int8::{RelaxedProducts, install_relaxed_products};
+use flipside_shared::ops::int8::{RelaxedProducts, install_relaxed_products};
 #[cfg(target_arch = "wasm32")]
 use wasm_bindgen::prelude::*;
 
@@ -41,7 +41,7 @@ extern "C" {
 }
 
 /// Installs the relaxed-SIMD kernel where the browser compiles it (then
-/// [`Kernel::best`](flipside_shared::models::int8::Kernel::best) gives it).
+/// [`Kernel::best`](flipside_shared::ops::int8::Kernel::best) gives it).
 pub fn install() {
     #[cfg(target_arch = "wasm32")]
     if load_relaxed_products(MODULE, &wasm_bindgen::memory()) {

@@ -22,7 +22,7 @@ use burn::tensor::backend::Backend;
 use flipside_shared::data::Input;
 use flipside_shared::models::CheckpointFiles;
 use flipside_shared::models::classifier::TextClassifier;
-use flipside_shared::models::int8::{Kernel, page_parity_digest};
+use flipside_shared::ops::int8::{Kernel, page_parity_digest};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use serde::Serialize;

@@ -10,6 +10,7 @@
 
 use std::ops::Range;
 
+use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
 use crate::random::SplitMix64;
@@ -194,6 +195,30 @@ pub struct MaskedText {
     pub words: Vec<String>,
     /// Masked word ranges, sorted, disjoint and not adjacent (adjacent ones are merged).
     pub spans: Vec<Range<usize>>,
+}
+
+/// Which words are masked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RationaleSource {
+    /// The classifier's gradient saliency (AutoCAD).
+    Saliency,
+    /// As many words, chosen at random (the ablation).
+    Random,
+}
+
+/// An example's masked text (the hypothesis for NLI) and premise.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rationale {
+    pub text: MaskedText,
+    pub premise: Option<MaskedText>,
+}
+
+impl Rationale {
+    /// Masked spans in all.
+    pub fn spans(&self) -> usize {
+        self.text.spans.len() + self.premise.as_ref().map_or(0, |p| p.spans.len())
+    }
 }
 
 impl MaskedText {

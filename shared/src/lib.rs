@@ -15,6 +15,7 @@ pub mod highlight;
 pub mod infill;
 pub mod metrics;
 pub mod models;
+pub mod ops;
 pub mod portal;
 pub mod pos;
 pub mod random;

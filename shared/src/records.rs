@@ -147,6 +147,16 @@ pub struct Excerpt {
     pub label: Option<String>,
 }
 
+/// What retrieval found for one item.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Retrieval {
+    /// The item's sentences used as queries.
+    pub queries: Vec<String>,
+    pub excerpts: Vec<Excerpt>,
+    /// The excerpts' keywords (filled by the context stage that extracts them).
+    pub keywords: Vec<String>,
+}
+
 /// The prompt template an edit was made with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use burn::tensor::backend::Backend;
 use flipside_backend::home::Home;
-use flipside_backend::models::BertFiles;
+use flipside_backend::model_dirs::BertFiles;
 use flipside_shared::models::classifier::{
     ClassifierConfig, SequenceClassifier, load_encoder_weights,
 };

@@ -142,7 +142,7 @@ test('the demo offers the methods, disables those the server cannot run, and sho
 // With the page's kernels native computes the encoder exactly as the page does, on every CPU: the
 // same integer sums and roundings in the int8 products (checked bit for bit below on two test
 // layers), and the f32 steps between them in a fixed order without fused multiply-adds
-// (shared/src/models/portable.rs). Only the classifier's head comes after the last int8
+// (shared/src/ops/portable.rs). Only the classifier's head comes after the last int8
 // product: burn's f32 dense layer (gemm, fused natively, not in the page) and tanh (two libms),
 // a few roundings of f32, far below 1e-6. (Before the encoder was portable, one activation
 // rounded across a quantisation step on one CPU and not on another set off every later layer:

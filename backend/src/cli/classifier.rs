@@ -7,17 +7,18 @@ use burn::tensor::backend::Backend;
 use clap::{Args, Subcommand};
 use flipside_shared::data::Input;
 use flipside_shared::metrics::argmax_rows;
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::ops::int8::Kernel;
 
+use super::args::ResumableArgs;
 use super::data::ReadArgs;
-use crate::compare::{CompareConfig, compare, print_table};
 use crate::compute::{Compute, DeviceChoice};
 use crate::explain::{explain, print_explanation};
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, int8_where_possible, load_classifier, resolve_model_dir};
-use crate::train::{
+use crate::model_dirs::{DEFAULT_ENCODER, int8_where_possible, load_classifier, resolve_model_dir};
+use crate::training::classifier::{
     BatchOrder, Evaluation, TrainConfig, TrainOutcome, TrainRun, evaluate_dir, train_classifier,
 };
+use crate::training::compare::{CompareConfig, compare, print_table};
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -51,11 +52,8 @@ pub struct TrainArgs {
     /// Output directory [default: <home>/models/classifier-<data>]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Stop after this many steps; running the same command again resumes
-    #[arg(long, value_name = "STEPS")]
-    pub pause_after: Option<usize>,
-    #[arg(long, value_enum, default_value_t)]
-    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub run: ResumableArgs,
     #[command(flatten)]
     pub config: TrainConfigArgs,
     #[command(flatten)]
@@ -291,9 +289,9 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         encoder_dir: &encoder_dir,
         out: &out,
         config: args.config.config(),
-        pause_after: args.pause_after,
+        pause_after: args.run.pause_after,
     };
-    let outcome = with_backend!(args.device, train_classifier(&run))?;
+    let outcome = with_backend!(args.run.device, train_classifier(&run))?;
     let record = &outcome.record;
     if report_pause(&outcome) {
         return Ok(());
@@ -312,7 +310,10 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     }
     for spec in &args.eval {
         let dataset = args.read.load(home, spec)?;
-        let result = with_backend!(args.device, evaluate_dir(&out, &dataset, 32, false, None))?;
+        let result = with_backend!(
+            args.run.device,
+            evaluate_dir(&out, &dataset, 32, false, None)
+        )?;
         print_evaluation(&result);
     }
     Ok(())

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Args;
 
 use crate::home::Home;
-use crate::models::{compact_model_dir, resolve_model_dir};
+use crate::model_dirs::{compact_model_dir, resolve_model_dir};
 
 #[derive(Debug, Args)]
 pub struct CompactArgs {

@@ -6,10 +6,10 @@ use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use super::data::ReadArgs;
-use crate::corpus::{
+use crate::home::Home;
+use crate::retrieval::corpus::{
     Corpus, SentenceFilter, build_corpus, corpus_dir, dataset_documents, read_text_documents,
 };
-use crate::home::Home;
 
 /// The corpus `corpus build` makes when given no sources.
 pub const DEFAULT_SOURCES: [&str; 2] = ["imdb:train", "rotten-tomatoes"];

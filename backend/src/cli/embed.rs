@@ -11,7 +11,7 @@ use flipside_shared::models::encoder::cosine;
 
 use crate::compute::{Compute, DeviceChoice};
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, int8_where_possible, load_encoder, resolve_model_dir};
+use crate::model_dirs::{DEFAULT_ENCODER, int8_where_possible, load_encoder, resolve_model_dir};
 use crate::progress;
 use crate::with_backend;
 

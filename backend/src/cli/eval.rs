@@ -12,7 +12,7 @@ use crate::compute::DeviceChoice;
 use crate::editing::evaluate::{CfMetrics, cf_metrics, flip_rate_under, record_labels};
 use crate::home::Home;
 use crate::llm::LocalEngine;
-use crate::models::resolve_model_dir;
+use crate::model_dirs::resolve_model_dir;
 use crate::pipeline::store::read_repairing;
 use crate::with_backend;
 use flipside_shared::records::Counterfactual;

@@ -3,31 +3,26 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use serde::Serialize;
 
-use super::corpus::CorpusArg;
+use super::args::{DEFAULT_CLASSIFIER, LassArgs, RetrievalArgs};
 use super::data::ReadArgs;
-use super::lass::LassArgs;
 use super::llm::LlmArgs;
+use super::values::Rationales;
 use crate::compute::DeviceChoice;
-use crate::editing::items::{Selection, Unit, select_items, task_of};
+use crate::editing::items::{Selection, Unit};
 use crate::editing::keywords::Lexicons;
-use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
-use crate::infiller::rationales::{RationaleSettings, RationaleSource};
+use crate::infiller::rationales::RationaleSettings;
 use crate::llm::Sampling;
-use crate::methods::{self, EditSettings, InfillerSetup, ModelsConfig, load_models};
-use crate::models::{DEFAULT_ENCODER, resolve_model_dir, write_atomic};
+use crate::methods::{
+    self, EditSettings, GenerationPlan, InfillerSetup, ModelsConfig, load_models,
+};
+use crate::model_dirs::{resolve_model_dir, write_atomic};
 use crate::pipeline::batch::{BatchRun, generate};
-use crate::retrieval::encoders::RetrieverEncoders;
-use crate::retrieval::index::index_dir;
-use crate::retrieval::reranker::DEFAULT_RERANKER;
 use crate::with_backend;
-
-/// The classifier `scripts/quickstart` trains, used to check flips by default.
-pub const DEFAULT_CLASSIFIER: &str = "imdb-400";
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
@@ -78,8 +73,8 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "DIR")]
     pub infiller: Option<String>,
     /// How AutoCAD picks the words it rewrites
-    #[arg(long, value_enum, default_value_t = RationaleSource::Saliency)]
-    pub rationales: RationaleSource,
+    #[arg(long, value_enum, default_value_t = Rationales::Saliency)]
+    pub rationales: Rationales,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
 
@@ -113,52 +108,6 @@ pub struct PromptArgs {
     /// Most keywords in a prompt (or in a retrieval-guided infiller's input)
     #[arg(long, default_value_t = EditSettings::default().max_keywords)]
     pub max_keywords: usize,
-}
-
-/// Where helpers are retrieved from.
-#[derive(Debug, Clone, Args, Serialize)]
-#[command(next_help_heading = "Retrieval")]
-pub struct RetrievalArgs {
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub corpus: CorpusArg,
-    /// Retriever whose index is searched (a trained CF-DPR name, a directory or minilm)
-    #[arg(long, default_value = DEFAULT_ENCODER)]
-    pub encoder: String,
-    /// Helpers kept per query sentence
-    #[arg(short, long, default_value_t = 3)]
-    pub k: usize,
-    /// Query sentences per item: the ones with the most opinion words
-    #[arg(long, default_value_t = 3)]
-    pub max_queries: usize,
-    /// Re-order the top K candidates with a cross-encoder re-ranker
-    #[arg(long, value_name = "K")]
-    pub rerank: Option<usize>,
-    #[arg(long, default_value = DEFAULT_RERANKER)]
-    pub reranker: String,
-    /// Keep helpers of any label (by default only sentences from reviews with the target
-    /// label, when the corpus knows labels)
-    #[arg(long)]
-    pub any_label: bool,
-}
-
-impl RetrievalArgs {
-    /// The retrieval these options describe.
-    pub fn setup(&self, home: &Home) -> Result<RetrievalSetup> {
-        let corpus_dir = self.corpus.dir(home);
-        Ok(RetrievalSetup {
-            index_dir: index_dir(&corpus_dir, &self.encoder),
-            corpus_dir,
-            encoders: RetrieverEncoders::resolve(home, &self.encoder)?,
-            reranker: match self.rerank {
-                Some(k) => Some((resolve_model_dir(home, &self.reranker)?, k)),
-                None => None,
-            },
-            per_query: self.k,
-            max_queries: self.max_queries,
-            target_label_only: !self.any_label,
-        })
-    }
 }
 
 /// What a run's output depends on: saved beside it and checked when it resumes.
@@ -196,13 +145,6 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         unit: args.unit,
         seed: args.seed,
     };
-    let items = select_items(&dataset, &selection, &lexicons)?;
-    if items.is_empty() {
-        bail!(
-            "no item to edit in {} (check --target, --max-words and --unit)",
-            args.data
-        );
-    }
     let settings = EditSettings {
         prompts: args
             .prompt
@@ -210,7 +152,6 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
             .iter()
             .map(|template| (method.id().to_string(), template.clone()))
             .collect(),
-        task: task_of(&items),
         sampling: Sampling {
             temperature: args.prompt.temperature,
             top_p: args.prompt.top_p,
@@ -221,8 +162,10 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         max_attempts: args.max_attempts,
         verify: args.verify,
         reproduction: args.lass.settings(),
+        ..EditSettings::default()
     };
-    method.check(&settings)?;
+    let plan = GenerationPlan::new(method, &dataset, &selection, &lexicons, settings)
+        .with_context(|| format!("{} (check --target, --max-words and --unit)", args.data))?;
     let retrieval = if method.retrieves() {
         Some(args.retrieval.setup(home)?)
     } else {
@@ -248,7 +191,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
     };
     let infiller = if method.card().infills {
         let rationales = RationaleSettings {
-            source: args.rationales,
+            source: args.rationales.into(),
             seed: args.seed,
             ..RationaleSettings::default()
         };
@@ -273,7 +216,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
             fluency,
         })
     )?;
-    let pipeline = methods::pipeline(method, &models, &settings)?;
+    let pipeline = plan.pipeline(&models)?;
     let config = RunConfig {
         data: args.data.clone(),
         method: method.id().to_string(),
@@ -295,7 +238,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
 
     let run = BatchRun {
         pipeline: &pipeline,
-        items,
+        items: plan.items,
         seed: args.seed,
         concurrency: args
             .concurrency

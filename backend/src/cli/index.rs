@@ -9,10 +9,10 @@ use flipside_shared::data::Input;
 
 use super::corpus::CorpusArg;
 use crate::compute::DeviceChoice;
-use crate::corpus::Corpus;
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::model_dirs::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::retrieval::ann::HnswParams;
+use crate::retrieval::corpus::Corpus;
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::{
     BuildOptions, BuildOutcome, SentenceIndex, build_index, embed_queries, index_dir,

@@ -6,23 +6,23 @@ use anyhow::Result;
 use burn::tensor::backend::Backend;
 use clap::{Args, Subcommand};
 
+use super::args::{DEFAULT_CLASSIFIER, OptimiserArgs, ResumableArgs, RetrievalArgs};
 use super::classifier::report_pause;
 use super::data::ReadArgs;
-use super::generate::{DEFAULT_CLASSIFIER, RetrievalArgs};
+use super::values::Rationales;
 use crate::compute::{Compute, DeviceChoice};
-use crate::corpus::corpus_dir;
 use crate::editing::items::{Selection, Unit, select_examples, task_of};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::infiller::pretrain::{PretrainRun, default_model, default_out, default_train, pretrain};
-use crate::infiller::rationales::{RationaleSettings, RationaleSource};
+use crate::infiller::rationales::RationaleSettings;
 use crate::infiller::train::{
     InfillTrainRun, KeywordGuidance, default_train as infill_defaults, train_infiller,
 };
 use crate::infiller::{T5_TOKENIZER_ASSET, load_infiller, read_tokenizer};
 use crate::methods::EditSettings;
-use crate::models::resolve_model_dir;
-use crate::train::TrainConfig;
+use crate::model_dirs::resolve_model_dir;
+use crate::retrieval::corpus::corpus_dir;
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]
@@ -68,8 +68,8 @@ pub struct TrainArgs {
     #[arg(long, value_name = "DIR")]
     pub base: Option<String>,
     /// Which words are masked
-    #[arg(long, value_enum, default_value_t = RationaleSource::Saliency)]
-    pub rationales: RationaleSource,
+    #[arg(long, value_enum, default_value_t = Rationales::Saliency)]
+    pub rationales: Rationales,
     /// Weight of the unlikelihood loss (AutoCAD: 0.3 sentiment, 1 NLI; 0 = MLE only)
     #[arg(long, default_value_t = 0.3)]
     pub alpha: f64,
@@ -79,11 +79,8 @@ pub struct TrainArgs {
     /// Output directory [default: HOME/models/infiller]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Stop after this many steps; running the same command again resumes
-    #[arg(long, value_name = "STEPS")]
-    pub pause_after: Option<usize>,
-    #[arg(long, value_enum, default_value_t)]
-    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub run: ResumableArgs,
     /// Retrieval-guided infilling (for `generate --method autocad-retrieval`): each input also
     /// gets the keywords of corpus sentences retrieved for the example with its own label (the
     /// options under Retrieval say how)
@@ -130,64 +127,14 @@ pub struct PretrainArgs {
     /// Output directory [default: <home>/models/infiller-pretrained]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Stop after this many steps; running the same command again resumes
-    #[arg(long, value_name = "STEPS")]
-    pub pause_after: Option<usize>,
-    #[arg(long, value_enum, default_value_t)]
-    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub run: ResumableArgs,
     #[command(flatten)]
     pub model: ModelSizeArgs,
     #[command(flatten)]
     pub corruption: CorruptionArgs,
     #[command(flatten)]
     pub train: OptimiserArgs,
-}
-
-/// Optimiser settings; each left out takes the command's own default (see its `--help`).
-#[derive(Debug, Args)]
-#[command(next_help_heading = "Training")]
-pub struct OptimiserArgs {
-    /// Passes over the training data
-    #[arg(long)]
-    pub epochs: Option<usize>,
-    /// Examples per optimizer step
-    #[arg(long)]
-    pub batch_size: Option<usize>,
-    /// Peak learning rate (AdamW; linear warmup, then linear decay)
-    #[arg(long)]
-    pub lr: Option<f64>,
-    /// Fraction of the steps spent warming the learning rate up
-    #[arg(long)]
-    pub warmup: Option<f64>,
-    /// AdamW decoupled weight decay
-    #[arg(long)]
-    pub weight_decay: Option<f64>,
-    /// Truncate inputs and targets to this many tokens
-    #[arg(long)]
-    pub max_len: Option<usize>,
-    /// Seed for initialisation, masking, data order and dropout
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Save a resumable checkpoint every this many steps
-    #[arg(long)]
-    pub checkpoint_every: Option<usize>,
-}
-
-impl OptimiserArgs {
-    /// `defaults` with the options given replacing theirs.
-    pub fn over(&self, defaults: TrainConfig) -> TrainConfig {
-        TrainConfig {
-            epochs: self.epochs.unwrap_or(defaults.epochs),
-            batch_size: self.batch_size.unwrap_or(defaults.batch_size),
-            lr: self.lr.unwrap_or(defaults.lr),
-            warmup: self.warmup.unwrap_or(defaults.warmup),
-            weight_decay: self.weight_decay.unwrap_or(defaults.weight_decay),
-            max_len: self.max_len.unwrap_or(defaults.max_len),
-            seed: self.seed.unwrap_or(defaults.seed),
-            checkpoint_every: self.checkpoint_every.unwrap_or(defaults.checkpoint_every),
-            ..defaults
-        }
-    }
 }
 
 /// The model's size (T5 v1.1's shape; defaults: a model that pretrains on 2 CPU cores).
@@ -261,9 +208,9 @@ fn run_pretrain(home: &Home, args: PretrainArgs) -> Result<()> {
         mean_span: args.corruption.mean_span,
         tokenizer_json,
         out: args.out.unwrap_or_else(|| default_out(&home.models())),
-        pause_after: args.pause_after,
+        pause_after: args.run.pause_after,
     };
-    let (outcome, report) = with_backend!(args.device, pretrain(&run))?;
+    let (outcome, report) = with_backend!(args.run.device, pretrain(&run))?;
     let record = &outcome.record;
     if report_pause(&outcome) {
         return Ok(());
@@ -318,7 +265,7 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
         tokenizer_json: read_tokenizer(home, &base)?,
         base,
         rationales: RationaleSettings {
-            source: args.rationales,
+            source: args.rationales.into(),
             seed: train.seed,
             ..RationaleSettings::default()
         },
@@ -326,10 +273,10 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
         validation: args.validation,
         train,
         out: args.out.unwrap_or_else(|| home.models().join("infiller")),
-        pause_after: args.pause_after,
+        pause_after: args.run.pause_after,
         guidance,
     };
-    let (outcome, report) = with_backend!(args.device, train_infiller(&run))?;
+    let (outcome, report) = with_backend!(args.run.device, train_infiller(&run))?;
     let record = &outcome.record;
     if report_pause(&outcome) {
         return Ok(());

@@ -1,18 +1,15 @@
 //! `flipside lass …`: LASS's Dis-AE, and the options `generate` and `serve` load it with.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{Context as _, Result, bail};
 use clap::{Args, Subcommand};
 use flipside_shared::models::dis_ae::DisAeConfig;
 use flipside_shared::models::dis_ae::loss::Annealing;
-use serde::Serialize;
 
+use super::args::{DEFAULT_DIS_AE, FluencyArgs, OptimiserArgs, ResumableArgs, dis_ae_dir};
 use super::classifier::report_pause;
 use super::data::ReadArgs;
-use super::infiller::OptimiserArgs;
-use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
 use crate::editing::items::{Selection, Unit, every_sentence, select_examples};
 use crate::editing::keywords::Lexicons;
@@ -22,16 +19,9 @@ use crate::lass::model::CONFIG_FILE;
 use crate::lass::train::{
     LabelledPair, LassTrainRun, corpus_train, default_model, pair_train, train_lass,
 };
-use crate::llm::Fluency;
-use crate::methods::lass::{DEFAULT_MAX_PERPLEXITY, ReproductionSettings, SentimentSource};
-use crate::models::{resolve_model_dir, write_atomic};
+use crate::model_dirs::write_atomic;
 use crate::retrieval::cfdpr::{SeedPair, read_pairs};
 use crate::with_backend;
-
-/// Where `lass train` writes and `generate --method lass` reads by default (under HOME/models).
-pub const DEFAULT_DIS_AE: &str = "dis-ae";
-/// The fluency filter's model: small like the paper's GPT-2.
-pub const DEFAULT_FLUENCY_MODEL: &str = "smollm2-135m";
 
 #[derive(Debug, Subcommand)]
 pub enum LassCommand {
@@ -89,11 +79,8 @@ pub struct TrainArgs {
     /// Output directory [default: HOME/models/dis-ae]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// Stop each stage after this many steps; running the same command again resumes
-    #[arg(long, value_name = "STEPS")]
-    pub pause_after: Option<usize>,
-    #[arg(long, value_enum, default_value_t)]
-    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub run: ResumableArgs,
     #[command(flatten)]
     pub model: DisAeSizeArgs,
     #[command(flatten)]
@@ -136,90 +123,6 @@ pub struct AnnealingArgs {
     /// Steps over which the weights rise from 0 (at most the first quarter of each stage)
     #[arg(long, default_value_t = Annealing::default().ramp_steps)]
     pub ramp_steps: usize,
-}
-
-/// How `generate` and `serve` reproduce with LASS.
-#[derive(Debug, Clone, Args, Serialize)]
-#[command(next_help_heading = "LASS")]
-pub struct LassArgs {
-    /// The Dis-AE LASS reproduces with (`flipside lass train`'s output)
-    /// [default: HOME/models/dis-ae]
-    #[arg(long, value_name = "DIR")]
-    pub dis_ae: Option<String>,
-    /// Where each output's sentiment comes from: the target label's learnt vector, or a text
-    /// with the target label (a sentiment parent, drawn per attempt)
-    #[arg(long, value_enum, default_value_t)]
-    pub sentiment: SentimentSource,
-    #[command(flatten)]
-    #[serde(flatten)]
-    pub fluency: FluencyArgs,
-}
-
-/// LASS's perplexity filter.
-#[derive(Debug, Clone, Args, Serialize)]
-pub struct FluencyArgs {
-    /// The perplexity threshold under --fluency-model: higher outputs are dropped (`lass
-    /// evaluate`: counted as not kept); 0: no fluency model
-    #[arg(long, default_value_t = DEFAULT_MAX_PERPLEXITY, value_name = "PPL")]
-    pub max_perplexity: f64,
-    /// The embedded model that scores perplexity: a model asset or a GGUF file
-    #[arg(long, default_value = DEFAULT_FLUENCY_MODEL, value_name = "NAME|FILE")]
-    pub fluency_model: String,
-}
-
-impl FluencyArgs {
-    /// The fluency model, unless the filter is off.
-    pub fn load(&self, home: &Home) -> Result<Option<Arc<dyn Fluency>>> {
-        if self.max_perplexity <= 0.0 {
-            return Ok(None);
-        }
-        // The embedded engine as `--model` loads it (its threads, the FLIPSIDE_LLM_THREADS
-        // variable), with the fluency model instead.
-        let llm = LlmArgs {
-            model: self.fluency_model.clone(),
-            ..super::defaults::<LlmArgs>()
-        };
-        Ok(Some(Arc::new(llm.local(home)?)))
-    }
-}
-
-impl LassArgs {
-    pub fn settings(&self) -> ReproductionSettings {
-        let threshold = self.fluency.max_perplexity;
-        ReproductionSettings {
-            sentiment: self.sentiment,
-            max_perplexity: (threshold > 0.0).then_some(threshold),
-        }
-    }
-
-    /// The Dis-AE directory: the one named, else HOME/models/dis-ae when `required` or when it
-    /// exists.
-    pub fn dir(&self, home: &Home, required: bool) -> Result<Option<PathBuf>> {
-        let dir = dis_ae_dir(home, self.dis_ae.as_deref())?;
-        if self.dis_ae.is_none() && !dir.is_dir() {
-            if required {
-                bail!(
-                    "no Dis-AE at {}: train one with `flipside lass train` or pass --dis-ae DIR",
-                    dir.display()
-                );
-            }
-            return Ok(None);
-        }
-        Ok(Some(dir))
-    }
-
-    /// The fluency model, unless the filter is off.
-    pub fn fluency(&self, home: &Home) -> Result<Option<Arc<dyn Fluency>>> {
-        self.fluency.load(home)
-    }
-}
-
-/// The Dis-AE directory `name` (a model name or a directory), else HOME/models/dis-ae.
-fn dis_ae_dir(home: &Home, name: Option<&str>) -> Result<PathBuf> {
-    match name {
-        Some(name) => resolve_model_dir(home, name),
-        None => Ok(home.models().join(DEFAULT_DIS_AE)),
-    }
 }
 
 /// `lass evaluate`'s options.
@@ -363,7 +266,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         vocabulary_size: args.vocabulary,
         corpus_train: train(corpus_train()),
         // --epochs is the corpus stage's; the pairs stage has --pair-epochs.
-        pair_train: crate::train::TrainConfig {
+        pair_train: crate::training::classifier::TrainConfig {
             epochs: args.pair_epochs,
             ..train(pair_train())
         },
@@ -377,9 +280,9 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         out: args
             .out
             .unwrap_or_else(|| home.models().join(DEFAULT_DIS_AE)),
-        pause_after: args.pause_after,
+        pause_after: args.run.pause_after,
     };
-    let outcome = with_backend!(args.device, train_lass(&run))?;
+    let outcome = with_backend!(args.run.device, train_lass(&run))?;
     if report_pause(&outcome.outcome) {
         println!("(stage: {})", outcome.stage);
         return Ok(());

@@ -1,5 +1,6 @@
 //! The `flipside` command line: argument parsing and dispatch to the library.
 
+mod args;
 mod assets;
 mod bench;
 mod classifier;

@@ -8,18 +8,18 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 
+use super::args::DEFAULT_CLASSIFIER;
 use super::data::ReadArgs;
-use super::generate::DEFAULT_CLASSIFIER;
 use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
-use crate::editing::items::{Selection, Unit, select_items, task_of};
+use crate::editing::items::{Selection, Unit};
 use crate::editing::keywords::Lexicons;
 use crate::editing::prompt_optimisation::{OptimisationSettings, PromptOptimiser};
 use crate::editing::prompts::PromptTemplate;
 use crate::home::Home;
 use crate::llm::Sampling;
-use crate::methods::{EditSettings, ModelsConfig, load_models};
-use crate::models::resolve_model_dir;
+use crate::methods::{self, EditSettings, GenerationPlan, ModelsConfig, load_models};
+use crate::model_dirs::resolve_model_dir;
 use crate::pipeline::store::read_repairing;
 use crate::retrieval::cfdpr::{SeedPair, read_pairs};
 use crate::with_backend;
@@ -129,7 +129,23 @@ fn optimise_prompt(home: &Home, args: OptimiseArgs) -> Result<()> {
         unit: args.unit,
         seed: args.seed,
     };
-    let items = select_items(&dataset, &selection, &lexicons)?;
+    // The optimiser edits with LLM-only's pipeline and each candidate template.
+    let plan = GenerationPlan::new(
+        methods::method("llm-only")?,
+        &dataset,
+        &selection,
+        &lexicons,
+        EditSettings {
+            sampling: Sampling {
+                temperature: args.temperature,
+                max_tokens: args.max_tokens,
+                seed: args.seed,
+                ..Sampling::default()
+            },
+            ..EditSettings::default()
+        },
+    )
+    .with_context(|| format!("{} (check --target, --max-words and --unit)", args.data))?;
     let classifier = resolve_model_dir(home, &args.classifier)?;
     let models = with_backend!(
         DeviceChoice::default(),
@@ -143,16 +159,6 @@ fn optimise_prompt(home: &Home, args: OptimiseArgs) -> Result<()> {
             fluency: None,
         })
     )?;
-    let edit = EditSettings {
-        task: task_of(&items),
-        sampling: Sampling {
-            temperature: args.temperature,
-            max_tokens: args.max_tokens,
-            seed: args.seed,
-            ..Sampling::default()
-        },
-        ..EditSettings::default()
-    };
     let settings = OptimisationSettings {
         failures: args.failures,
         successes: args.successes,
@@ -164,10 +170,10 @@ fn optimise_prompt(home: &Home, args: OptimiseArgs) -> Result<()> {
     let out = args
         .out
         .unwrap_or_else(|| home.root().join("runs").join("prompt-optimisation"));
-    let mut optimiser = PromptOptimiser::new(&models, edit, settings, &out)?;
+    let mut optimiser = PromptOptimiser::new(&models, plan.settings, settings, &out)?;
     let bar = crate::progress::spinner("optimising the prompt");
     let calls = std::cell::Cell::new(0usize);
-    let trace = optimiser.optimise(&base, &examples, &items, &|| {
+    let trace = optimiser.optimise(&base, &examples, &plan.items, &|| {
         calls.set(calls.get() + 1);
         bar.set_message(format!("optimising the prompt: {} LLM edits", calls.get()));
     })?;

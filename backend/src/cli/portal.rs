@@ -83,7 +83,7 @@ fn export(args: &ExportArgs) -> Result<()> {
             .unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
         bail!("the server answered {status}: {message}");
     }
-    crate::models::write_atomic(&args.out, &body)?;
+    crate::model_dirs::write_atomic(&args.out, &body)?;
     let lines = body.iter().filter(|b| **b == b'\n').count();
     eprintln!(
         "wrote {} ({lines} lines{})",

@@ -7,12 +7,12 @@ use clap::Args;
 
 use super::corpus::CorpusArg;
 use super::generate::GenerateArgs;
-use crate::compare::{CompareConfig, compare, print_table};
 use crate::explain::{explain, print_explanation};
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::model_dirs::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::pipeline::store::read_repairing;
 use crate::prepare::{SMALL_CORPUS, corpus_with_index, default_train_config, fetch_assets};
+use crate::training::compare::{CompareConfig, compare, print_table};
 use crate::with_backend;
 use flipside_shared::records::Counterfactual;
 

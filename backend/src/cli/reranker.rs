@@ -5,10 +5,10 @@ use clap::{Args, Subcommand};
 
 use super::retriever::{PairTrainingArgs, report_training};
 use crate::home::Home;
-use crate::models::resolve_model_dir;
+use crate::model_dirs::resolve_model_dir;
 use crate::retrieval::cfdpr::write_training_pairs;
 use crate::retrieval::reranker::reranker_dataset;
-use crate::train::{Head, TrainConfig, TrainRun, train_classifier};
+use crate::training::classifier::{Head, TrainConfig, TrainRun, train_classifier};
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]

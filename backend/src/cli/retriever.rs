@@ -10,7 +10,7 @@ use super::corpus::CorpusArg;
 
 use crate::compute::DeviceChoice;
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::model_dirs::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::retrieval::cfdpr::{
     RetrieverRun, SeedPair, read_pairs, sentence_pairs, train_retriever, with_reverses,
     write_training_pairs,
@@ -22,7 +22,7 @@ use crate::retrieval::evaluate::{
 };
 use crate::retrieval::index::{SentenceIndex, embed_queries, index_dir};
 use crate::retrieval::negatives::mine_paraphrases;
-use crate::train::TrainOutcome;
+use crate::training::classifier::TrainOutcome;
 use crate::with_backend;
 
 #[derive(Debug, Subcommand)]

@@ -7,8 +7,12 @@ use clap::builder::{PossibleValue, PossibleValuesParser};
 use crate::compute::DeviceChoice;
 use crate::data::Format;
 use crate::editing::items::Unit;
+use crate::experiment::config::ModelKind;
 use crate::llm::Api;
 use crate::methods::METHODS;
+use crate::methods::lass::SentimentSource;
+use crate::training::classifier::BatchOrder;
+use flipside_shared::infill::RationaleSource;
 
 /// `--method`'s values: the registered methods, each with its description.
 pub fn method_parser() -> PossibleValuesParser {
@@ -94,5 +98,72 @@ impl ValueEnum for Api {
             Api::Completions => PossibleValue::new("completions")
                 .help("/v1/completions (prompts are sent as text; chats are flattened)"),
         })
+    }
+}
+
+impl ValueEnum for ModelKind {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[ModelKind::Bow, ModelKind::FineTune]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            ModelKind::Bow => PossibleValue::new("bow")
+                .help("Bag-of-words logistic regression: seconds per unit, for quick runs"),
+            ModelKind::FineTune => PossibleValue::new("fine-tune")
+                .help("A fine-tuned encoder (MiniLM by default), as `flipside classifier train`"),
+        })
+    }
+}
+
+impl ValueEnum for BatchOrder {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[BatchOrder::Shuffled, BatchOrder::ByLength]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            BatchOrder::Shuffled => PossibleValue::new("shuffled")
+                .help("A seeded shuffle of all examples, cut into batches"),
+            BatchOrder::ByLength => PossibleValue::new("by-length").help(
+                "Examples of similar token counts batched together (less padding, faster on \
+                 short and mixed-length texts)",
+            ),
+        })
+    }
+}
+
+impl ValueEnum for SentimentSource {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[SentimentSource::Label, SentimentSource::Parent]
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(match self {
+            SentimentSource::Label => PossibleValue::new("label")
+                .help("The target label's learnt vector (deterministic under beam search)"),
+            SentimentSource::Parent => PossibleValue::new("parent").help(
+                "A training text with the target label, drawn by the attempt's seed (the \
+                 paper's sentiment parent)",
+            ),
+        })
+    }
+}
+
+/// `--rationales`: which words AutoCAD masks (the library's [`RationaleSource`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Rationales {
+    /// The classifier's gradient saliency (AutoCAD)
+    Saliency,
+    /// As many words, chosen at random (the ablation)
+    Random,
+}
+
+impl From<Rationales> for RationaleSource {
+    fn from(choice: Rationales) -> Self {
+        match choice {
+            Rationales::Saliency => RationaleSource::Saliency,
+            Rationales::Random => RationaleSource::Random,
+        }
     }
 }

@@ -13,7 +13,7 @@ use flipside_shared::data::Input;
 use serde::Serialize;
 
 use crate::compute::Compute;
-use crate::models::load_classifier;
+use crate::model_dirs::load_classifier;
 use flipside_shared::records::Counterfactual;
 
 /// Significance level of the z-statistics test.

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::prompts::{PromptTemplate, Slots};
 use crate::methods::{self, EditSettings, Models};
-use crate::models::write_atomic;
+use crate::model_dirs::write_atomic;
 use crate::pipeline::store::read_repairing;
 use crate::pipeline::{Item, Pipeline};
 use crate::retrieval::cfdpr::SeedPair;

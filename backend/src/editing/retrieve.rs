@@ -9,11 +9,11 @@ use anyhow::Result;
 use burn::tensor::backend::Backend;
 use flipside_shared::data::Input;
 use flipside_shared::models::encoder::SentenceEncoder;
-use flipside_shared::records::Excerpt;
+use flipside_shared::records::{Excerpt, Retrieval};
 
 use super::keywords::{Lexicons, polar_sentences};
 use crate::compute::Compute;
-use crate::models::load_encoder;
+use crate::model_dirs::load_encoder;
 use crate::pipeline::Item;
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::SentenceIndex;
@@ -33,16 +33,6 @@ pub struct RetrievalSetup {
     pub max_queries: usize,
     /// Keep only sentences whose review has the target label (when the corpus has labels).
     pub target_label_only: bool,
-}
-
-/// What retrieval found for one item.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Retrieval {
-    /// The item's sentences used as queries.
-    pub queries: Vec<String>,
-    pub excerpts: Vec<Excerpt>,
-    /// The excerpts' keywords (filled by the context stage that extracts them).
-    pub keywords: Vec<String>,
 }
 
 /// A loaded retriever, whatever backend its encoders run on.

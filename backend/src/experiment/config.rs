@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::{Builtin, Columns, Format, ReadOptions};
 use crate::home::Home;
-use crate::models::DEFAULT_ENCODER;
-use crate::train::TrainConfig;
+use crate::model_dirs::DEFAULT_ENCODER;
+use crate::training::classifier::TrainConfig;
 
 /// A whole experiment: train one model per condition and seed, test each on every test set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -49,7 +49,7 @@ fn default_replicates() -> usize {
 }
 
 /// Which classifier each unit trains.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ModelKind {
     /// Bag-of-words logistic regression: seconds per unit, for quick runs.
@@ -461,7 +461,7 @@ mod tests {
 
     #[test]
     fn the_batch_order_is_shuffled_unless_the_model_table_says_by_length() {
-        use crate::train::BatchOrder;
+        use crate::training::classifier::BatchOrder;
         let model = |text: &str| {
             toml::from_str::<ModelConfig>(text)
                 .unwrap()

@@ -20,11 +20,11 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::baseline::BowLogReg;
 use crate::compute::DeviceChoice;
 use crate::home::Home;
-use crate::models::write_atomic;
-use crate::train::{TrainRun, predict_dir, train_classifier};
+use crate::model_dirs::write_atomic;
+use crate::training::baseline::BowLogReg;
+use crate::training::classifier::{TrainRun, predict_dir, train_classifier};
 use crate::with_backend;
 use config::{ExperimentConfig, ModelKind};
 use plan::{Plan, Unit, plan};

@@ -16,7 +16,7 @@ use sha2::{Digest, Sha256};
 use super::config::{ConditionConfig, DataConfig, ExperimentConfig, ModelKind};
 use crate::data::{DatasetSpec, SplitConfig};
 use crate::home::Home;
-use crate::models::resolve_model_dir;
+use crate::model_dirs::resolve_model_dir;
 use crate::pipeline::store::read_repairing;
 
 /// An input of the experiment, named so that the result can be re-run and checked.
@@ -715,7 +715,7 @@ mod tests {
         kind.model.kind = ModelKind::Bow;
         changed.push(unit_key(&kind, &train, 1, Some("enc")).unwrap());
         let mut grouped = config.clone();
-        grouped.model.train.batch_order = crate::train::BatchOrder::ByLength;
+        grouped.model.train.batch_order = crate::training::classifier::BatchOrder::ByLength;
         changed.push(unit_key(&grouped, &train, 1, Some("enc")).unwrap());
         for other in &changed {
             assert_ne!(&key, other);

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::UnitRecord;
 use super::config::ModelConfig;
 use super::plan::{InputFingerprint, Plan};
-use crate::models::write_atomic;
+use crate::model_dirs::write_atomic;
 
 /// How the differences are tested, as the results say it.
 pub const SIGNIFICANCE_TEST: &str = "paired bootstrap over test examples and training seeds \

@@ -22,8 +22,8 @@ use flipside_shared::models::t5::loss::{cross_entropy, unlikelihood};
 use flipside_shared::models::t5::{T5Config, T5Model};
 
 use crate::home::Home;
-use crate::models::write_atomic;
-use crate::train::Objective;
+use crate::model_dirs::write_atomic;
+use crate::training::classifier::Objective;
 
 /// The asset whose `tokenizer.json` is T5's vocabulary (used when a checkpoint has none).
 pub const T5_TOKENIZER_ASSET: &str = "t5-tokenizer";

@@ -21,9 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{Seq2SeqExample, Seq2SeqObjective, held_out_loss, load_t5, save_t5};
 use crate::compute::Compute;
-use crate::corpus::Corpus;
-use crate::models::write_atomic;
-use crate::train::{TrainConfig, TrainOutcome, TrainRecord, run_training};
+use crate::model_dirs::write_atomic;
+use crate::retrieval::corpus::Corpus;
+use crate::training::classifier::{TrainConfig, TrainOutcome, TrainRecord, run_training};
 
 /// The model pretraining builds by default: T5 v1.1's shape (gated-GELU) at a size that trains
 /// on 2 CPU cores, with the output tied to the embedding to halve the 32k-row matrices.

@@ -13,21 +13,11 @@ use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
 use flipside_shared::batching::{Sequential, map_batches};
 use flipside_shared::data::{Input, stable_hash};
-use flipside_shared::infill::MaskedText;
+use flipside_shared::infill::{MaskedText, Rationale, RationaleSource};
 use flipside_shared::models::classifier::TextClassifier;
 use flipside_shared::random::SplitMix64;
 use flipside_shared::saliency::{WordSaliency, word_saliency};
 use serde::{Deserialize, Serialize};
-
-/// Which words are masked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum RationaleSource {
-    /// The classifier's gradient saliency (AutoCAD).
-    Saliency,
-    /// As many words, chosen at random (the ablation).
-    Random,
-}
 
 /// How rationales are chosen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -48,20 +38,6 @@ impl Default for RationaleSettings {
             min_confidence: 0.8,
             seed: 0,
         }
-    }
-}
-
-/// An example's masked text (the hypothesis for NLI) and premise.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Rationale {
-    pub text: MaskedText,
-    pub premise: Option<MaskedText>,
-}
-
-impl Rationale {
-    /// Masked spans in all.
-    pub fn spans(&self) -> usize {
-        self.text.spans.len() + self.premise.as_ref().map_or(0, |p| p.spans.len())
     }
 }
 

@@ -19,23 +19,21 @@ use burn::backend::Autodiff;
 use burn::module::AutodiffModule;
 use burn::tensor::backend::Backend;
 use flipside_shared::data::stable_hash;
-use flipside_shared::infill::{T5Tokenizer, infill_input, infill_target};
+use flipside_shared::infill::{Rationale, T5Tokenizer, infill_input, infill_target};
 use flipside_shared::models::t5::T5Config;
 use serde::{Deserialize, Serialize};
 
-use super::rationales::{
-    NoRationale, Rationale, RationaleFinder, RationaleRequest, RationaleSettings,
-};
+use super::rationales::{NoRationale, RationaleFinder, RationaleRequest, RationaleSettings};
 use super::{Seq2SeqExample, Seq2SeqObjective, save_t5};
 use crate::compute::Compute;
 use crate::editing::keywords::Lexicons;
 use crate::editing::prompts::Task;
 use crate::editing::retrieve::{RetrievalSetup, Retriever};
 use crate::methods::core::RetrievalContext;
-use crate::models::{load_classifier, write_atomic};
+use crate::model_dirs::{load_classifier, write_atomic};
 use crate::pipeline::Item;
 use crate::progress;
-use crate::train::{TrainConfig, TrainOutcome, TrainRecord, run_training};
+use crate::training::classifier::{TrainConfig, TrainOutcome, TrainRecord, run_training};
 
 /// Infill training's optimiser defaults (AutoCAD: AdamW, betas (0.9, 0.98) — ours (0.9,
 /// 0.999) — weight decay 0.1, batch 8, 10 epochs at lr 1e-5 for t5-large; a small T5 from our

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 /// The files of a Dis-AE directory.
 pub const CONFIG_FILE: &str = "config.json";
-pub const WEIGHTS_FILE: &str = crate::models::WEIGHTS_FILE;
+pub const WEIGHTS_FILE: &str = crate::model_dirs::WEIGHTS_FILE;
 pub const VOCABULARY_FILE: &str = "tokenizer.json";
 pub const REPORT_FILE: &str = "lass.json";
 

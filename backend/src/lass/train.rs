@@ -22,8 +22,10 @@ use super::model::{
 };
 use super::vocabulary::train_vocabulary;
 use crate::compute::Compute;
-use crate::models::write_atomic;
-use crate::train::{Objective, TrainConfig, TrainOutcome, TrainRecord, run_training};
+use crate::model_dirs::write_atomic;
+use crate::training::classifier::{
+    Objective, TrainConfig, TrainOutcome, TrainRecord, run_training,
+};
 
 /// A text as vocabulary ids (`[<s>, …, </s>]`) and its sentiment class.
 #[derive(Debug, Clone, PartialEq)]
@@ -478,7 +480,7 @@ mod tests {
     use burn::backend::{Autodiff, Flex};
     use burn::module::AutodiffModule;
 
-    use crate::train::{TrainConfig, TrainRecord, optimise};
+    use crate::training::classifier::{TrainConfig, TrainRecord, optimise};
 
     type A = Autodiff<Flex>;
 

@@ -4,7 +4,6 @@
 
 pub mod local;
 pub mod openai;
-pub mod server;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};

@@ -21,8 +21,9 @@ use flipside_shared::records::{AutocadProvenance, Provenance};
 use super::core::RetrievalContext;
 use super::{EditSettings, Method, MethodCard, Models, Stages};
 use crate::infiller::Infill;
-use crate::infiller::rationales::{FindRationale, Rationale, RationaleSource};
+use crate::infiller::rationales::FindRationale;
 use crate::pipeline::{Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit};
+use flipside_shared::infill::{Rationale, RationaleSource};
 
 /// AutoCAD.
 pub struct Autocad;

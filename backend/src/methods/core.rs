@@ -13,9 +13,10 @@ use super::{EditSettings, Method, MethodCard, Models, Stages};
 use crate::editing::keywords::{Lexicons, keywords};
 use crate::editing::prompts::{PromptTemplate, Slots, Task};
 use crate::editing::reply::{copied_demonstration, parse_edit};
-use crate::editing::retrieve::{Retrieval, Retrieve};
+use crate::editing::retrieve::Retrieve;
 use crate::llm::{FinishReason, LlmClient, Rejected, Request, Sampling};
 use crate::pipeline::{Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit};
+use flipside_shared::records::Retrieval;
 
 /// Retrieve, extract keywords, edit with the LLM.
 pub struct Core;

@@ -11,7 +11,6 @@
 use std::sync::Arc;
 
 use anyhow::{Context as _, Result};
-use clap::ValueEnum;
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
 use flipside_shared::models::search::{DecodeSettings, Search};
 use flipside_shared::records::{LassProvenance, Provenance};
@@ -40,7 +39,7 @@ static LASS: MethodCard = MethodCard {
 };
 
 /// Where a reproduced text's sentiment comes from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SentimentSource {
     /// The target label's learnt vector (deterministic under beam search).

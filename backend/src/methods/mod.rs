@@ -17,10 +17,12 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context as _, Result, bail};
 use burn::tensor::backend::Backend;
 use flipside_shared::api::{MethodId, MethodInfo};
+use flipside_shared::data::Dataset;
 
 use burn::backend::Autodiff;
 
 use crate::compute::Compute;
+use crate::editing::items::{Selection, Unit, select_items, task_of};
 use crate::editing::keywords::Lexicons;
 use crate::editing::prompts::Task;
 use crate::editing::retrieve::{RetrievalSetup, Retrieve, Retriever};
@@ -30,10 +32,10 @@ use crate::infiller::train::InfillReport;
 use crate::infiller::{Infill, Infiller, SharedInfiller};
 use crate::lass::model::{Reproduce, SharedReproducer};
 use crate::llm::{Fluency, LlmClient, Sampling};
-use crate::models::load_classifier;
-use crate::models::resolve_model_dir;
+use crate::model_dirs::load_classifier;
+use crate::model_dirs::resolve_model_dir;
 use crate::pipeline::judge::{Classify, FlipCheck};
-use crate::pipeline::{ContextStage, Editor, Pipeline};
+use crate::pipeline::{ContextStage, Editor, Item, Pipeline};
 use lass::ReproductionSettings;
 
 /// Every method, the default first.
@@ -343,6 +345,59 @@ pub fn pipeline(
         verify: settings.verify || method.card().always_verifies,
         max_attempts: settings.max_attempts,
     })
+}
+
+/// What a generation run edits and how, before any model is loaded: the items a selection picks
+/// from a dataset, and the run's settings with the task those items are (NLI when they have
+/// premises), checked by the method. `flipside generate`, the server's jobs and prompt
+/// optimisation all start here, and [`GenerationPlan::pipeline`] then puts the method's stages
+/// over the loaded models.
+pub struct GenerationPlan {
+    pub method: &'static dyn Method,
+    pub items: Vec<Item>,
+    pub settings: EditSettings,
+}
+
+impl GenerationPlan {
+    /// The plan for `method` over the items `selection` picks from `dataset`; fails when it
+    /// picks none (every example over the word limit, or of the target label) or the settings
+    /// do not suit the method.
+    pub fn new(
+        method: &'static dyn Method,
+        dataset: &Dataset,
+        selection: &Selection,
+        lexicons: &Lexicons,
+        settings: EditSettings,
+    ) -> Result<Self> {
+        let items = select_items(dataset, selection, lexicons)?;
+        if items.is_empty() {
+            let mut asked = vec![format!("target {}", selection.target)];
+            asked.extend(
+                selection
+                    .max_words
+                    .map(|words| format!("at most {words} words")),
+            );
+            if selection.unit == Unit::Sentence {
+                asked.push("a sentence that carries its label".into());
+            }
+            bail!("no example gives an item to edit ({})", asked.join(", "));
+        }
+        let settings = EditSettings {
+            task: task_of(&items),
+            ..settings
+        };
+        method.check(&settings)?;
+        Ok(Self {
+            method,
+            items,
+            settings,
+        })
+    }
+
+    /// The method's pipeline over `models`, with the plan's settings.
+    pub fn pipeline(&self, models: &Models) -> Result<Pipeline> {
+        pipeline(self.method, models, &self.settings)
+    }
 }
 
 #[cfg(test)]

@@ -22,11 +22,12 @@ use std::time::Instant;
 
 use anyhow::{Result, ensure};
 use flipside_shared::data::{Input, stable_hash};
-use flipside_shared::records::{Counterfactual, FailedAttempt, PromptRef, Provenance, Timing};
+use flipside_shared::infill::{Rationale, RationaleSource};
+use flipside_shared::records::{
+    Counterfactual, FailedAttempt, PromptRef, Provenance, Retrieval, Timing,
+};
 use tokio_util::sync::CancellationToken;
 
-use crate::editing::retrieve::Retrieval;
-use crate::infiller::rationales::{Rationale, RationaleSource};
 use crate::llm::Abandoned;
 
 /// What to edit: one example and the label to flip it to.

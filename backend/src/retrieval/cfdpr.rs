@@ -20,8 +20,10 @@ use serde::{Deserialize, Serialize};
 
 use super::encoders::{RETRIEVER_FILE, RetrieverLayout};
 use crate::compute::Compute;
-use crate::models::{BertFiles, write_atomic};
-use crate::train::{BatchOrder, Objective, TrainConfig, TrainOutcome, TrainRecord, run_training};
+use crate::model_dirs::{BertFiles, write_atomic};
+use crate::training::classifier::{
+    BatchOrder, Objective, TrainConfig, TrainOutcome, TrainRecord, run_training,
+};
 
 /// The seed pairs printed in the CORE and LASS papers (CORE Table 11; LASS Appendix D and
 /// Table 5): human-written or human-checked minimal sentiment flips of reviews.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::home::Home;
-use crate::models::resolve_model_dir;
+use crate::model_dirs::resolve_model_dir;
 
 /// The file that marks a directory as a two-encoder retriever.
 pub const RETRIEVER_FILE: &str = "retriever.json";

@@ -19,7 +19,7 @@ use super::index::SentenceIndex;
 use super::negatives::corpus_neighbours;
 use super::reranker::{Reranker, reranked_order};
 use crate::compute::Compute;
-use crate::models::load_encoder;
+use crate::model_dirs::load_encoder;
 
 /// One validation query and the candidates its counterfactual is ranked among.
 #[derive(Debug, Clone, Serialize)]

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 use half::f16;
 use serde::{Deserialize, Serialize};
 
-use crate::models::write_atomic;
+use crate::model_dirs::write_atomic;
 
 use super::ann::{AnnIndex, Hit, NearestRows, dot_half};
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
 use flipside_shared::data::Input;
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::ops::int8::Kernel;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -22,9 +22,9 @@ use super::shards::{
     shard_dir, write_record,
 };
 use crate::compute::Compute;
-use crate::corpus::{Corpus, Sentence};
-use crate::models::{int8_where_possible, load_encoder, write_atomic};
+use crate::model_dirs::{int8_where_possible, load_encoder, write_atomic};
 use crate::progress;
+use crate::retrieval::corpus::{Corpus, Sentence};
 
 const META: &str = "index.json";
 const EMBEDDINGS: &str = "embeddings.f32";
@@ -80,7 +80,7 @@ pub struct BuildOptions {
     /// Stop after encoding this many new sentences (for testing resumption).
     pub stop_after: Option<usize>,
     /// Encode with int8 products where the CPU has a kernel worth it
-    /// ([`flipside_shared::models::int8::Kernel::best`]); f32 elsewhere.
+    /// ([`flipside_shared::ops::int8::Kernel::best`]); f32 elsewhere.
     pub int8: bool,
 }
 

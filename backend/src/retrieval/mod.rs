@@ -1,8 +1,9 @@
-//! Dense retrieval over a sentence corpus (CORE §3.1): encoders, embedding storage, the HNSW
-//! index and search.
+//! Dense retrieval over a sentence corpus (CORE §3.1): the corpus, encoders, embedding storage,
+//! the HNSW index and search.
 
 pub mod ann;
 pub mod cfdpr;
+pub mod corpus;
 pub mod embeddings;
 pub mod encoders;
 pub mod evaluate;

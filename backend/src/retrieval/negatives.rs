@@ -47,7 +47,7 @@ pub fn mine_paraphrases(pairs: &mut [SeedPair], hits: &[Vec<Retrieved>]) -> usiz
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::corpus::Sentence;
+    use crate::retrieval::corpus::Sentence;
 
     fn sentence(text: &str, label: Option<&str>) -> Sentence {
         Sentence {

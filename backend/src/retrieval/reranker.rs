@@ -14,7 +14,7 @@ use rand::seq::index::sample;
 use super::cfdpr::SeedPair;
 use super::index::Retrieved;
 use crate::compute::{Batches, Compute};
-use crate::models::load_classifier;
+use crate::model_dirs::load_classifier;
 
 /// The model name `--rerank` uses unless told otherwise: what `flipside reranker train` writes
 /// for the printed pairs.

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ann::{Hit, HnswParams, NearestRows};
 use super::flat::FlatGraph;
-use crate::models::write_atomic;
+use crate::model_dirs::write_atomic;
 
 /// Rows per shard unless told otherwise: a corpus up to this size keeps one graph.
 pub const DEFAULT_SHARD_ROWS: usize = 1_000_000;

@@ -14,42 +14,20 @@ use flipside_shared::api::{
     ApiError as ErrorBody, ClassifyRequest, ClassifyResponse, EditRequest, EditResponse, Health,
     MethodId, RetrieveRequest, RetrieveResponse, ServerInfo,
 };
-use flipside_shared::data::Input;
-use flipside_shared::models::compact::COMPACT_WEIGHTS_FILE;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
 use super::error::{ApiError, ApiResult, JsonBody, QueryParams};
 use super::portal::auth::DemoAccess;
-use super::priority::{spawn_cancellable, spawn_compute};
-use super::resources::{Resources, demo_examples};
-use crate::lass::model as lass;
+use super::priority::{blocking, finished, spawn_cancellable};
+use super::resources::{Resources, check_text, demo_examples};
 use crate::methods::core::RetrievalContext;
 use crate::methods::{self, Method, method_infos};
 use crate::pipeline::{Context, Item};
 
-/// Most characters of a text to edit or classify.
-pub const MAX_TEXT_CHARS: usize = 5_000;
 /// Most texts per classify request.
 pub const MAX_CLASSIFY_TEXTS: usize = 64;
-/// The files of the classifier the browser downloads.
-pub const CLASSIFIER_FILES: [&str; 3] = ["config.json", "tokenizer.json", COMPACT_WEIGHTS_FILE];
-/// Bits per weight of the classifier the browser downloads: with 7, imdb-400 gives the same
-/// label as in f32 for 99.1 % of Rotten Tomatoes' sentences and 99.3 % of IMDb reviews, and
-/// is 18.3 MB over the wire (21.0 MB with 8; docs/src/methods.md, *What the browser downloads*).
-pub const CLASSIFIER_BITS: u32 = 7;
-/// Bits per weight of the Dis-AE the browser downloads: beam search is more sensitive (8 bits
-/// keep 191 of 200 f32 outputs, 7 keep 180), and the model is small (3.8 MB over the wire).
-pub const DIS_AE_BITS: u32 = 8;
-/// The files of the Dis-AE the browser downloads.
-pub const DIS_AE_FILES: [&str; 4] = [
-    lass::CONFIG_FILE,
-    lass::VOCABULARY_FILE,
-    COMPACT_WEIGHTS_FILE,
-    lass::REPORT_FILE,
-];
-
 /// Whether the server is up, and whether its models are loaded yet.
 #[utoipa::path(get, path = "/health", tag = "server", responses((status = 200, body = Health)))]
 pub async fn health(State(state): State<AppState>) -> Json<Health> {
@@ -187,7 +165,7 @@ pub async fn classify(
     }
     let response = blocking(move || {
         let started = Instant::now();
-        let probabilities = probabilities(&resources, &request.texts)?;
+        let probabilities = resources.probabilities(&request.texts)?;
         Ok(ClassifyResponse {
             labels: resources.classifier_info.labels.clone(),
             probabilities,
@@ -253,35 +231,6 @@ pub async fn dis_ae_file(
     downloads.response(&file, version.as_deref(), &headers)
 }
 
-/// Runs model code on a blocking thread; its errors and panics become 500s.
-pub async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
-) -> ApiResult<T> {
-    finished(spawn_compute(work).await)
-}
-
-/// The result of model work run on a blocking thread; its errors and panics as 500s.
-fn finished<T>(joined: Result<anyhow::Result<T>, tokio::task::JoinError>) -> ApiResult<T> {
-    match joined {
-        Ok(result) => result.map_err(ApiError::internal),
-        Err(panic) => Err(ApiError::internal(anyhow::anyhow!(
-            "a worker panicked: {panic}"
-        ))),
-    }
-}
-
-pub(crate) fn check_text(text: &str) -> ApiResult<()> {
-    if text.trim().is_empty() {
-        return Err(ApiError::bad_request("text is empty"));
-    }
-    if text.chars().count() > MAX_TEXT_CHARS {
-        return Err(ApiError::bad_request(format!(
-            "text is longer than {MAX_TEXT_CHARS} characters"
-        )));
-    }
-    Ok(())
-}
-
 /// The item to edit, or a 400 saying what is wrong with the request.
 fn item(resources: &Resources, text: &str, label: &str, target: Option<&str>) -> ApiResult<Item> {
     check_text(text)?;
@@ -306,17 +255,6 @@ fn retrieve_response(item: &Item, context: Context) -> RetrieveResponse {
         keywords: retrieval.keywords,
         millis: context.millis,
     }
-}
-
-pub(crate) fn probabilities(
-    resources: &Resources,
-    texts: &[String],
-) -> anyhow::Result<Vec<Vec<f32>>> {
-    let inputs: Vec<Input> = texts.iter().map(|t| Input::with_premise(None, t)).collect();
-    resources
-        .models
-        .classifier
-        .probabilities(&inputs.iter().collect::<Vec<_>>())
 }
 
 /// One counterfactual of `item` by `method`, with the server's settings: the same pipeline,
@@ -345,8 +283,9 @@ fn edit_item(
         .unwrap_or_default();
     let seed = request.seed.unwrap_or(0);
     let outcome = pipeline.edit_in_context(&item, context, seed, 1, &mut |_| Ok(()))?;
-    let original_probabilities =
-        probabilities(resources, std::slice::from_ref(&item.text))?.remove(0);
+    let original_probabilities = resources
+        .probabilities(std::slice::from_ref(&item.text))?
+        .remove(0);
     Ok(EditResponse {
         method: MethodId::from(method.id()),
         retrieval: found

@@ -12,6 +12,7 @@ pub mod downloads;
 pub mod error;
 pub mod holding_page;
 pub mod jobs;
+pub mod openai_api;
 pub mod portal;
 pub mod preparation;
 pub mod priority;
@@ -278,7 +279,7 @@ pub async fn serve(
     };
     let (api, mut openapi) = api(config.max_upload_bytes);
     if config.embedded_llm {
-        crate::llm::server::describe(&mut openapi);
+        crate::server::openai_api::describe(&mut openapi);
     }
     let openapi = Arc::new(openapi);
     let api = api
@@ -304,7 +305,7 @@ pub async fn serve(
         let admit = axum::middleware::from_fn_with_state(state.admission.clone(), admission::admit);
         app = app
             .merge(
-                crate::llm::server::router(preparation.clone(), config.deadline)
+                crate::server::openai_api::router(preparation.clone(), config.deadline)
                     .route_layer(admit)
                     .route_layer(sign_in)
                     .method_not_allowed_fallback(method_not_allowed),

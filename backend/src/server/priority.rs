@@ -5,6 +5,8 @@
 
 use tokio_util::sync::CancellationToken;
 
+use super::error::{ApiError, ApiResult};
+
 /// The nice value of compute threads (request handling stays at the process's own, 0 by
 /// default): under Linux's scheduler a thread at nice 0 gets about nine times the CPU share of
 /// one at nice 10 when both want it.
@@ -95,5 +97,22 @@ mod tests {
         assert_eq!(lowered, COMPUTE_NICE.max(before));
         let other = std::thread::spawn(nice_of_this_thread).join().unwrap();
         assert_eq!(other, before, "only the calling thread is lowered");
+    }
+}
+
+/// Runs model code on a blocking thread; its errors and panics become 500s.
+pub async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> anyhow::Result<T> + Send + 'static,
+) -> ApiResult<T> {
+    finished(spawn_compute(work).await)
+}
+
+/// The result of model work run on a blocking thread; its errors and panics as 500s.
+pub fn finished<T>(joined: Result<anyhow::Result<T>, tokio::task::JoinError>) -> ApiResult<T> {
+    match joined {
+        Ok(result) => result.map_err(ApiError::internal),
+        Err(panic) => Err(ApiError::internal(anyhow::anyhow!(
+            "a worker panicked: {panic}"
+        ))),
     }
 }

@@ -1,12 +1,13 @@
-//! What the server edits with, loaded once and shared by the demo endpoints and the job
-//! runner: the models every method draws from, the editing settings, and what `/api/info`
-//! tells the browser about them.
+//! What the server edits with, loaded once and shared by the demo endpoints, the portal and the
+//! job runner: the models every method draws from, the editing settings, what `/api/info`
+//! tells the browser about them, and the checks on the texts they are given.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
 use flipside_shared::api::{ClassifierInfo, CorpusInfo, DisAeInfo, Example};
+use flipside_shared::data::Input;
 use flipside_shared::models::classifier::ClassifierConfig;
 
 use crate::compute::{Batches, Compute, Cpu};
@@ -16,8 +17,10 @@ use crate::home::Home;
 use crate::lass::model::LassReport;
 use crate::llm::{Fluency, LlmClient};
 use crate::methods::{EditSettings, InfillerSetup, Models, ModelsConfig, load_models};
-use crate::server::demo::{CLASSIFIER_BITS, CLASSIFIER_FILES, DIS_AE_BITS, DIS_AE_FILES};
-use crate::server::downloads::ModelDownloads;
+use crate::server::downloads::{
+    CLASSIFIER_BITS, CLASSIFIER_FILES, DIS_AE_BITS, DIS_AE_FILES, ModelDownloads,
+};
+use crate::server::error::{ApiError, ApiResult};
 
 /// How to load [`Resources`].
 pub struct ResourceConfig {
@@ -198,4 +201,30 @@ pub fn demo_examples() -> Vec<Example> {
         label: label.into(),
     })
     .collect()
+}
+
+/// Most characters of a text to edit or classify.
+pub const MAX_TEXT_CHARS: usize = 5_000;
+
+/// Refuses (400) a text that is empty or longer than [`MAX_TEXT_CHARS`].
+pub fn check_text(text: &str) -> ApiResult<()> {
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request("text is empty"));
+    }
+    if text.chars().count() > MAX_TEXT_CHARS {
+        return Err(ApiError::bad_request(format!(
+            "text is longer than {MAX_TEXT_CHARS} characters"
+        )));
+    }
+    Ok(())
+}
+
+impl Resources {
+    /// The classifier's probabilities of each label for each text.
+    pub fn probabilities(&self, texts: &[String]) -> anyhow::Result<Vec<Vec<f32>>> {
+        let inputs: Vec<Input> = texts.iter().map(|t| Input::with_premise(None, t)).collect();
+        self.models
+            .classifier
+            .probabilities(&inputs.iter().collect::<Vec<_>>())
+    }
 }

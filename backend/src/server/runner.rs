@@ -27,8 +27,8 @@ use tokio_util::sync::CancellationToken;
 use super::AppState;
 use super::datasets;
 use super::db::{JobClaim, now, now_plus};
-use crate::editing::items::{Selection, Unit, select_items, task_of};
-use crate::methods::{self, EditSettings};
+use crate::editing::items::{Selection, Unit};
+use crate::methods::{self, EditSettings, GenerationPlan};
 use crate::pipeline::batch::{BatchRun, Summary, generate};
 use crate::pipeline::store::{failures_path, read_repairing};
 
@@ -342,23 +342,23 @@ async fn generate_for(state: &AppState, job: &mut Job, token: &CancellationToken
                 unit: Unit::Text,
                 seed: request.seed,
             };
-            let items = select_items(&dataset, &selection, &resources.models.lexicons)?;
-            anyhow::ensure!(
-                !items.is_empty(),
-                "no example of {} has at most {} words",
-                request.dataset,
-                request.max_words.unwrap_or(usize::MAX)
-            );
             let settings = EditSettings {
-                task: task_of(&items),
                 max_attempts: request.max_attempts,
                 verify: request.verify,
                 ..resources.settings.clone()
             };
-            let pipeline = methods::pipeline(method, &resources.models, &settings)?;
+            let plan = GenerationPlan::new(
+                method,
+                &dataset,
+                &selection,
+                &resources.models.lexicons,
+                settings,
+            )
+            .with_context(|| request.dataset.clone())?;
+            let pipeline = plan.pipeline(&resources.models)?;
             let run = BatchRun {
                 pipeline: &pipeline,
-                items,
+                items: plan.items,
                 seed: request.seed,
                 concurrency: 1,
                 output,

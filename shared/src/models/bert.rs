@@ -14,13 +14,13 @@ use burn::tensor::{Bool, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
-use super::dropout::dropout;
-use super::gelu::gelu;
-use super::heads::{merge_heads, split_heads};
-use super::int8::{Int8Copy, Kernel};
-use super::layer_norm::layer_norm;
-use super::portable;
-use super::softmax::masked_softmax_last;
+use crate::ops::dropout::dropout;
+use crate::ops::gelu::gelu;
+use crate::ops::heads::{merge_heads, split_heads};
+use crate::ops::int8::{Int8Copy, Kernel};
+use crate::ops::layer_norm::layer_norm;
+use crate::ops::portable;
+use crate::ops::softmax::masked_softmax_last;
 
 /// BERT's renames between Hugging Face keys and the field names below.
 pub const BERT_KEYS: KeyMap = KeyMap {
@@ -233,7 +233,7 @@ pub struct BertEmbeddings<B: Backend> {
     /// None when `type_vocab_size` is 0 (DistilBERT has no segments).
     pub token_type_embeddings: Option<Embedding<B>>,
     pub layer_norm: LayerNorm<B>,
-    /// `layer_norm`'s epsilon ([`models::layer_norm`](super::layer_norm) needs it; burn's
+    /// `layer_norm`'s epsilon ([`ops::layer_norm`](crate::ops::layer_norm) needs it; burn's
     /// `LayerNorm` keeps its own private).
     #[module(skip)]
     pub layer_norm_eps: f64,
@@ -415,10 +415,10 @@ impl<B: Backend> BertSelfAttention<B> {
 }
 
 /// `a · b` over batches of matrices: on burn's CPU backend by our op
-/// ([`super::cpu_products::batched`]: f32, or bf16 while training in bf16), else burn's `matmul`.
+/// ([`crate::ops::cpu_products::batched`]: f32, or bf16 while training in bf16), else burn's `matmul`.
 fn batched_matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
     #[cfg(not(target_arch = "wasm32"))]
-    let (a, b) = match super::cpu_products::batched::forward(a, b) {
+    let (a, b) = match crate::ops::cpu_products::batched::forward(a, b) {
         Ok(product) => return product,
         Err(operands) => operands,
     };
@@ -428,7 +428,7 @@ fn batched_matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> 
 /// `linear` applied to every token of `[batch, seq, width]` as one `[batch·seq, width]` matrix
 /// product: burn's `linear` on a 3-d input multiplies each sequence separately (burn-flex: one
 /// small gemm per sequence, packing the weights again for each). In int8 when `int8` holds the
-/// layer's copy; on burn's CPU backend by our op ([`super::cpu_products`]: f32, or bf16 while
+/// layer's copy; on burn's CPU backend by our op ([`crate::ops::cpu_products`]: f32, or bf16 while
 /// training in bf16).
 pub fn per_token<B: Backend>(
     linear: &Linear<B>,
@@ -439,7 +439,7 @@ pub fn per_token<B: Backend>(
     let rows = input.reshape([batch * seq, width]);
     let output = int8.forward(linear, rows);
     #[cfg(not(target_arch = "wasm32"))]
-    let output = output.or_else(|rows| super::cpu_products::linear::forward(linear, rows));
+    let output = output.or_else(|rows| crate::ops::cpu_products::linear::forward(linear, rows));
     let output = output.unwrap_or_else(|rows| linear.forward(rows));
     let [_, out_width] = output.dims();
     output.reshape([batch, seq, out_width])

@@ -18,13 +18,13 @@ use serde_json::{Value, json};
 
 use super::bert::{BERT_KEYS, BertConfig, BertInput, BertModel};
 use super::checkpoint::{CheckpointError, load_renamed, save_renamed};
-use super::dropout::dropout;
-use super::int8::Kernel;
 use super::pooling::mean_pool;
 use super::{CheckpointFiles, LoadError};
 use crate::batching::{BatchExecutor, map_batches};
 use crate::data::Input;
 use crate::metrics::softmax_rows;
+use crate::ops::dropout::dropout;
+use crate::ops::int8::Kernel;
 use crate::tokenize::{TextTokenizer, TokenizeError};
 
 /// Which Hugging Face class a classifier checkpoint is.

@@ -4,11 +4,11 @@ use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
 use super::bert::{BertConfig, BertModel};
-use super::int8::Kernel;
 use super::pooling::{l2_normalize, mean_pool};
 use super::{CheckpointFiles, LoadError};
 use crate::batching::{BatchExecutor, map_batches};
 use crate::data::Input;
+use crate::ops::int8::Kernel;
 use crate::tokenize::{TextTokenizer, TokenBatch, TokenizeError};
 
 /// A BERT model and its tokenizer, producing unit-length sentence embeddings.

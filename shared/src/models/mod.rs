@@ -2,31 +2,17 @@
 //! checkpoint key map. Checkpoints are built from bytes ([`CheckpointFiles`]), so native code
 //! (reading a directory) and the browser (downloading the files) load them the same way.
 
-#[cfg(target_arch = "x86_64")]
-pub mod amx;
 pub mod bert;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod bf16;
 pub mod biencoder;
 pub mod checkpoint;
-pub mod chunks;
 pub mod classifier;
 pub mod compact;
-#[cfg(not(target_arch = "wasm32"))]
-pub mod cpu_products;
 pub mod dis_ae;
-pub mod dropout;
 pub mod encoder;
-pub mod gelu;
-pub mod heads;
-pub mod int8;
-pub mod layer_norm;
 pub mod lstm;
 pub mod pooling;
-pub mod portable;
 pub mod search;
 pub mod sequence_loss;
-pub mod softmax;
 pub mod t5;
 
 use checkpoint::CheckpointError;
@@ -50,12 +36,4 @@ pub enum LoadError {
     Tokenizer(#[from] TokenizeError),
     #[error(transparent)]
     Weights(#[from] CheckpointError),
-}
-
-/// `value` as `U`, which it is: the fast paths on burn's CPU backend match a generic backend's
-/// tensors by downcasting, and hand their results back through this.
-pub fn same_type<T: 'static, U: 'static>(value: T) -> U {
-    *(Box::new(value) as Box<dyn std::any::Any>)
-        .downcast::<U>()
-        .expect("the value has the type it was matched as")
 }

@@ -14,14 +14,14 @@ use burn::module::Module;
 use clap::{Args, ValueEnum};
 use flipside_shared::data::Input;
 use flipside_shared::models::classifier::TextClassifier;
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::ops::int8::Kernel;
 use serde::Deserialize;
 
 use crate::compute::Cpu;
 use crate::home::Home;
 use crate::lass::model::load_reproducer;
-use crate::models::{compact_model_dir, load_classifier, resolve_model_dir};
-use crate::server::demo::{CLASSIFIER_BITS, DIS_AE_BITS};
+use crate::model_dirs::{compact_model_dir, load_classifier, resolve_model_dir};
+use crate::server::downloads::{CLASSIFIER_BITS, DIS_AE_BITS};
 use crate::server::resources::cpu;
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
 use flipside_shared::sentences::split_sentences;

@@ -14,9 +14,9 @@ use serde::Deserialize;
 use crate::cli::data::ReadArgs;
 use crate::compute::Compute;
 use crate::home::Home;
-use crate::models::{DEFAULT_ENCODER, load_encoder, resolve_model_dir};
+use crate::model_dirs::{DEFAULT_ENCODER, load_encoder, resolve_model_dir};
 use crate::with_backend;
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::ops::int8::Kernel;
 
 const REFERENCE_SCRIPT: &str = include_str!("../../../bench/sentence_transformers_encode.py");
 
@@ -71,7 +71,7 @@ pub fn bench_encode(home: &Home, args: EncodeBenchArgs) -> Result<()> {
         .map(|e| e.input.texts()[0].to_string())
         .collect();
     let model_dir = resolve_model_dir(home, &args.model)?;
-    let max_len = crate::models::BertFiles::read(&model_dir)?.max_len;
+    let max_len = crate::model_dirs::BertFiles::read(&model_dir)?.max_len;
     let mean_words = sentences
         .iter()
         .map(|s| s.split_whitespace().count())

@@ -14,11 +14,11 @@ use serde::Deserialize;
 use super::{TorchBenchArgs, run_reference_script};
 use crate::compute::Compute;
 use crate::home::Home;
-use crate::models::{BertFiles, DEFAULT_ENCODER, resolve_model_dir};
+use crate::model_dirs::{BertFiles, DEFAULT_ENCODER, resolve_model_dir};
 use crate::with_backend;
 use flipside_shared::models::bert::BertConfig;
-use flipside_shared::models::bf16::{self, Bf16Kernel, Strided};
-use flipside_shared::models::int8::{Int8Linear, Kernel};
+use flipside_shared::ops::bf16::{self, Bf16Kernel, Strided};
+use flipside_shared::ops::int8::{Int8Linear, Kernel};
 use flipside_shared::random::SplitMix64;
 
 const REFERENCE_SCRIPT: &str = include_str!("../../../bench/torch_linear_layers.py");

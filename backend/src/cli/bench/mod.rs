@@ -18,7 +18,7 @@ use clap::{Args, Subcommand};
 
 use crate::compute::DeviceChoice;
 use crate::home::Home;
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::ops::int8::Kernel;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -131,7 +131,7 @@ pub fn cpu_features() -> String {
             ("avx512f", is_x86_feature_detected!("avx512f")),
             ("avx512vnni", is_x86_feature_detected!("avx512vnni")),
             ("avx512bf16", is_x86_feature_detected!("avx512bf16")),
-            ("amx-bf16", flipside_shared::models::amx::bf16_usable()),
+            ("amx-bf16", flipside_shared::ops::amx::bf16_usable()),
         ];
         let has: Vec<&str> = features.iter().filter(|f| f.1).map(|f| f.0).collect();
         let lacks: Vec<&str> = features.iter().filter(|f| !f.1).map(|f| f.0).collect();

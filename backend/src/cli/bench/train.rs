@@ -5,15 +5,17 @@ use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
 use clap::{Args, ValueEnum};
 use flipside_shared::data::{Dataset, Input};
-use flipside_shared::models::bf16::Bf16Kernel;
+use flipside_shared::ops::bf16::Bf16Kernel;
 use serde::Deserialize;
 
 use super::{TorchBenchArgs, run_reference_script};
 use crate::cli::data::ReadArgs;
 use crate::compute::Compute;
 use crate::home::Home;
-use crate::models::{BertFiles, DEFAULT_ENCODER, resolve_model_dir};
-use crate::train::{BatchOrder, TrainConfig, TrainRun, train_classifier, training_order};
+use crate::model_dirs::{BertFiles, DEFAULT_ENCODER, resolve_model_dir};
+use crate::training::classifier::{
+    BatchOrder, TrainConfig, TrainRun, train_classifier, training_order,
+};
 use crate::with_backend;
 
 const REFERENCE_SCRIPT: &str = include_str!("../../../bench/transformers_train_classifier.py");

@@ -14,8 +14,8 @@ use super::queue::{QueueRow, audit, dialect, queue_for, queue_info};
 use super::{hash_secret, new_id};
 use crate::server::AppState;
 use crate::server::db::{Db, RecordFilter, with_pool};
-use crate::server::demo::check_text;
 use crate::server::error::{ApiError, ApiResult, JsonBody};
+use crate::server::resources::check_text;
 
 /// The most items one request may add.
 pub const MAX_NEW_ITEMS: usize = 10_000;

@@ -1,5 +1,5 @@
-//! The team portal: accounts and teams ([`accounts`]), sign-in, sessions, API tokens and the
-//! caller's rights ([`auth`]), review queues with leases and verdicts ([`queue`]) and what
+//! The team portal: accounts and teams as stored ([`accounts`]), members and invitations
+//! ([`invites`]), sign-in, sessions, API tokens and the caller's rights ([`auth`]), review queues with leases and verdicts ([`queue`]) and what
 //! they hold ([`items`]), the dashboard ([`stats`]) and exports ([`export`]).
 //!
 //! Every queue belongs to a team and every route names the team: a caller outside it gets 404,
@@ -8,6 +8,7 @@
 pub mod accounts;
 pub mod auth;
 pub mod export;
+pub mod invites;
 pub mod items;
 pub mod queue;
 pub mod stats;
@@ -29,11 +30,11 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(auth::login))
         .routes(routes!(auth::logout))
         .routes(routes!(auth::me))
-        .routes(routes!(accounts::accept_invite))
+        .routes(routes!(invites::accept_invite))
         .routes(routes!(auth::create, auth::list))
         .routes(routes!(auth::revoke))
-        .routes(routes!(accounts::members))
-        .routes(routes!(accounts::invite))
+        .routes(routes!(invites::members))
+        .routes(routes!(invites::invite))
         .routes(routes!(queue::create, queue::list))
         .routes(routes!(queue::get))
         .routes(routes!(items::add_items))

@@ -27,8 +27,9 @@ use super::items::{StoredItem, insert_items, job_records};
 use super::{hash_secret, new_id};
 use crate::server::AppState;
 use crate::server::db::{Db, now, now_plus, with_pool};
-use crate::server::demo::{blocking, check_text, probabilities};
 use crate::server::error::{ApiError, ApiResult, JsonBody, QueryParams};
+use crate::server::priority::blocking;
+use crate::server::resources::check_text;
 
 /// The most people one item may need.
 const MAX_OVERLAP: usize = 10;
@@ -513,7 +514,7 @@ async fn judge(state: &AppState, text: &str, target: &str) -> ApiResult<Option<(
         return Ok(None);
     };
     let texts = vec![text.to_string()];
-    let probabilities = blocking(move || probabilities(&resources, &texts)).await?;
+    let probabilities = blocking(move || resources.probabilities(&texts)).await?;
     let row = &probabilities[0];
     let top = row
         .iter()

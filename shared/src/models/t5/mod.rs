@@ -21,8 +21,8 @@ use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
-use crate::models::dropout::dropout;
-use crate::models::gelu::gelu;
+use crate::ops::dropout::dropout;
+use crate::ops::gelu::gelu;
 
 /// T5's renames between Hugging Face keys and the field names below (applied in order).
 pub const T5_KEYS: KeyMap = KeyMap {

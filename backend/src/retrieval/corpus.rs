@@ -19,7 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::data::UNLABELLED;
 use crate::home::Home;
-use crate::models::write_atomic;
+use crate::model_dirs::write_atomic;
 use flipside_shared::data::{Dataset, Input};
 
 const MANIFEST: &str = "corpus.json";

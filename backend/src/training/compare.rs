@@ -7,12 +7,14 @@ use anyhow::Result;
 use flipside_shared::data::Dataset;
 use serde::Serialize;
 
-use crate::baseline::BowLogReg;
 use crate::compute::DeviceChoice;
 use crate::data::{BUILTIN_SPLITS, DatasetSpec, ReadOptions};
 use crate::home::Home;
-use crate::models::{resolve_model_dir, write_atomic};
-use crate::train::{Evaluation, TrainConfig, TrainRun, evaluate_dir, train_classifier};
+use crate::model_dirs::{resolve_model_dir, write_atomic};
+use crate::training::baseline::BowLogReg;
+use crate::training::classifier::{
+    Evaluation, TrainConfig, TrainRun, evaluate_dir, train_classifier,
+};
 use crate::with_backend;
 
 /// The classifier comparison: sizes, encoder, output and training settings.

@@ -17,7 +17,7 @@ use flipside_shared::models::classifier::{
 };
 use flipside_shared::models::compact::compact;
 use flipside_shared::models::encoder::SentenceEncoder;
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::ops::int8::Kernel;
 use flipside_shared::tokenize::TextTokenizer;
 
 use crate::home::Home;

@@ -218,7 +218,7 @@ fn lanes(n: usize) -> __mmask16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::models::bf16::{from_bf16, to_bf16};
+    use crate::ops::bf16::{from_bf16, to_bf16};
     use crate::random::SplitMix64;
 
     /// Frees a buffer of `len` values that are not zero, so that the allocator likely hands its

@@ -14,11 +14,11 @@ use burn::tensor::{DType, Tensor, TensorPrimitive};
 
 use super::{Products, with_values};
 #[cfg(test)]
-use crate::models::bf16::Bf16Kernel;
+use crate::ops::bf16::Bf16Kernel;
 #[cfg(doc)]
-use crate::models::bf16::Bf16Training;
-use crate::models::bf16::{Strided, flex_tensor};
-use crate::models::same_type;
+use crate::ops::bf16::Bf16Training;
+use crate::ops::bf16::{Strided, flex_tensor};
+use crate::ops::same_type;
 
 /// `linear`'s output for `x` (`[rows, inputs]`) when `B` is `Flex` or `Autodiff<Flex>`: on
 /// `Autodiff<Flex>` the products in bf16 while a [`Bf16Training`] lives on this thread, else in

@@ -14,7 +14,7 @@ use burn::optim::adaptor::OptimizerAdaptor;
 use burn::optim::{AdamWConfig, AdamWState, AdaptiveMomentumState, LearningRate, SimpleOptimizer};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{DType, Tensor, TensorData};
-use flipside_shared::models::same_type;
+use flipside_shared::ops::same_type;
 use rayon::prelude::*;
 
 /// burn's AdamW defaults for the moments' decay rates.

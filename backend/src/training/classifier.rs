@@ -20,22 +20,22 @@ use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
 use flipside_shared::data::{Dataset, Example, Input, stable_hash};
 use flipside_shared::metrics::{accuracy, argmax_rows};
-use flipside_shared::models::bf16::{Bf16Kernel, Bf16Training};
 use flipside_shared::models::classifier::{
     Architecture, ClassifierConfig, SequenceClassifier, TextClassifier, load_encoder_weights,
 };
-use flipside_shared::models::int8::Kernel;
+use flipside_shared::ops::bf16::{Bf16Kernel, Bf16Training};
+use flipside_shared::ops::int8::Kernel;
 use flipside_shared::tokenize::TextTokenizer;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
-use crate::adamw::AdamW;
 use crate::compute::{Batches, Compute};
-use crate::models::{
+use crate::model_dirs::{
     BertFiles, int8_where_possible, load_classifier, save_classifier, write_atomic,
 };
 use crate::progress;
+use crate::training::adamw::AdamW;
 
 /// Training hyper-parameters; saved with every checkpoint and model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -63,7 +63,7 @@ pub struct TrainConfig {
     /// head over mean-pooled states that the re-ranker keeps.
     pub head: Head,
     /// Multiply the encoder's linear layers (forward and gradients) in bf16 with AMX or AVX-512
-    /// BF16, summing in f32 ([`flipside_shared::models::bf16`]); CPU only. The weights then depend on the CPU.
+    /// BF16, summing in f32 ([`flipside_shared::ops::bf16`]); CPU only. The weights then depend on the CPU.
     pub bf16: bool,
     /// How a classifier's training examples are put into batches. (Dis-AE's training always
     /// groups by length; the other objectives shuffle.) Records written before this option
@@ -73,7 +73,7 @@ pub struct TrainConfig {
 }
 
 /// How a classifier's training examples are put into batches in each epoch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BatchOrder {
     /// A seeded shuffle of all examples, cut into batches.
@@ -539,7 +539,7 @@ fn bf16_training<B: Backend>(config: &TrainConfig) -> Result<Option<Bf16Training
 
 /// Fine-tunes a classifier on `run.train`, starting from the encoder in `run.encoder_dir`,
 /// resuming from `run.out/train-state` if a checkpoint of the same run is there. On success the
-/// model is saved to `run.out` (see [`crate::models::save_classifier`]) and the state removed.
+/// model is saved to `run.out` (see [`crate::model_dirs::save_classifier`]) and the state removed.
 pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Result<TrainOutcome> {
     let config = &run.config;
     if run.train.is_empty() {

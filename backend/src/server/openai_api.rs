@@ -15,9 +15,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Completion, LlmClient, Message, Prompt, Request, Sampling};
-use crate::server::preparation::Preparation;
-use crate::server::priority::spawn_cancellable;
+use super::preparation::Preparation;
+use super::priority::spawn_cancellable;
+use crate::llm::{Completion, LlmClient, Message, Prompt, Request, Sampling};
 
 /// The body of a chat or text completion request: the fields Flipside honours (any `model`
 /// name is accepted, since one model is served).

@@ -17,9 +17,9 @@ use burn::tensor::{DType, Tensor, TensorPrimitive};
 
 use super::Products;
 #[cfg(all(doc, not(test)))]
-use crate::models::bf16::Bf16Training;
-use crate::models::bf16::{Strided, flex_tensor};
-use crate::models::same_type;
+use crate::ops::bf16::Bf16Training;
+use crate::ops::bf16::{Strided, flex_tensor};
+use crate::ops::same_type;
 
 /// `a · b` for batches of matrices (`[…, m, k]` by `[…, k, n]`, the same leading dimensions)
 /// when `B` is `Flex` (in f32) or `Autodiff<Flex>` (in bf16 while a [`Bf16Training`] lives on
@@ -207,7 +207,7 @@ mod tests {
     use burn::tensor::Distribution;
 
     use super::*;
-    use crate::models::bf16::{Bf16Kernel, Bf16Training};
+    use crate::ops::bf16::{Bf16Kernel, Bf16Training};
 
     type Ad = Autodiff<Flex>;
 

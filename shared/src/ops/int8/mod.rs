@@ -10,11 +10,17 @@
 //! per instruction, 7-bit activations) where the browser has it, else SIMD128's
 //! `i32x4.dot_i16x8_s` on bytes widened to 16 bits.
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm;
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub use wasm::{RelaxedProducts, install_relaxed_products};
+
 use std::any::Any;
-#[cfg(target_arch = "x86_64")]
-use std::arch::asm;
-#[cfg(target_arch = "x86_64")]
-use std::arch::x86_64::*;
 use std::sync::Arc;
 
 #[cfg(target_arch = "x86_64")]
@@ -45,31 +51,6 @@ const GROUP_BYTES: usize = PANEL * 4;
 /// (relaxed SIMD) take 8 accumulators and 4 weight vectors, within the 16 vector registers of
 /// the x86-64 CPUs browsers run on.
 const PAGE_ROWS: usize = 2;
-
-/// One task's products for the page's relaxed-SIMD module ([`Kernel::RelaxedSimd`]), in
-/// [`Int8Linear`]'s layouts: the function [`install_relaxed_products`] takes fills `sums`.
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub struct RelaxedProducts<'a> {
-    /// Quantised activations (0..=127), rows of `width` bytes, a whole number of pairs.
-    pub rows: &'a [u8],
-    /// Bytes per row: the inputs padded to a multiple of 4.
-    pub width: usize,
-    /// Per panel of 32 columns, per group of 4 inputs: 32 columns × 4 signed bytes.
-    pub weights: &'a [i8],
-    /// Out: the integer sums, row by row, each row 32 per panel.
-    pub sums: &'a mut [i32],
-}
-
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-static RELAXED_PRODUCTS: std::sync::OnceLock<fn(RelaxedProducts<'_>)> = std::sync::OnceLock::new();
-
-/// Makes [`Kernel::RelaxedSimd`] available in the page, multiplying with `products` (the page
-/// installs it when its browser compiles relaxed SIMD); layers packed before keep their kernel.
-/// Only the first call counts.
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub fn install_relaxed_products(products: fn(RelaxedProducts<'_>)) {
-    let _ = RELAXED_PRODUCTS.set(products);
-}
 
 /// The instructions an [`Int8Linear`] multiplies with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -103,7 +84,7 @@ impl Kernel {
     /// x86-64-v3 CPU); in the page, relaxed SIMD where the page installed it, and SIMD128.
     pub fn available() -> Vec<Self> {
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        return match RELAXED_PRODUCTS.get() {
+        return match wasm::RELAXED_PRODUCTS.get() {
             Some(_) => vec![Self::RelaxedSimd, Self::Simd128],
             None => vec![Self::Simd128],
         };
@@ -396,7 +377,7 @@ impl Int8Linear {
     /// rows and panels, then scaled back as [`Block::rescale`] does ([`Block::rescale_simd128`]).
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     fn multiply_relaxed(&self, quantised: &QuantisedRows, rows: usize, output: &mut [f32]) {
-        let products = RELAXED_PRODUCTS
+        let products = wasm::RELAXED_PRODUCTS
             .get()
             .expect("layers are packed for relaxed SIMD only once it is installed");
         let columns = self.bias.len();
@@ -734,334 +715,6 @@ impl Block<'_> {
             self.kernel.fused(),
         )
     }
-
-    /// The block's products from its rows and weights widened to 16 bits (`wide_rows`: its 2
-    /// rows, `wide_weights`: its panel, laid out as `rows` and `weights`), eight columns at a
-    /// time: per group of 4 inputs, four loads of 2 columns × 4 weights, each row's 4 values
-    /// loaded twice over, and
-    /// `i32x4.dot_i16x8_s` gives each column's two pair sums, added up after the last group;
-    /// then every row is scaled back as [`Self::rescale`] does.
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    fn multiply_simd128(
-        &self,
-        wide_rows: &[i16],
-        wide_weights: &[i16],
-        output: &mut [f32],
-        stride: usize,
-        columns: usize,
-    ) {
-        use std::arch::wasm32::*;
-        let width = self.groups * 4;
-        assert!(
-            wide_rows.len() >= PAGE_ROWS * width && wide_weights.len() >= self.groups * GROUP_BYTES
-        );
-        assert!(columns <= PANEL && output.len() >= (self.row_scales.len() - 1) * stride + columns);
-        let (rows, weights) = (wide_rows.as_ptr(), wide_weights.as_ptr());
-        let mut sums = [[0i32; PANEL]; PAGE_ROWS];
-        for eighth in 0..PANEL / 8 {
-            let mut partial = [[i32x4_splat(0); 4]; PAGE_ROWS];
-            for group in 0..self.groups {
-                // SAFETY: 32 values of group `group` (from `eighth · 32` of its 128) and 4 of
-                // each row, within the lengths asserted above; unaligned loads are allowed.
-                unsafe {
-                    let w = weights.add(group * GROUP_BYTES + eighth * 32);
-                    let w = [0, 8, 16, 24].map(|offset| v128_load(w.add(offset).cast()));
-                    for (row, partial) in partial.iter_mut().enumerate() {
-                        let x = v128_load64_splat(rows.add(row * width + group * 4).cast());
-                        for (sum, w) in partial.iter_mut().zip(w) {
-                            *sum = i32x4_add(*sum, i32x4_dot_i16x8(x, w));
-                        }
-                    }
-                }
-            }
-            // Lanes hold (column 2k: inputs 0-1, inputs 2-3, column 2k+1: the same).
-            for (row, [a, b, c, d]) in partial.into_iter().enumerate() {
-                let pairs = |p, q| {
-                    i32x4_add(
-                        i32x4_shuffle::<0, 2, 4, 6>(p, q),
-                        i32x4_shuffle::<1, 3, 5, 7>(p, q),
-                    )
-                };
-                let out = &mut sums[row][eighth * 8..][..8];
-                // SAFETY: two stores of 4 `i32`s into the 8 of `out`.
-                unsafe {
-                    v128_store(out.as_mut_ptr().cast(), pairs(a, b));
-                    v128_store(out.as_mut_ptr().add(4).cast(), pairs(c, d));
-                }
-            }
-        }
-        for (r, (&scale, &zero)) in self.row_scales.iter().zip(self.row_zeros).enumerate() {
-            let output = &mut output[r * stride..][..columns];
-            self.rescale_simd128(&sums[r][..columns], scale, zero, output);
-        }
-    }
-
-    /// [`Self::rescale`] of one row's sums for the panel's first `output.len()` columns, four
-    /// at a time: the same numbers (a product and a sum, each rounded, as the page's kernels
-    /// scale).
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    fn rescale_simd128(&self, sums: &[i32], row_scale: f32, row_zero: i32, output: &mut [f32]) {
-        use std::arch::wasm32::*;
-        debug_assert!(!self.kernel.fused());
-        let columns = output.len();
-        assert!(columns <= PANEL && sums.len() >= columns);
-        let (scale, zero) = (f32x4_splat(row_scale), i32x4_splat(row_zero));
-        let vectors = columns / 4;
-        for v in 0..vectors {
-            let c = v * 4;
-            // SAFETY: columns c..c + 4 are within `sums`, `output` and the panel's 32 columns
-            // (asserted above); unaligned loads and stores are allowed.
-            unsafe {
-                let load_i32 = |values: &[i32]| v128_load(values[c..].as_ptr().cast());
-                let load_f32 = |values: &[f32]| v128_load(values[c..].as_ptr().cast());
-                let corrected =
-                    i32x4_sub(load_i32(sums), i32x4_mul(zero, load_i32(self.column_sums)));
-                let scales = f32x4_mul(scale, load_f32(self.column_scales));
-                let values = f32x4_add(
-                    f32x4_mul(f32x4_convert_i32x4(corrected), scales),
-                    load_f32(self.bias),
-                );
-                v128_store(output[c..].as_mut_ptr().cast(), values);
-            }
-        }
-        for c in vectors * 4..columns {
-            output[c] = self.rescale(sums[c], row_scale, row_zero, c);
-        }
-    }
-
-    /// Per group of 4 inputs, the two weight vectors (16 columns × 4 bytes each) are loaded once
-    /// and multiplied (`vpdpbusd`) with each row's 4 bytes broadcast to all lanes; then every
-    /// row is scaled back to f32 sixteen columns at a time.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn multiply_vnni(&self, output: &mut [f32], stride: usize, columns: usize) {
-        let width = self.groups * 4;
-        let mut sums = [[_mm512_setzero_si512(); 2]; TILE_ROWS];
-        // SAFETY (every block below): reads and writes stay within the slices, as documented
-        // on Block's fields and asserted in `multiply`; unaligned loads and stores are allowed.
-        // Raw pointers in the loop: with slice indexing, bounds checks and byte-wise loads
-        // (then a general-register broadcast, which takes a port the products need) kept the
-        // kernel at a third of the products' peak.
-        assert!(
-            self.rows.len() >= TILE_ROWS * width && self.weights.len() >= self.groups * GROUP_BYTES
-        );
-        let (rows, weights) = (self.rows.as_ptr(), self.weights.as_ptr());
-        for group in 0..self.groups {
-            // SAFETY: group < groups and the slices' lengths are asserted above.
-            let w = unsafe {
-                let w = weights.add(group * GROUP_BYTES);
-                [
-                    _mm512_loadu_si512(w.cast()),
-                    _mm512_loadu_si512(w.add(64).cast()),
-                ]
-            };
-            for (r, sums) in sums.iter_mut().enumerate() {
-                // SAFETY: as above, r < TILE_ROWS.
-                let x = unsafe {
-                    _mm512_set1_epi32(
-                        rows.add(r * width + group * 4)
-                            .cast::<i32>()
-                            .read_unaligned(),
-                    )
-                };
-                sums[0] = _mm512_dpbusd_epi32(sums[0], x, w[0]);
-                sums[1] = _mm512_dpbusd_epi32(sums[1], x, w[1]);
-            }
-        }
-        let mut stored = [[0; PANEL]; TILE_ROWS];
-        for (stored, sums) in stored.iter_mut().zip(&sums) {
-            // SAFETY: 32 i32 are two vectors.
-            unsafe {
-                _mm512_storeu_si512(stored.as_mut_ptr().cast(), sums[0]);
-                _mm512_storeu_si512(stored[16..].as_mut_ptr().cast(), sums[1]);
-            }
-        }
-        // SAFETY: the CPU has AVX-512 F (it has VNNI); `multiply` checked `output`.
-        unsafe { self.rescale_avx512(&stored, output, stride, columns) };
-    }
-
-    /// AMX: per 64 inputs, two tiles of 16 rows × 64 activation bytes (row pitch: the rows'
-    /// width) times two tiles of 16 groups × 16 columns × 4 weight bytes (the panel's halves,
-    /// pitch GROUP_BYTES — the packing is already AMX's) into four 16 × 16 tiles of `i32` sums.
-    /// The caller configured the tiles on this thread ([`amx::Tiles::configure`]).
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn multiply_amx(&self, output: &mut [f32], stride: usize, columns: usize) {
-        let width = self.groups * 4;
-        assert!(width.is_multiple_of(AMX_INPUTS));
-        assert!(
-            self.rows.len() >= AMX_TILE_ROWS * width
-                && self.weights.len() >= self.groups * GROUP_BYTES
-        );
-        let (rows, weights) = (self.rows.as_ptr(), self.weights.as_ptr());
-        // Not zeroed first: the tile stores write all of it (zeroing its 4 KB for every block
-        // was about 5 % of an int8 index build's samples; without it `bench matmul` ran 8-10 %
-        // faster).
-        let mut sums = std::mem::MaybeUninit::<amx::Sums<i32>>::uninit();
-        // SAFETY: each step reads 32 rows × 64 bytes from `rows` and 16 groups × 128 bytes from
-        // `weights`, within the lengths asserted above; the stores write the 32 × 32 `sums`.
-        unsafe {
-            amx::zero_sums();
-            for step in 0..width / AMX_INPUTS {
-                let a = rows.add(step * AMX_INPUTS);
-                let b = weights.add(step * (AMX_INPUTS / 4) * GROUP_BYTES);
-                asm!(
-                    "tileloadd tmm4, [{a} + {width}*1]",
-                    "tileloadd tmm5, [{a16} + {width}*1]",
-                    "tileloadd tmm6, [{b} + {pitch}*1]",
-                    "tileloadd tmm7, [{b16} + {pitch}*1]",
-                    "tdpbusd tmm0, tmm4, tmm6",
-                    "tdpbusd tmm1, tmm4, tmm7",
-                    "tdpbusd tmm2, tmm5, tmm6",
-                    "tdpbusd tmm3, tmm5, tmm7",
-                    a = in(reg) a,
-                    a16 = in(reg) a.add(16 * width),
-                    width = in(reg) width,
-                    b = in(reg) b,
-                    b16 = in(reg) b.add(64),
-                    pitch = in(reg) GROUP_BYTES,
-                    options(nostack, readonly)
-                );
-            }
-            amx::store_sums(sums.as_mut_ptr().cast::<i32>(), amx::SUMS_PITCH);
-            // The four 16 × 16 tiles stored above are the 32 × 32 sums.
-            self.rescale_avx512(sums.assume_init_ref(), output, stride, columns);
-        }
-    }
-
-    /// Scales the integer sums of the tile's real rows back to f32 and writes their first
-    /// `columns` outputs, sixteen columns at a time.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn rescale_avx512(
-        &self,
-        sums: &[[i32; PANEL]],
-        output: &mut [f32],
-        stride: usize,
-        columns: usize,
-    ) {
-        for first in [0, 16] {
-            if first >= columns {
-                break;
-            }
-            let mask: __mmask16 = if columns - first >= 16 {
-                !0
-            } else {
-                (1 << (columns - first)) - 1
-            };
-            // SAFETY: 16 values from `first` < 32 in each per-column slice (32 each).
-            let (column_scales, column_sums, bias) = unsafe {
-                (
-                    _mm512_loadu_ps(self.column_scales[first..].as_ptr()),
-                    _mm512_loadu_si512(self.column_sums[first..].as_ptr().cast()),
-                    _mm512_loadu_ps(self.bias[first..].as_ptr()),
-                )
-            };
-            let rows = self.row_scales.iter().zip(self.row_zeros).zip(sums);
-            for (r, ((&scale, &zero), sums)) in rows.enumerate() {
-                // SAFETY: 16 of the row's 32 sums; the store writes the lanes below `columns`
-                // of a row `multiply` checked `output` holds.
-                unsafe {
-                    let sum = _mm512_loadu_si512(sums[first..].as_ptr().cast());
-                    let corrected = _mm512_sub_epi32(
-                        sum,
-                        _mm512_mullo_epi32(_mm512_set1_epi32(zero), column_sums),
-                    );
-                    let scales = _mm512_mul_ps(_mm512_set1_ps(scale), column_scales);
-                    let values = _mm512_fmadd_ps(_mm512_cvtepi32_ps(corrected), scales, bias);
-                    let out = &mut output[r * stride + first..];
-                    _mm512_mask_storeu_ps(out.as_mut_ptr(), mask, values);
-                }
-            }
-        }
-    }
-
-    /// [`Self::multiply_vnni`] on AVX2, a quarter of the tile at a time (16 registers): per
-    /// group of 4 inputs and 4 rows, two weight vectors of 8 columns × 4 bytes times each row's
-    /// 4 bytes broadcast, `vpmaddubsw` then `vpmaddwd` against ones sum each column's 4 products.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn multiply_avx2(&self, output: &mut [f32], stride: usize, columns: usize) {
-        const ROWS: usize = 4;
-        let width = self.groups * 4;
-        assert!(
-            self.rows.len() >= TILE_ROWS * width && self.weights.len() >= self.groups * GROUP_BYTES
-        );
-        let (rows, weights) = (self.rows.as_ptr(), self.weights.as_ptr());
-        let ones = _mm256_set1_epi16(1);
-        for first in [0, 16] {
-            if first >= columns {
-                break;
-            }
-            for first_row in (0..self.row_scales.len()).step_by(ROWS) {
-                let mut sums = [[_mm256_setzero_si256(); 2]; ROWS];
-                for group in 0..self.groups {
-                    // SAFETY: group < groups, first + 16 ≤ 32 columns, first_row + ROWS ≤
-                    // TILE_ROWS; the slices' lengths are asserted above.
-                    let w = unsafe {
-                        let w = weights.add(group * GROUP_BYTES + first * 4);
-                        [
-                            _mm256_loadu_si256(w.cast()),
-                            _mm256_loadu_si256(w.add(32).cast()),
-                        ]
-                    };
-                    for (r, sums) in sums.iter_mut().enumerate() {
-                        // SAFETY: as above.
-                        let x = unsafe {
-                            _mm256_set1_epi32(
-                                rows.add((first_row + r) * width + group * 4)
-                                    .cast::<i32>()
-                                    .read_unaligned(),
-                            )
-                        };
-                        for (sum, w) in sums.iter_mut().zip(w) {
-                            let pairs = _mm256_maddubs_epi16(x, w);
-                            *sum = _mm256_add_epi32(*sum, _mm256_madd_epi16(pairs, ones));
-                        }
-                    }
-                }
-                let real_rows = ROWS.min(self.row_scales.len() - first_row);
-                for (r, sums) in sums.iter().enumerate().take(real_rows) {
-                    let row = first_row + r;
-                    for (eighth, sum) in sums.iter().enumerate() {
-                        let column = first + 8 * eighth;
-                        if column >= columns {
-                            break;
-                        }
-                        let lanes = (columns - column).min(8) as i32;
-                        let mask = _mm256_cmpgt_epi32(
-                            _mm256_set1_epi32(lanes),
-                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-                        );
-                        // SAFETY: 8 values from `column` < 32 in each per-column slice; the
-                        // store writes only the lanes below `columns`, within `output`.
-                        unsafe {
-                            let column_sums =
-                                _mm256_loadu_si256(self.column_sums[column..].as_ptr().cast());
-                            let corrected = _mm256_sub_epi32(
-                                *sum,
-                                _mm256_mullo_epi32(
-                                    _mm256_set1_epi32(self.row_zeros[row]),
-                                    column_sums,
-                                ),
-                            );
-                            let scales = _mm256_mul_ps(
-                                _mm256_set1_ps(self.row_scales[row]),
-                                _mm256_loadu_ps(self.column_scales[column..].as_ptr()),
-                            );
-                            let values = _mm256_fmadd_ps(
-                                _mm256_cvtepi32_ps(corrected),
-                                scales,
-                                _mm256_loadu_ps(self.bias[column..].as_ptr()),
-                            );
-                            let out = output[row * stride + column..].as_mut_ptr();
-                            _mm256_maskstore_ps(out, mask, values);
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// Activations quantised per row: `x ≈ scale · (q − zero)` with `q` in 0..=levels, the range
@@ -1104,9 +757,13 @@ fn quantise_row(row: &[f32], out: &mut [u8], kernel: Kernel) -> (f32, i32) {
     match kernel {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the CPU has AVX-512 F and BW (it has VNNI, and AMX CPUs have it too).
-        Kernel::Amx | Kernel::Vnni => unsafe { quantise_row_avx512(row, out, kernel.levels()) },
+        Kernel::Amx | Kernel::Vnni => unsafe {
+            avx512::quantise_row_avx512(row, out, kernel.levels())
+        },
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-        Kernel::Simd128 | Kernel::RelaxedSimd => quantise_row_simd128(row, out, kernel.levels()),
+        Kernel::Simd128 | Kernel::RelaxedSimd => {
+            wasm::quantise_row_simd128(row, out, kernel.levels())
+        }
         _ => quantise_row_portable(row, out, kernel),
     }
 }
@@ -1139,95 +796,6 @@ fn quantise_values(row: &[f32], out: &mut [u8], inverse: f32, zero: f32, levels:
 #[inline(always)]
 fn multiply_add(a: f32, b: f32, c: f32, fused: bool) -> f32 {
     if fused { a.mul_add(b, c) } else { a * b + c }
-}
-
-/// [`quantise_row_portable`] for SIMD128, sixteen values at a time (the same results: a product
-/// and a sum, `f32x4.nearest` rounds half to even, and the saturating conversions clamp).
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn quantise_row_simd128(row: &[f32], out: &mut [u8], levels: f32) -> (f32, i32) {
-    use std::arch::wasm32::*;
-    // SAFETY (both loops): a chunk holds 16 values, read as 4 unaligned vectors, and `out`'s
-    // chunk 16 bytes.
-    let load = |chunk: &[f32], i: usize| unsafe { v128_load(chunk.as_ptr().add(4 * i).cast()) };
-    let chunks = row.chunks_exact(16);
-    let tail = chunks.remainder();
-    let (mut min, mut max) = (f32x4_splat(0.0), f32x4_splat(0.0));
-    for chunk in chunks.clone() {
-        for i in 0..4 {
-            let v = load(chunk, i);
-            (min, max) = (f32x4_pmin(v, min), f32x4_pmax(v, max));
-        }
-    }
-    let lanes = |v| {
-        [
-            f32x4_extract_lane::<0>(v),
-            f32x4_extract_lane::<1>(v),
-            f32x4_extract_lane::<2>(v),
-            f32x4_extract_lane::<3>(v),
-        ]
-    };
-    let min = lanes(min)
-        .into_iter()
-        .chain(tail.iter().copied())
-        .fold(0f32, f32::min);
-    let max = lanes(max)
-        .into_iter()
-        .chain(tail.iter().copied())
-        .fold(0f32, f32::max);
-    let (scale, zero) = row_range(min, max, levels);
-    let inverse = 1.0 / scale;
-    let (inverse_vector, zero_vector) = (f32x4_splat(inverse), f32x4_splat(zero));
-    let (bottom, top) = (f32x4_splat(0.0), f32x4_splat(levels));
-    for (chunk, out) in chunks.zip(out.chunks_exact_mut(16)) {
-        let q = [0, 1, 2, 3].map(|i| {
-            let v = f32x4_add(f32x4_mul(load(chunk, i), inverse_vector), zero_vector);
-            let v = f32x4_pmin(f32x4_pmax(f32x4_nearest(v), bottom), top);
-            i32x4_trunc_sat_f32x4(v)
-        });
-        let bytes = u8x16_narrow_i16x8(
-            i16x8_narrow_i32x4(q[0], q[1]),
-            i16x8_narrow_i32x4(q[2], q[3]),
-        );
-        // SAFETY: see above.
-        unsafe { v128_store(out.as_mut_ptr().cast(), bytes) };
-    }
-    let done = row.len() - tail.len();
-    quantise_values(tail, &mut out[done..], inverse, zero, levels, false);
-    (scale, zero as i32)
-}
-/// [`quantise_row_portable`] sixteen values at a time (the same results: the conversion rounds
-/// half to even, as the portable loop does).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn quantise_row_avx512(row: &[f32], out: &mut [u8], levels: f32) -> (f32, i32) {
-    let chunks = row.chunks_exact(16);
-    let tail = chunks.remainder();
-    let (mut min, mut max) = (_mm512_setzero_ps(), _mm512_setzero_ps());
-    for chunk in chunks.clone() {
-        // SAFETY: a chunk holds 16 values.
-        let v = unsafe { _mm512_loadu_ps(chunk.as_ptr()) };
-        min = _mm512_min_ps(min, v);
-        max = _mm512_max_ps(max, v);
-    }
-    let (min, max) = tail.iter().fold(
-        (_mm512_reduce_min_ps(min), _mm512_reduce_max_ps(max)),
-        |(lo, hi), &v| (lo.min(v), hi.max(v)),
-    );
-    let (scale, zero) = row_range(min, max, levels);
-    let (inverse, zero_vector) = (_mm512_set1_ps(1.0 / scale), _mm512_set1_ps(zero));
-    let top = _mm512_set1_epi32(levels as i32);
-    for (chunk, out) in chunks.zip(out.chunks_exact_mut(16)) {
-        // SAFETY: a chunk holds 16 values and `out`'s chunk 16 bytes.
-        unsafe {
-            let v = _mm512_fmadd_ps(_mm512_loadu_ps(chunk.as_ptr()), inverse, zero_vector);
-            let q = _mm512_max_epi32(_mm512_cvtps_epi32(v), _mm512_setzero_si512());
-            let q = _mm512_min_epi32(q, top);
-            _mm_storeu_si128(out.as_mut_ptr().cast(), _mm512_cvtusepi32_epi8(q));
-        }
-    }
-    let done = row.len() - tail.len();
-    quantise_values(tail, &mut out[done..], 1.0 / scale, zero, levels, true);
-    (scale, zero as i32)
 }
 
 #[cfg(test)]
