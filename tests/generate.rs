@@ -560,3 +560,78 @@ Counterfactual:"""
         "{error}"
     );
 }
+
+/// `bench cf` runs each method on the same items with the same attempts and filter, scores the
+/// accepted edits with an independent judge, and resumes: a second run generates nothing more
+/// and scores the same counterfactuals.
+#[test]
+fn bench_cf_scores_every_method_on_the_same_items_and_resumes() {
+    let s = setup();
+    let out = s.dir.path().join("bench");
+    let bench = || {
+        let mut command = flipside();
+        command
+            .args(["bench", "cf", "--items", "4", "--max-attempts", "2"])
+            .args(["--methods", "llm-only,retrieve-only", "--model", MODEL])
+            .arg("--data")
+            .arg(&s.items)
+            .arg("--corpus")
+            .arg(&s.corpus)
+            .arg("--classifier")
+            .arg(&s.classifier)
+            .arg("--judge")
+            .arg(&s.classifier)
+            .arg("--out")
+            .arg(&out);
+        command
+    };
+    let table = success(&mut bench());
+    assert!(table.contains("| method | yield |"), "{table}");
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["items"], 4, "{report}");
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{report}");
+    for row in rows {
+        let accepted = row["accepted"].as_u64().unwrap();
+        assert!(accepted <= 4, "{row}");
+        assert_eq!(row["yield_rate"].as_f64().unwrap(), accepted as f64 / 4.0);
+        assert!(row["proposals"].as_u64().unwrap() >= accepted, "{row}");
+        for share in ["flip_before", "flip_after", "levenshtein", "distinct_2"] {
+            let value = row[share].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&value), "{share}: {row}");
+        }
+        assert!(row["seconds_per_item"].as_f64().unwrap() > 0.0, "{row}");
+        // Its records, every one accepted by the filter, are kept for the next run.
+        let method = row["method"].as_str().unwrap();
+        let records = lines(&out.join(format!("{method}.jsonl")));
+        assert!(records.iter().all(|r| r["flipped"] == true), "{records:?}");
+        if accepted > 0 {
+            assert!(row["cpu_seconds_per_accepted"].as_f64().unwrap() > 0.0);
+            assert!(row["perplexity"].as_f64().unwrap() > 1.0, "{row}");
+        }
+    }
+    let retrieve_only = &rows[1];
+    assert_eq!(retrieve_only["method"], "retrieve-only");
+    assert!(
+        retrieve_only["proposals"].as_u64().unwrap() > 0,
+        "{retrieve_only}"
+    );
+    // The items are the file's, the target the other label, ids prefixed with the set.
+    let items = lines(&out.join("items.jsonl"));
+    assert_eq!(items.len(), 4);
+    assert!(
+        items
+            .iter()
+            .all(|i| i["label"] != i["target"] && i["id"].as_str().unwrap().contains("items.csv/"))
+    );
+
+    // Run again: everything is done, so nothing is generated and the scores stand.
+    success(&mut bench());
+    let again: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    for (row, before) in again["rows"].as_array().unwrap().iter().zip(rows) {
+        assert_eq!(row["accepted"], before["accepted"]);
+        assert_eq!(row["flip_after"], before["flip_after"]);
+    }
+}

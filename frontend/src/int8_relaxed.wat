@@ -6,7 +6,7 @@
 ;; `i32x4.relaxed_dot_i8x16_i7x16_add_s w x acc` adds to each `i32` lane of `acc` the sum of four
 ;; byte products: `w` signed, `x` 7-bit (0..=127). With 7-bit activations a pair of products
 ;; never leaves 16 bits, so every lowering (x86's `vpdpbusd`, or `pmaddubsw` + `pmaddwd`) gives
-;; the same exact sums: those of `Kernel::RelaxedSimd` in `shared/src/ops/int8.rs`, whose
+;; the same exact sums: those of `Kernel::RelaxedSimd` in `shared/src/ops/int8/mod.rs`, whose
 ;; layouts these are.
 (module
   (import "env" "memory" (memory 1))

@@ -187,6 +187,7 @@ pub fn AcceptInvitation(token: String) -> impl IntoView {
     let name = RwSignal::new(String::new());
     let password = RwSignal::new(String::new());
     let error = RwSignal::new(None::<String>);
+    let pending = RwSignal::new(false);
     let token = StoredValue::new(token);
     let accept = move |name: String, password: String| {
         let request = AcceptInvite {
@@ -194,8 +195,11 @@ pub fn AcceptInvitation(token: String) -> impl IntoView {
             name,
             password,
         };
+        pending.set(true);
         spawn_local(async move {
-            match api::accept_invite(&request).await {
+            let accepted = api::accept_invite(&request).await;
+            pending.set(false);
+            match accepted {
                 Ok(me) => {
                     session.me.set(Some(me));
                     session.loaded.set(true);
@@ -224,7 +228,7 @@ pub fn AcceptInvitation(token: String) -> impl IntoView {
             return view! {
                 <p>"You are signed in as " <strong>{me.user.email}</strong> "."</p>
                 <div class="row">
-                    <button class="primary" data-testid="invite-join"
+                    <button class="primary" data-testid="invite-join" disabled=move || pending.get()
                         on:click=move |_| accept(String::new(), String::new())>"Join the team"</button>
                     <button data-testid="invite-sign-out" on:click=sign_out>"Not you? Sign out"</button>
                 </div>
@@ -244,7 +248,8 @@ pub fn AcceptInvitation(token: String) -> impl IntoView {
                     <input type="password" data-testid="invite-password" autocomplete="new-password"
                         on:input=move |ev| password.set(event_target_value(&ev)) />
                 </label>
-                <button type="submit" class="primary" data-testid="invite-submit">"Join"</button>
+                <button type="submit" class="primary" data-testid="invite-submit"
+                    disabled=move || pending.get()>"Join"</button>
             </form>
         }
         .into_any()

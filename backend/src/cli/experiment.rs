@@ -54,7 +54,8 @@ pub struct ExperimentArgs {
     /// Add the size-matched in-domain control of the named --augment condition
     #[arg(long, value_name = "NAME")]
     pub in_domain_control: Option<String>,
-    /// Test set (repeatable; replaces the file's), e.g. --test imdb:test --test reviews.csv
+    /// Test set (repeatable; replaces the file's), e.g. --test imdb:test --test yelp=reviews.csv
+    /// (NAME=DATASET names it in tables; a file is otherwise named by its stem)
     #[arg(long, value_name = "DATASET")]
     pub test: Vec<String>,
     /// Train at most this many units now; running the same command again continues
@@ -201,7 +202,13 @@ fn config(home: &Home, args: &ExperimentArgs) -> Result<ExperimentConfig> {
         config.tests = args
             .test
             .iter()
-            .map(|t| data_config(&resolve_spec(t, &cwd, home), &args.read))
+            .map(|t| match t.split_once('=') {
+                Some((name, spec)) if !name.is_empty() && !name.contains('/') => DataConfig {
+                    name: Some(name.to_string()),
+                    ..data_config(&resolve_spec(spec, &cwd, home), &args.read)
+                },
+                _ => data_config(&resolve_spec(t, &cwd, home), &args.read),
+            })
             .collect();
     }
     Ok(config)

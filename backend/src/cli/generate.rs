@@ -165,7 +165,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         ..EditSettings::default()
     };
     let plan = GenerationPlan::new(method, &dataset, &selection, &lexicons, settings)
-        .with_context(|| format!("{} (check --target, --max-words and --unit)", args.data))?;
+        .with_context(|| args.data.clone())?;
     let retrieval = if method.retrieves() {
         Some(args.retrieval.setup(home)?)
     } else {

@@ -145,7 +145,7 @@ fn optimise_prompt(home: &Home, args: OptimiseArgs) -> Result<()> {
             ..EditSettings::default()
         },
     )
-    .with_context(|| format!("{} (check --target, --max-words and --unit)", args.data))?;
+    .with_context(|| args.data.clone())?;
     let classifier = resolve_model_dir(home, &args.classifier)?;
     let models = with_backend!(
         DeviceChoice::default(),

@@ -69,9 +69,9 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
             head: Head::MeanPooled,
             ..training.config.config()
         },
-        pause_after: training.pause_after,
+        pause_after: training.run.pause_after,
     };
-    let outcome = with_backend!(training.device, train_classifier(&run))?;
+    let outcome = with_backend!(training.run.device, train_classifier(&run))?;
     if report_training(&outcome) {
         write_training_pairs(&out, &pairs)?;
         println!(

@@ -6,6 +6,7 @@ use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use flipside_shared::data::Input;
 
+use super::args::ResumableArgs;
 use super::corpus::CorpusArg;
 
 use crate::compute::DeviceChoice;
@@ -221,13 +222,10 @@ pub struct PairTrainingArgs {
     /// Output directory [default: HOME/models/KIND-PAIRS, e.g. cf-dpr-printed]
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Stop after this many steps (run the same command again to resume)
-    #[arg(long, value_name = "STEPS")]
-    pub pause_after: Option<usize>,
     #[command(flatten)]
     pub config: super::classifier::TrainConfigArgs,
-    #[arg(long, value_enum, default_value_t)]
-    pub device: DeviceChoice,
+    #[command(flatten)]
+    pub run: ResumableArgs,
 }
 
 impl PairTrainingArgs {
@@ -240,7 +238,7 @@ impl PairTrainingArgs {
 
     /// The training pairs (with mined paraphrases) and the held-out validation pairs.
     pub fn load_pairs(&self, home: &Home) -> Result<(Vec<SeedPair>, Vec<SeedPair>)> {
-        training_pairs(home, &self.pairs, &self.negatives, self.device)
+        training_pairs(home, &self.pairs, &self.negatives, self.run.device)
     }
 }
 
@@ -326,9 +324,9 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         config: training.config.config(),
         shared: args.shared,
         scale: args.scale,
-        pause_after: training.pause_after,
+        pause_after: training.run.pause_after,
     };
-    let outcome = with_backend!(training.device, train_retriever(&run))?;
+    let outcome = with_backend!(training.run.device, train_retriever(&run))?;
     if report_training(&outcome) {
         write_training_pairs(&out, &pairs)?;
         println!(

@@ -109,25 +109,38 @@ pub fn flip_rate_under<B: Backend>(
     dir: &Path,
     records: &[Counterfactual],
 ) -> Result<f64> {
-    let classifier = load_classifier::<B>(dir, &compute.device)?;
     let inputs: Vec<Input> = records
         .iter()
         .map(|r| Input::with_premise(r.premise.as_deref(), &r.edited))
         .collect();
+    let predicted = predictions_under(compute, dir, &inputs)?;
+    let flipped = records
+        .iter()
+        .zip(&predicted)
+        .filter(|(record, label)| **label == record.target)
+        .count();
+    Ok(flipped as f64 / records.len().max(1) as f64)
+}
+
+/// The label the classifier in `dir` predicts for each input.
+pub fn predictions_under<B: Backend>(
+    compute: Compute<B>,
+    dir: &Path,
+    inputs: &[Input],
+) -> Result<Vec<String>> {
+    let classifier = load_classifier::<B>(dir, &compute.device)?;
     let refs: Vec<&Input> = inputs.iter().collect();
-    let bar = crate::progress::items(records.len() as u64, "classifying");
+    let bar = crate::progress::items(inputs.len() as u64, "classifying");
     let probs = classifier.predict(&refs, 32, &compute.batches, &|n| bar.inc(n as u64))?;
     bar.finish_and_clear();
     let labels = &classifier.config.labels;
-    let flipped = records
+    Ok(probs
         .iter()
-        .zip(&probs)
-        .filter(|(record, p)| {
-            let predicted = (0..p.len()).max_by(|&a, &b| p[a].total_cmp(&p[b]));
-            predicted.is_some_and(|i| labels[i] == record.target)
+        .map(|p| {
+            let best = (0..p.len()).max_by(|&a, &b| p[a].total_cmp(&p[b]));
+            best.map_or_else(String::new, |i| labels[i].clone())
         })
-        .count();
-    Ok(flipped as f64 / records.len().max(1) as f64)
+        .collect())
 }
 
 /// The labels named in `records`, sorted (the order of z-statistics labels).

@@ -177,11 +177,15 @@ impl DataConfig {
         }
     }
 
-    /// The name tables use.
+    /// The name tables and figures use: the `name` given, else the dataset as
+    /// [`short_dataset_name`] shortens it, with the subset's size.
     pub fn display_name(&self) -> String {
-        self.name.clone().unwrap_or_else(|| match self.limit {
-            Some(n) => format!("{} ({n})", self.dataset),
-            None => self.dataset.clone(),
+        self.name.clone().unwrap_or_else(|| {
+            let dataset = short_dataset_name(&self.dataset);
+            match self.limit {
+                Some(n) => format!("{dataset} ({n})"),
+                None => dataset,
+            }
         })
     }
 
@@ -436,9 +440,38 @@ pub fn resolve_spec(spec: &str, dir: &Path, home: &Home) -> String {
     }
 }
 
+/// A dataset spec as tables show it: a built-in as it is (`imdb:test`), a file by its stem and
+/// split (`/data/reviews.jsonl:test` → `reviews:test`).
+pub fn short_dataset_name(spec: &str) -> String {
+    let (file, split) = match spec.rsplit_once(':') {
+        Some((file, split)) if ["train", "dev", "test"].contains(&split) => (file, Some(split)),
+        _ => (spec, None),
+    };
+    let path = std::path::Path::new(file);
+    if !file.contains(['/', '.']) {
+        return spec.to_string();
+    }
+    let stem = path
+        .file_stem()
+        .map_or_else(|| file.to_string(), |s| s.to_string_lossy().into_owned());
+    match split {
+        Some(split) => format!("{stem}:{split}"),
+        None => stem,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn files_are_named_by_their_stem_and_built_ins_as_they_are() {
+        assert_eq!(short_dataset_name("imdb:test"), "imdb:test");
+        assert_eq!(short_dataset_name("rotten-tomatoes"), "rotten-tomatoes");
+        assert_eq!(short_dataset_name("/data/yelp/reviews.jsonl"), "reviews");
+        assert_eq!(short_dataset_name("/data/reviews.csv:test"), "reviews:test");
+        assert_eq!(short_dataset_name("base.csv:train"), "base:train");
+    }
 
     #[test]
     fn the_shipped_experiment_files_parse_and_validate() {

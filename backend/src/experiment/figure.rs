@@ -16,8 +16,18 @@ const COLOURS: [&str; 8] = [
 pub fn accuracy_svg(result: &ExperimentResult) -> String {
     let conditions = result.conditions.len().max(1);
     let groups = result.tests.len().max(1);
-    let (bar, gap, left, right, top, bottom) = (26.0, 34.0, 64.0, 24.0, 56.0, 70.0);
+    let (bar, gap, left, right, top) = (26.0, 34.0, 64.0, 24.0, 56.0);
     let group_width = bar * conditions as f64;
+    // Each test set's name under its bars, wrapped to the group's width (about 6.6 px a
+    // character at 12 px).
+    let label_chars = (((group_width + gap - 4.0) / 6.6) as usize).max(8);
+    let labels: Vec<Vec<String>> = result
+        .tests
+        .iter()
+        .map(|test| wrap(&test.name, label_chars))
+        .collect();
+    let label_lines = labels.iter().map(Vec::len).max().unwrap_or(1);
+    let bottom = 56.0 + 14.0 * label_lines as f64;
     let plot_width = groups as f64 * group_width + (groups + 1) as f64 * gap;
     let legend_height = 18.0 * conditions as f64;
     // Wide enough for the title lines, whatever the number of bars.
@@ -119,20 +129,29 @@ pub fn accuracy_svg(result: &ExperimentResult) -> String {
                 centre + 5.0
             );
         }
+        let centre = x0 + group_width / 2.0;
+        let lines: String = labels[g]
+            .iter()
+            .enumerate()
+            .map(|(i, line)| {
+                let dy = if i == 0 { 0.0 } else { 14.0 };
+                format!(
+                    r#"<tspan x="{centre:.1}" dy="{dy}">{}</tspan>"#,
+                    escape(line)
+                )
+            })
+            .collect();
         let _ = writeln!(
             svg,
-            r##"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text><text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#555" font-size="10">n = {}</text>"##,
-            x0 + group_width / 2.0,
+            r##"<text x="{centre:.1}" y="{:.1}" text-anchor="middle">{lines}</text><text x="{centre:.1}" y="{:.1}" text-anchor="middle" fill="#555" font-size="10">n = {}</text>"##,
             plot_bottom + 18.0,
-            escape(&test.name),
-            x0 + group_width / 2.0,
-            plot_bottom + 32.0,
+            plot_bottom + 18.0 + 14.0 * labels[g].len() as f64,
             test.examples
         );
     }
     // Legend.
     for (c, condition) in result.conditions.iter().enumerate() {
-        let y = plot_bottom + 50.0 + 18.0 * c as f64;
+        let y = plot_bottom + bottom - 20.0 + 18.0 * c as f64;
         let _ = writeln!(
             svg,
             r#"<rect x="{left}" y="{:.1}" width="12" height="12" fill="{}"/><text x="{:.1}" y="{:.1}">{} ({} training examples)</text>"#,
@@ -148,6 +167,30 @@ pub fn accuracy_svg(result: &ExperimentResult) -> String {
     svg
 }
 
+/// `text` in lines of at most `width` characters, broken at spaces (and within a longer word).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for word in text.split_whitespace() {
+        let mut word: Vec<char> = word.chars().collect();
+        while word.len() > width {
+            lines.push(word.drain(..width).collect());
+        }
+        let word: String = word.into_iter().collect();
+        match lines.last_mut() {
+            Some(line) if line.chars().count() + 1 + word.chars().count() <= width => {
+                line.push(' ');
+                line.push_str(&word);
+            }
+            _ if word.is_empty() => {}
+            _ => lines.push(word),
+        }
+    }
+    if lines.is_empty() {
+        lines.push(String::new());
+    }
+    lines
+}
+
 fn model_name(result: &ExperimentResult) -> String {
     match result.model.kind {
         super::config::ModelKind::Bow => "bag-of-words logistic regression".into(),
@@ -155,5 +198,21 @@ fn model_name(result: &ExperimentResult) -> String {
             "{} fine-tuned, {} epochs, lr {}",
             result.model.encoder, result.model.train.epochs, result.model.train.lr
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_labels_wrap_at_spaces_and_within_long_words() {
+        assert_eq!(wrap("imdb:test", 12), ["imdb:test"]);
+        assert_eq!(
+            wrap("rotten tomatoes sentences (2000)", 16),
+            ["rotten tomatoes", "sentences (2000)"]
+        );
+        assert_eq!(wrap("abcdefghij", 4), ["abcd", "efgh", "ij"]);
+        assert_eq!(wrap("", 4), [""]);
     }
 }

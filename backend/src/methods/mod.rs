@@ -380,8 +380,21 @@ impl GenerationPlan {
             if selection.unit == Unit::Sentence {
                 asked.push("a sentence that carries its label".into());
             }
-            bail!("no example gives an item to edit ({})", asked.join(", "));
+            bail!(
+                "no example gives an item to edit ({}): check the target label, the word limit and \
+                 the unit",
+                asked.join(", ")
+            );
         }
+        Self::for_items(method, items, settings)
+    }
+
+    /// The plan for `method` over `items` chosen elsewhere (a bench's fixed set).
+    pub fn for_items(
+        method: &'static dyn Method,
+        items: Vec<Item>,
+        settings: EditSettings,
+    ) -> Result<Self> {
         let settings = EditSettings {
             task: task_of(&items),
             ..settings

@@ -28,9 +28,9 @@ pub fn json_error(status: &str, code: &str, message: &str, extra_headers: &str) 
     [head.into_bytes(), body.into_bytes()].concat()
 }
 
-/// What replaces hyper's own answer that starts `bytes`, if they are one: the status line of a
-/// parse error, a zero `content-length`, and none of the security headers (which every answer
-/// from the app has).
+/// What replaces hyper's own answer if `bytes` are one: the head alone of a parse error's status,
+/// with a zero `content-length` and none of the security headers (which every answer from the
+/// app has).
 fn replacement_for(bytes: &[u8]) -> Option<Vec<u8>> {
     let (status, code, message) = [
         (
@@ -51,8 +51,15 @@ fn replacement_for(bytes: &[u8]) -> Option<Vec<u8>> {
         ),
     ]
     .into_iter()
-    .find(|(status, ..)| bytes.starts_with(format!("HTTP/1.1 {status}\r\n").as_bytes()))?;
+    .find(|(status, ..)| {
+        bytes.starts_with(b"HTTP/1.1 4")
+            && bytes.starts_with(format!("HTTP/1.1 {status}\r\n").as_bytes())
+    })?;
+    // hyper writes its answer's head alone; a write that holds more is not one.
     let end = bytes.windows(4).position(|w| w == b"\r\n\r\n")?;
+    if end + 4 != bytes.len() {
+        return None;
+    }
     let head = String::from_utf8_lossy(&bytes[..end]).to_ascii_lowercase();
     let mut lines = head.lines().skip(1);
     let bodiless = lines.clone().any(|line| line == "content-length: 0");
@@ -202,6 +209,10 @@ mod tests {
             replacement_for(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 12\r\n\r\n").is_none()
         );
         assert!(replacement_for(b"HTTP/1.1 400 Bad Request\r\ncontent-len").is_none());
+        // A body that holds such a head among other bytes is left alone.
+        let mut in_a_body = hyper_431.to_vec();
+        in_a_body.extend_from_slice(b"more of the body");
+        assert!(replacement_for(&in_a_body).is_none());
         assert!(replacement_for(b"{\"text\": \"HTTP/1.1 400 Bad Request\"}").is_none());
     }
 }

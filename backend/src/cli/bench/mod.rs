@@ -1,6 +1,7 @@
 //! `flipside bench …`: speed against reference implementations, measured in the same run.
 
 mod browser;
+mod cf;
 mod encode;
 mod infiller;
 mod llm;
@@ -25,6 +26,10 @@ pub enum BenchCommand {
     /// The classifier's latency on one 64-token text in headless Chromium (the browser app's
     /// CPU wasm or WebGPU backend) vs natively on the server's CPU backend
     Browser(browser::BrowserBenchArgs),
+    /// Every method's counterfactuals of the same held-out items, with the same attempts and
+    /// filter: yield, flips judged by an independent classifier before and after the filter,
+    /// closeness, perplexity, diversity and CPU-seconds per accepted counterfactual
+    Cf(Box<cf::CfBenchArgs>),
     /// Sentence embeddings per second, Flipside vs sentence-transformers (PyTorch, same device)
     Encode(encode::EncodeBenchArgs),
     /// The encoder's linear layers alone, GFLOPS vs PyTorch's F.linear (same shapes and
@@ -50,6 +55,7 @@ pub enum BenchCommand {
 pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Browser(args) => browser::bench_browser(home, args),
+        BenchCommand::Cf(args) => cf::bench_cf(home, *args),
         BenchCommand::Encode(args) => encode::bench_encode(home, args),
         BenchCommand::Infiller(args) => infiller::bench_infiller(home, args),
         BenchCommand::Llm(args) => llm::bench_llm(home, args),

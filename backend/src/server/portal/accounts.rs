@@ -2,7 +2,7 @@
 //! Passwords are hashed with argon2id (the argon2 crate's defaults: 19 MiB, 2 passes, OWASP's
 //! recommendation), on blocking threads.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use anyhow::{Context, Result, bail};
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
@@ -19,13 +19,20 @@ pub const MIN_PASSWORD_CHARS: usize = 10;
 
 /// How many argon2id hashes run at once: one per core. Each takes 19 MiB and about 40 ms of a
 /// core, so they run on blocking threads, never on the async workers that answer requests.
-static PASSWORD_WORK: LazyLock<Semaphore> =
-    LazyLock::new(|| Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())));
+static PASSWORD_WORK: LazyLock<Arc<Semaphore>> = LazyLock::new(|| {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    Arc::new(Semaphore::new(cores))
+});
 
-/// Runs argon2id work on a blocking thread once one of [`PASSWORD_WORK`]'s turns is free.
+/// Runs argon2id work on a blocking thread once one of [`PASSWORD_WORK`]'s turns is free. The
+/// thread holds the turn until the work is done, even if the request that asked for it is gone.
 async fn password_work<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T> {
-    let _turn = PASSWORD_WORK.acquire().await?;
-    Ok(tokio::task::spawn_blocking(work).await?)
+    let turn = PASSWORD_WORK.clone().acquire_owned().await?;
+    Ok(tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        work()
+    })
+    .await?)
 }
 
 /// The argon2id hash of `password`, in PHC string form (salt and parameters included).

@@ -391,9 +391,12 @@ pub async fn login(
         .retry_after(wait.max(1) as u64));
     }
     let user = user_by_email(db, &email).await?;
+    // Checked whether or not the email has an account (against a decoy when it has none), so
+    // that an unknown email takes as long to refuse as a wrong password.
     let hash = user.as_ref().map(|u| u.password_hash.clone());
+    let matches = verify_password(hash, &request.password).await?;
     match user {
-        Some(user) if verify_password(hash, &request.password).await? => {
+        Some(user) if matches => {
             forget_failures(db, "DELETE FROM login_failures WHERE email = $1", &email).await?;
             Ok(start_session(db, user.info, client.https).await?)
         }
