@@ -135,3 +135,20 @@ children_cpu_seconds() {
   }' "$tmp")"
   rm -f "$tmp"
 }
+
+# The classifiers the experiments and `bench cf` share, trained once into MODELS (the directory
+# of the Flipside home's models) with flipside F: imdb-400 (the flip check: MiniLM fine-tuned on
+# 400 IMDb training reviews) and, with `judge`, imdb-2000 (the independent judge: 2,000 of them).
+train_imdb_classifiers() {
+  local F="$1" MODELS="$2" judge="${3:-}"
+  if [ ! -f "$MODELS/imdb-400/model.safetensors" ]; then
+    step "the flip-check classifier: MiniLM fine-tuned on 400 IMDb reviews"
+    "$F" classifier train --data imdb:train --limit 400 --epochs 3 --lr 1e-4 --max-len 128 \
+      --out "$MODELS/imdb-400"
+  fi
+  if [ "$judge" = judge ] && [ ! -f "$MODELS/imdb-2000/model.safetensors" ]; then
+    step "the independent judge: MiniLM fine-tuned on 2,000 IMDb reviews"
+    "$F" classifier train --data imdb:train --limit 2000 --epochs 1 --max-len 128 \
+      --out "$MODELS/imdb-2000"
+  fi
+}

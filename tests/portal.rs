@@ -1099,6 +1099,32 @@ fn account_paths_tokens_and_exports_hold() {
         );
     }
 
+    // An unknown email takes as long to refuse as a wrong password: both are checked against
+    // an argon2 hash (about 40 ms), so the time does not tell which emails have accounts.
+    let refusal_time = |email: &str| {
+        let started = Instant::now();
+        check_error(
+            login(&server, email, "not the password"),
+            401,
+            "unauthorized",
+        );
+        started.elapsed()
+    };
+    let median = |mut times: Vec<Duration>| {
+        times.sort();
+        times[times.len() / 2]
+    };
+    let wrong = median((0..3).map(|_| refusal_time("ada@lab.org")).collect());
+    let unknown = median(
+        (0..3)
+            .map(|i| refusal_time(&format!("nobody{i}@lab.org")))
+            .collect(),
+    );
+    assert!(
+        unknown * 3 >= wrong,
+        "unknown {unknown:?}, wrong password {wrong:?}"
+    );
+
     // A token without `manage` neither lists nor revokes the user's other tokens.
     let made = |scopes: Value| {
         json_of(
