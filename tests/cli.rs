@@ -200,6 +200,22 @@ fn data_show_summarises_builtins_and_reports_malformed_rows() {
         out.contains("examples 8530") && out.contains("positive        4265"),
         "{out}"
     );
+    // Outside the movie domain: review sentences from the `review-sentences` asset, their empty
+    // last entry left out.
+    for (builtin, first) in [
+        ("yelp", "Wow... Loved this place."),
+        ("amazon", "So there is no way"),
+    ] {
+        let out = success(flipside().args(["data", "show", builtin, "--head", "1"]));
+        assert!(
+            out.contains("examples 1000")
+                && out
+                    .lines()
+                    .any(|l| l.contains("positive") && l.contains(" 500 (50.0%)")),
+            "{out}"
+        );
+        assert!(out.contains(first), "{out}");
+    }
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("reviews.csv");

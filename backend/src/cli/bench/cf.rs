@@ -1,6 +1,7 @@
 //! `flipside bench cf`: every method's counterfactuals of the same items, scored alike. The items
-//! are a fixed draw from held-out test sets (IMDb test sentences and Rotten Tomatoes test
-//! sentences by default, the target the other label); every method gets the same attempts and
+//! are a fixed draw from held-out sets (by default IMDb test sentences, Rotten Tomatoes test
+//! sentences, and Yelp and Amazon review sentences from outside the movie domain; the target the
+//! other label); every method gets the same attempts and
 //! the same filter (`--verify` with `--classifier`), and an independent classifier (`--judge`,
 //! trained on other data) judges the flips before and after that filter. Generation resumes:
 //! each method's records are kept under `--out`, with the CPU time spent on them.
@@ -44,18 +45,19 @@ use crate::with_backend;
 /// The independent judge: MiniLM fine-tuned on 2,000 IMDb training reviews (`flipside
 /// classifier compare --train-size 2000`), none of them an item or the default filter's data.
 pub const DEFAULT_JUDGE: &str = "imdb-2000";
-/// The bench's test sets: IMDb test reviews (each one's sentence that carries its label) and
-/// Rotten Tomatoes test sentences.
-const DEFAULT_SETS: [&str; 2] = ["imdb:test", "rotten-tomatoes:test"];
+/// The bench's test sets: IMDb test reviews (each one's sentence that carries its label),
+/// Rotten Tomatoes test sentences, and Yelp and Amazon review sentences (outside the movie
+/// domain; no model here trains on them).
+const DEFAULT_SETS: [&str; 4] = ["imdb:test", "rotten-tomatoes:test", "yelp", "amazon"];
 /// The most words of an item.
 const MAX_WORDS: usize = 40;
 
 #[derive(Debug, Args)]
 pub struct CfBenchArgs {
     /// Items drawn from each test set
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 50)]
     pub items: usize,
-    /// Test sets (repeatable) [default: imdb:test sentences and rotten-tomatoes:test]
+    /// Test sets (repeatable) [default: imdb:test sentences, rotten-tomatoes:test, yelp, amazon]
     #[arg(long, value_name = "DATASET")]
     pub data: Vec<String>,
     /// Methods to run, comma-separated [default: every method]
