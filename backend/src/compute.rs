@@ -113,3 +113,23 @@ macro_rules! with_backend {
 pub fn wait_for<B: Backend>(device: &B::Device) -> Result<()> {
     B::sync(device).map_err(|e| anyhow::anyhow!("the device failed: {e:?}"))
 }
+
+/// User and system CPU seconds this process has used, over all its threads (0 where unknown).
+#[cfg(target_os = "linux")]
+pub fn process_cpu_seconds() -> f64 {
+    // SAFETY: `getrusage` fills the struct it is given; all-zero is a valid `rusage`.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
+            return 0.0;
+        }
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn process_cpu_seconds() -> f64 {
+    0.0
+}

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ann::{Hit, HnswParams, NearestRows};
 use super::flat::FlatGraph;
+use crate::compute::process_cpu_seconds;
 use crate::model_dirs::write_atomic;
 
 /// Rows per shard unless told otherwise: a corpus up to this size keeps one graph.
@@ -98,26 +99,6 @@ impl BuildClock {
             cpu_seconds: process_cpu_seconds() - self.cpu,
         }
     }
-}
-
-/// User and system CPU seconds this process has used, over all its threads (0 where unknown).
-#[cfg(target_os = "linux")]
-fn process_cpu_seconds() -> f64 {
-    // SAFETY: `getrusage` fills the struct it is given; all-zero is a valid `rusage`.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        if libc::getrusage(libc::RUSAGE_SELF, &mut usage) != 0 {
-            return 0.0;
-        }
-        usage
-    };
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    seconds(usage.ru_utime) + seconds(usage.ru_stime)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn process_cpu_seconds() -> f64 {
-    0.0
 }
 
 /// The directory of shard `shard`'s graph under `dir`: `graph` for the first (an index of one

@@ -25,7 +25,7 @@ use crate::cli::args::{DEFAULT_CLASSIFIER, FluencyArgs, LassArgs, RetrievalArgs}
 use crate::cli::data::ReadArgs;
 use crate::cli::llm::LlmArgs;
 use crate::cli::values::method_parser;
-use crate::compute::DeviceChoice;
+use crate::compute::{DeviceChoice, process_cpu_seconds};
 use crate::editing::evaluate::predictions_under;
 use crate::editing::items::{Selection, Unit, select_items};
 use crate::editing::keywords::Lexicons;
@@ -102,6 +102,21 @@ pub struct CfBenchArgs {
 struct Cost {
     cpu_seconds: f64,
     wall_seconds: f64,
+}
+
+impl Cost {
+    /// Where a method's cost is kept under the bench's directory.
+    fn path(out: &Path, method: &str) -> PathBuf {
+        out.join(format!("{method}.cost.json"))
+    }
+
+    /// A method's cost so far (none before its first run).
+    fn read(out: &Path, method: &str) -> Result<Self> {
+        match std::fs::read(Self::path(out, method)) {
+            Ok(bytes) => Ok(serde_json::from_slice(&bytes)?),
+            Err(_) => Ok(Self::default()),
+        }
+    }
 }
 
 /// One method's row.
@@ -305,20 +320,19 @@ fn generate_all(
             output: out.join(format!("{}.jsonl", method.id())),
         };
         let bar = crate::progress::items(run.items.len() as u64, method.id());
-        let (cpu, wall) = (cpu_seconds(), Instant::now());
+        let (cpu, wall) = (process_cpu_seconds(), Instant::now());
         let summary = generate(&run, &|_| {
             bar.inc(1);
             std::ops::ControlFlow::Continue(())
         })?;
         bar.finish_and_clear();
-        let cost_path = out.join(format!("{}.cost.json", method.id()));
-        let mut cost: Cost = match std::fs::read(&cost_path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)?,
-            Err(_) => Cost::default(),
-        };
-        cost.cpu_seconds += cpu_seconds() - cpu;
+        let mut cost = Cost::read(out, method.id())?;
+        cost.cpu_seconds += process_cpu_seconds() - cpu;
         cost.wall_seconds += wall.elapsed().as_secs_f64();
-        write_atomic(&cost_path, serde_json::to_string(&cost)?.as_bytes())?;
+        write_atomic(
+            &Cost::path(out, method.id()),
+            serde_json::to_string(&cost)?.as_bytes(),
+        )?;
         eprintln!(
             "{}: {} of {} items accepted ({} done before this run)",
             method.id(),
@@ -328,18 +342,6 @@ fn generate_all(
         );
     }
     Ok(skipped)
-}
-
-/// CPU time this process has used, all threads, user and system.
-fn cpu_seconds() -> f64 {
-    // SAFETY: getrusage only writes the struct it is handed.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 /// Scores every method's records so far.
@@ -431,10 +433,7 @@ fn score(
             bar.finish_and_clear();
             Some(total / n)
         };
-        let cost: Cost = match std::fs::read(out.join(format!("{id}.cost.json"))) {
-            Ok(bytes) => serde_json::from_slice(&bytes)?,
-            Err(_) => Cost::default(),
-        };
+        let cost = Cost::read(out, id)?;
         let mut models: Vec<String> = records.iter().filter_map(|r| r.model.clone()).collect();
         models.sort();
         models.dedup();
