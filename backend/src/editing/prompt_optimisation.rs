@@ -19,7 +19,7 @@ use anyhow::{Context, Result, bail, ensure};
 use flipside_shared::metrics::levenshtein::normalised_levenshtein;
 use serde::{Deserialize, Serialize};
 
-use super::prompts::{PromptTemplate, Slots};
+use super::prompts::{Demonstrations, PromptTemplate, Slots};
 use crate::methods::{self, EditSettings, Models};
 use crate::model_dirs::write_atomic;
 use crate::pipeline::store::read_repairing;
@@ -56,48 +56,7 @@ impl Default for OptimisationSettings {
     }
 }
 
-/// A template cut at its demonstrations: the instruction before them, each demonstration,
-/// and the instance (from the paragraph with `{text}` to the end).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Demonstrations {
-    head: String,
-    /// The demonstrations, in order.
-    pub blocks: Vec<String>,
-    instance: String,
-}
-
 impl Demonstrations {
-    /// Finds the demonstrations of a sentiment template: the paragraphs before the instance
-    /// that start as the instance's paragraph does before `{text}` (`Example: `, `Review: `),
-    /// each running to the next.
-    pub fn of(template: &PromptTemplate) -> Result<Self> {
-        let paragraphs: Vec<&str> = template.text.split("\n\n").collect();
-        let Some(at) = paragraphs.iter().position(|p| p.contains("{text}")) else {
-            bail!("template {} has no {{text}} paragraph", template.id);
-        };
-        let marker = &paragraphs[at][..paragraphs[at].find("{text}").expect("found above")];
-        ensure!(
-            !marker.trim().is_empty(),
-            "template {}: nothing introduces {{text}} in its paragraph, so its demonstrations \
-             cannot be told apart",
-            template.id
-        );
-        let starts: Vec<usize> = (0..at)
-            .filter(|&i| paragraphs[i].starts_with(marker))
-            .collect();
-        let first = starts.first().copied().unwrap_or(at);
-        let blocks = starts
-            .iter()
-            .zip(starts.iter().skip(1).chain([&at]))
-            .map(|(&from, &to)| paragraphs[from..to].join("\n\n"))
-            .collect();
-        Ok(Self {
-            head: paragraphs[..first].join("\n\n"),
-            blocks,
-            instance: paragraphs[at..].join("\n\n"),
-        })
-    }
-
     /// `example` written as a demonstration: the instance filled with its text and labels,
     /// then its counterfactual.
     pub fn block(&self, template: &PromptTemplate, example: &SeedPair, target: &str) -> String {
@@ -112,16 +71,6 @@ impl Demonstrations {
             ..Slots::default()
         });
         format!("{question} {}", example.counterfactual.trim())
-    }
-
-    /// The template text with `blocks` as its demonstrations.
-    pub fn text_with(&self, blocks: &[String]) -> String {
-        let parts = [self.head.as_str()]
-            .into_iter()
-            .chain(blocks.iter().map(String::as_str))
-            .chain([self.instance.as_str()])
-            .filter(|p| !p.is_empty());
-        parts.collect::<Vec<_>>().join("\n\n")
     }
 }
 

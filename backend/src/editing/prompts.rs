@@ -61,9 +61,29 @@ struct TemplateFile {
     answer_prefix: String,
     #[serde(default)]
     stop: Vec<String>,
+    #[serde(default, skip_serializing_if = "Layout::is_inline")]
+    demonstrations: Layout,
     #[serde(default)]
     labels: BTreeMap<String, String>,
     template: TemplateBody,
+}
+
+/// Where a template's demonstrations go in the chat.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// In the one user message, before the instance (the papers' prompts).
+    #[default]
+    Inline,
+    /// As earlier turns: each demonstration's question as a user message and its answer as the
+    /// model's, then the instance (the instruction goes with the first question).
+    Turns,
+}
+
+impl Layout {
+    fn is_inline(&self) -> bool {
+        *self == Layout::Inline
+    }
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -87,6 +107,8 @@ pub struct PromptTemplate {
     /// Dataset label names → the words the prompt uses for them.
     pub labels: BTreeMap<String, String>,
     pub text: String,
+    /// Where the demonstrations go in the chat.
+    pub demonstrations: Layout,
     /// The first 16 hex digits of the file's sha256.
     pub hash: String,
 }
@@ -106,19 +128,7 @@ impl PromptTemplate {
     pub fn parse(source: &str) -> Result<Self> {
         let file: TemplateFile = toml::from_str(source)?;
         let text = file.template.text.trim().to_string();
-        for (start, _) in text.match_indices('{') {
-            let name: String = text[start + 1..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            let closed = text[start + 1 + name.len()..].starts_with('}');
-            if closed && !PLACEHOLDERS.contains(&name.as_str()) {
-                bail!(
-                    "unknown placeholder {{{name}}}; templates may use {}",
-                    PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(" ")
-                );
-            }
-        }
+        check_placeholders(&text)?;
         let needed: &[&str] = match file.task {
             Task::Sentiment => &["{text}"],
             Task::Nli => &["{premise}", "{hypothesis}"],
@@ -130,7 +140,7 @@ impl PromptTemplate {
                 file.task
             );
         }
-        Ok(PromptTemplate {
+        let template = PromptTemplate {
             id: file.id,
             description: file.description,
             task: file.task,
@@ -139,8 +149,21 @@ impl PromptTemplate {
             stop: file.stop,
             labels: file.labels,
             text,
+            demonstrations: file.demonstrations,
             hash: hex::encode(&Sha256::digest(source.as_bytes())[..8]),
-        })
+        };
+        if template.demonstrations == Layout::Turns {
+            let layout = Demonstrations::of(&template)?;
+            ensure!(
+                layout
+                    .blocks
+                    .iter()
+                    .all(|block| block.contains(&template.answer_prefix)),
+                "demonstrations = \"turns\": each demonstration needs the answer prefix {:?}",
+                template.answer_prefix
+            );
+        }
+        Ok(template)
     }
 
     /// A built-in template by id, or a template file.
@@ -181,6 +204,7 @@ impl PromptTemplate {
             template: TemplateBody {
                 text: text.to_string(),
             },
+            demonstrations: self.demonstrations,
         };
         Ok(toml::to_string_pretty(&file)?)
     }
@@ -212,10 +236,15 @@ impl PromptTemplate {
 
     /// The filled-in template text.
     pub fn render(&self, slots: &Slots<'_>) -> String {
+        self.fill(&self.text, slots)
+    }
+
+    /// `text` with the slots' values in its placeholders.
+    fn fill(&self, text: &str, slots: &Slots<'_>) -> String {
         let keywords = slots.keywords.map(python_list).unwrap_or_default();
         // One pass, so that a value containing "{target}" is not filled in again.
-        let mut out = String::with_capacity(self.text.len() + 256);
-        let mut rest = self.text.as_str();
+        let mut out = String::with_capacity(text.len() + 256);
+        let mut rest = text;
         while let Some(start) = rest.find('{') {
             out.push_str(&rest[..start]);
             let after = &rest[start + 1..];
@@ -247,11 +276,113 @@ impl PromptTemplate {
 
     /// The chat prompt: the system message and the filled-in template as the user's message.
     pub fn chat(&self, slots: &Slots<'_>) -> Prompt {
-        Prompt::Chat(vec![
-            Message::new("system", self.system.clone()),
-            Message::new("user", self.render(slots)),
-        ])
+        let mut messages = vec![Message::new("system", self.system.clone())];
+        match self.demonstrations {
+            Layout::Inline => messages.push(Message::new("user", self.render(slots))),
+            Layout::Turns => messages.extend(self.turns(slots)),
+        }
+        Prompt::Chat(messages)
     }
+}
+
+impl PromptTemplate {
+    /// The filled-in template as turns: each demonstration's question (the first after the
+    /// instruction) as the user's and its answer as the model's, then the instance.
+    fn turns(&self, slots: &Slots<'_>) -> Vec<Message> {
+        let layout = Demonstrations::of(self).expect("checked when parsed");
+        let mut user = layout.head.clone();
+        let mut messages = Vec::new();
+        for block in &layout.blocks {
+            let at = block
+                .rfind(&self.answer_prefix)
+                .expect("checked when parsed");
+            let (question, answer) = block.split_at(at + self.answer_prefix.len());
+            if !user.is_empty() {
+                user.push_str("\n\n");
+            }
+            user.push_str(question);
+            messages.push(Message::new("user", self.fill(&user, slots)));
+            messages.push(Message::new("assistant", answer.trim()));
+            user.clear();
+        }
+        if !user.is_empty() {
+            user.push_str("\n\n");
+        }
+        user.push_str(&layout.instance);
+        messages.push(Message::new("user", self.fill(&user, slots)));
+        messages
+    }
+}
+
+/// A template cut at its demonstrations: the instruction before them, each demonstration,
+/// and the instance (from the paragraph with `{text}` to the end).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Demonstrations {
+    pub head: String,
+    /// The demonstrations, in order.
+    pub blocks: Vec<String>,
+    pub instance: String,
+}
+
+impl Demonstrations {
+    /// Finds the demonstrations of a sentiment template: the paragraphs before the instance
+    /// that start as the instance's paragraph does before `{text}` (`Example: `, `Review: `),
+    /// each running to the next.
+    pub fn of(template: &PromptTemplate) -> Result<Self> {
+        let paragraphs: Vec<&str> = template.text.split("\n\n").collect();
+        let Some(at) = paragraphs.iter().position(|p| p.contains("{text}")) else {
+            bail!("template {} has no {{text}} paragraph", template.id);
+        };
+        let marker = &paragraphs[at][..paragraphs[at].find("{text}").expect("found above")];
+        ensure!(
+            !marker.trim().is_empty(),
+            "template {}: nothing introduces {{text}} in its paragraph, so its demonstrations \
+             cannot be told apart",
+            template.id
+        );
+        let starts: Vec<usize> = (0..at)
+            .filter(|&i| paragraphs[i].starts_with(marker))
+            .collect();
+        let first = starts.first().copied().unwrap_or(at);
+        let blocks = starts
+            .iter()
+            .zip(starts.iter().skip(1).chain([&at]))
+            .map(|(&from, &to)| paragraphs[from..to].join("\n\n"))
+            .collect();
+        Ok(Self {
+            head: paragraphs[..first].join("\n\n"),
+            blocks,
+            instance: paragraphs[at..].join("\n\n"),
+        })
+    }
+
+    /// The template text with `blocks` as its demonstrations.
+    pub fn text_with(&self, blocks: &[String]) -> String {
+        let parts = [self.head.as_str()]
+            .into_iter()
+            .chain(blocks.iter().map(String::as_str))
+            .chain([self.instance.as_str()])
+            .filter(|p| !p.is_empty());
+        parts.collect::<Vec<_>>().join("\n\n")
+    }
+}
+
+/// Fails on a `{name}` that is not one of [`PLACEHOLDERS`].
+fn check_placeholders(text: &str) -> Result<()> {
+    for (start, _) in text.match_indices('{') {
+        let name: String = text[start + 1..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let closed = text[start + 1 + name.len()..].starts_with('}');
+        if closed && !PLACEHOLDERS.contains(&name.as_str()) {
+            bail!(
+                "unknown placeholder {{{name}}}; templates may use {}",
+                PLACEHOLDERS.map(|p| format!("{{{p}}}")).join(" ")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `['a', 'b']`, as the papers' prompts print keyword lists.
@@ -314,6 +445,63 @@ mod tests {
         assert_eq!(
             (mine.system, mine.answer_prefix, mine.stop, mine.labels),
             (lass.system, lass.answer_prefix, lass.stop, lass.labels)
+        );
+    }
+
+    #[test]
+    fn demonstrations_as_turns_are_questions_and_answers_then_the_instance() {
+        let template = PromptTemplate::load("core-sentiment").unwrap();
+        assert_eq!(template.demonstrations, Layout::Turns);
+        let keywords = vec!["dull".to_string()];
+        let slots = Slots {
+            text: "A fine film.",
+            label: "positive",
+            target: "negative",
+            keywords: Some(&keywords),
+            ..Slots::default()
+        };
+        let Prompt::Chat(messages) = template.chat(&slots) else {
+            panic!("not a chat")
+        };
+        let roles: Vec<&str> = messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(
+            roles,
+            ["system", "user", "assistant", "user", "assistant", "user"]
+        );
+        let answers = template.demonstration_answers();
+        assert_eq!([&*messages[2].content, &*messages[4].content], answers[..]);
+        assert!(messages[1].content.starts_with("Given a movie review"));
+        assert!(messages[1].content.contains("\n\nReview: Long, boring"));
+        assert!(messages[3].content.starts_with("Review: I don't know why"));
+        for question in [1, 3, 5] {
+            assert!(messages[question].content.ends_with("Edited Review:"));
+        }
+        let instance = &messages[5].content;
+        assert!(
+            instance.starts_with("Review: A fine film.\nLabel: Positive"),
+            "{instance}"
+        );
+        assert!(
+            instance.contains("['dull']\nTarget Label: Negative"),
+            "{instance}"
+        );
+        // The inline layout sends the same words as one message.
+        let inline = PromptTemplate {
+            demonstrations: Layout::Inline,
+            ..template.clone()
+        };
+        assert_eq!(
+            inline.chat(&slots),
+            Prompt::Chat(vec![
+                messages[0].clone(),
+                Message::new("user", template.render(&slots)),
+            ])
+        );
+        // A rewrite keeps the layout.
+        let source = template.with_text("mine", "mine", &template.text).unwrap();
+        assert_eq!(
+            PromptTemplate::parse(&source).unwrap().demonstrations,
+            Layout::Turns
         );
     }
 
