@@ -326,9 +326,18 @@ fn experiments_fail_before_training_on_bad_inputs() {
     }
     assert!(dir.path().join("quick/accuracy.svg").is_file());
 
-    // The base set can be the originals a counterfactual file edits: all 40 of them, each
-    // with its counterfactual; the control's fresh examples can come from another dataset (as
-    // many as the 32 flipped counterfactuals: all of ood.tsv).
+    // The base set can be the items a counterfactual file's run picked: the 40 originals it
+    // edits and the 2 whose every attempt failed (its failure sidecar); the control's fresh
+    // examples can come from another dataset (as many as the 32 flipped counterfactuals: all of
+    // ood.tsv).
+    let failures = [("b40", "positive"), ("b41", "negative")].map(|(id, target)| {
+        format!(r#"{{"key":"{id}→{target}","attempt":3,"reason":"empty reply"}}"#)
+    });
+    fs::write(
+        dir.path().join("core.jsonl.failures.jsonl"),
+        failures.join("\n") + "\n",
+    )
+    .unwrap();
     let edited = text
         .replace("limit = 60\n", "originals_of = \"core.jsonl\"\n")
         .replace("seeds = [1, 2, 3]", "seeds = [1]")
@@ -350,7 +359,7 @@ fn experiments_fail_before_training_on_bad_inputs() {
         .iter()
         .map(|c| c["train_examples"].as_u64().unwrap())
         .collect();
-    assert_eq!(sizes, [40, 80, 72, 72], "{result}");
+    assert_eq!(sizes, [42, 82, 74, 74], "{result}");
     let pool = result["inputs"]
         .as_array()
         .unwrap()

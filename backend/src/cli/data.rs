@@ -1,11 +1,14 @@
 //! `flipside data …` and the dataset options shared by every command that reads data.
 
+use std::path::PathBuf;
+
 use anyhow::Result;
 use clap::{Args, Subcommand};
 use flipside_shared::data::{Dataset, Input};
 
 use crate::data::{Columns, DatasetSpec, Format, ReadOptions, ReadReport, SplitConfig};
 use crate::home::Home;
+use crate::pipeline::manifest::{MANIFEST, Manifest};
 
 /// How to read dataset files (ignored for built-ins).
 #[derive(Debug, Clone, Args)]
@@ -122,6 +125,15 @@ pub enum DataCommand {
         #[arg(long)]
         show_bad: bool,
     },
+    /// Write DIR/manifest.json for released counterfactuals: each `generate` output in DIR with
+    /// its counts and saved settings (method, models, prompt, seed, filter), and every file's
+    /// sha256; with --check, verify DIR against it instead
+    Manifest {
+        dir: PathBuf,
+        /// Check the files against the manifest (fails on a changed, missing or extra file)
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 pub fn run(home: &Home, command: DataCommand) -> Result<()> {
@@ -142,6 +154,26 @@ pub fn run(home: &Home, command: DataCommand) -> Result<()> {
                     println!("bad row  {}", printable(&bad.to_string()));
                 }
             }
+            Ok(())
+        }
+        DataCommand::Manifest { dir, check } => {
+            let manifest = if check {
+                Manifest::check(&dir)?
+            } else {
+                Manifest::write(&dir)?
+            };
+            for (file, run) in &manifest.runs {
+                println!(
+                    "{file:<24} {:>6} records ({} flipped) of {} items, {} failed attempts",
+                    run.records, run.flipped, run.items, run.failed_attempts
+                );
+            }
+            let verb = if check { "match" } else { "listed in" };
+            println!(
+                "{} files {verb} {}",
+                manifest.sha256.len(),
+                dir.join(MANIFEST).display()
+            );
             Ok(())
         }
     }

@@ -22,6 +22,7 @@ use crate::methods::{
 };
 use crate::model_dirs::{resolve_model_dir, write_atomic};
 use crate::pipeline::batch::{BatchRun, generate};
+use crate::pipeline::store::config_path;
 use crate::with_backend;
 
 #[derive(Debug, Args)]
@@ -270,9 +271,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
 /// Saves the run's settings beside its output, or checks that a resumed run uses the same
 /// (but for `--limit`).
 fn check_config(output: &std::path::Path, config: &RunConfig) -> Result<()> {
-    let mut name = output.file_name().unwrap_or_default().to_os_string();
-    name.push(".config.json");
-    let path = output.with_file_name(name);
+    let path = config_path(output);
     let value = serde_json::to_value(config)?;
     if let Ok(saved) = std::fs::read(&path) {
         let mut saved: serde_json::Value = serde_json::from_slice(&saved)?;

@@ -140,8 +140,9 @@ pub struct DataConfig {
     /// Seed of the 80/10/10 split of a file (`FILE:train`, …).
     #[serde(default)]
     pub split_seed: u64,
-    /// Base set only: keep just the examples this counterfactual file edits (the items
-    /// `generate` picked), so that every base example has its counterfactuals, as in CORE.
+    /// Base set only: keep just the items `generate` picked for this counterfactual file (those
+    /// it edits, and those in its failure sidecar), so that the base set is what was edited,
+    /// as in CORE.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub originals_of: Option<PathBuf>,
     /// Base set only: each label's share of the `limit` examples, e.g. `{ positive = 0.85,

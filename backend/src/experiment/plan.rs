@@ -4,20 +4,19 @@
 //! fingerprints of every input, and the cache key of every unit.
 
 use std::collections::{HashMap, HashSet};
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use flipside_shared::data::{Dataset, Example, Input, LabelVocab, stable_hash};
-use flipside_shared::records::Counterfactual;
+use flipside_shared::records::{Counterfactual, FailedAttempt};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::config::{ConditionConfig, DataConfig, ExperimentConfig, ModelKind};
 use crate::data::{DatasetSpec, SplitConfig};
 use crate::home::Home;
-use crate::model_dirs::resolve_model_dir;
-use crate::pipeline::store::read_repairing;
+use crate::model_dirs::{file_sha256, resolve_model_dir};
+use crate::pipeline::store::{failures_path, read_repairing};
 
 /// An input of the experiment, named so that the result can be re-run and checked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -389,7 +388,17 @@ fn edited_examples(dataset: &Dataset, file: &Path) -> Result<Dataset> {
         );
     }
     let records: Vec<Counterfactual> = read_repairing(file)?;
-    let items: HashSet<&str> = records.iter().map(|r| r.item.as_str()).collect();
+    // Items whose every attempt failed are in the failure sidecar, keyed `ITEM→TARGET`.
+    let failures: Vec<FailedAttempt> = read_repairing(&failures_path(file))?;
+    let items: HashSet<&str> = records
+        .iter()
+        .map(|r| r.item.as_str())
+        .chain(
+            failures
+                .iter()
+                .map(|f| f.key.rsplit_once('→').map_or(&*f.key, |(id, _)| id)),
+        )
+        .collect();
     let mut base = dataset.clone();
     base.examples.retain(|e| items.contains(e.id.as_str()));
     if base.is_empty() {
@@ -527,14 +536,6 @@ fn fingerprint_input(role: &str, source: &str, dataset: &Dataset) -> Result<Inpu
     })
 }
 
-fn file_sha256(path: &Path) -> Result<String> {
-    let mut file =
-        fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut hash = Sha256::new();
-    std::io::copy(&mut file, &mut hash)?;
-    Ok(hex::encode(hash.finalize()))
-}
-
 fn encoder_sha256(dir: &Path) -> Result<String> {
     let mut hash = Sha256::new();
     for name in ["config.json", "model.safetensors"] {
@@ -594,7 +595,7 @@ mod tests {
             // An example outside the base set (another --limit): not used.
             record("z", "elsewhere", "elsewhere too", "positive", true),
         ];
-        fs::write(&file, lines.join("\n") + "\n").unwrap();
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
 
         let all = counterfactuals_of(&base, &file, RecordFilter::default()).unwrap();
         let got: Vec<(&str, &str, usize)> = all
@@ -643,7 +644,7 @@ mod tests {
             "{error}"
         );
         // A target label the base set lacks.
-        fs::write(
+        std::fs::write(
             &file,
             record("a", "the film was superb", "meh", "neutral", true) + "\n",
         )

@@ -15,6 +15,7 @@
 
 pub mod batch;
 pub mod judge;
+pub mod manifest;
 pub mod store;
 
 use std::sync::Arc;

@@ -32,6 +32,13 @@ pub fn failures_path(output: &Path) -> PathBuf {
     output.with_file_name(name)
 }
 
+/// Where `flipside generate` saves the settings of the run that writes `output`.
+pub fn config_path(output: &Path) -> PathBuf {
+    let mut name = output.file_name().unwrap_or_default().to_os_string();
+    name.push(".config.json");
+    output.with_file_name(name)
+}
+
 impl RecordStore {
     /// Opens (or creates) `output` and its sidecar, cutting off a partial last line.
     pub fn open(output: &Path) -> Result<Self> {

@@ -171,20 +171,14 @@ pub fn cpu() -> Compute<Cpu> {
     }
 }
 
-/// Short movie-review sentences to try in the demo.
+/// Short movie-review sentences to try in the demo. The first three flip at the first attempt
+/// with the defaults (`scripts/serve`: CORE over the Rotten Tomatoes corpus, Qwen2.5-Coder 1.5B,
+/// `imdb-400` judging; see the book's results).
 pub fn demo_examples() -> Vec<Example> {
     [
         (
-            "The acting was superb and the story kept me gripped until the very end.",
+            "One of the best films of the year, with a brilliant cast.",
             "positive",
-        ),
-        (
-            "A dull, lifeless script and wooden performances; I nearly fell asleep.",
-            "negative",
-        ),
-        (
-            "The photography is gorgeous, but the plot is a confusing mess.",
-            "negative",
         ),
         (
             "A warm, funny film with a wonderful cast that I would gladly watch again.",
@@ -192,6 +186,14 @@ pub fn demo_examples() -> Vec<Example> {
         ),
         (
             "The jokes fall flat and the ending drags on far too long.",
+            "negative",
+        ),
+        (
+            "The photography is gorgeous, but the plot is a confusing mess.",
+            "negative",
+        ),
+        (
+            "A dull, lifeless script and wooden performances; I nearly fell asleep.",
             "negative",
         ),
     ]
