@@ -274,28 +274,26 @@ impl PromptTemplate {
         out
     }
 
-    /// The chat prompt: the system message and the filled-in template as the user's message.
+    /// The chat prompt: the system message, then the filled-in template as the user's message
+    /// or, with [`Layout::Turns`], as turns.
     pub fn chat(&self, slots: &Slots<'_>) -> Prompt {
         let mut messages = vec![Message::new("system", self.system.clone())];
         match self.demonstrations {
-            Layout::Inline => messages.push(Message::new("user", self.render(slots))),
-            Layout::Turns => messages.extend(self.turns(slots)),
+            Layout::Turns if let Some(turns) = self.turns(slots) => messages.extend(turns),
+            _ => messages.push(Message::new("user", self.render(slots))),
         }
         Prompt::Chat(messages)
     }
-}
 
-impl PromptTemplate {
     /// The filled-in template as turns: each demonstration's question (the first after the
-    /// instruction) as the user's and its answer as the model's, then the instance.
-    fn turns(&self, slots: &Slots<'_>) -> Vec<Message> {
-        let layout = Demonstrations::of(self).expect("checked when parsed");
+    /// instruction) as the user's and its answer as the model's, then the instance; `None` when
+    /// the demonstrations cannot be told apart (checked when a template file is parsed).
+    fn turns(&self, slots: &Slots<'_>) -> Option<Vec<Message>> {
+        let layout = Demonstrations::of(self).ok()?;
         let mut user = layout.head.clone();
         let mut messages = Vec::new();
         for block in &layout.blocks {
-            let at = block
-                .rfind(&self.answer_prefix)
-                .expect("checked when parsed");
+            let at = block.rfind(&self.answer_prefix)?;
             let (question, answer) = block.split_at(at + self.answer_prefix.len());
             if !user.is_empty() {
                 user.push_str("\n\n");
@@ -310,7 +308,7 @@ impl PromptTemplate {
         }
         user.push_str(&layout.instance);
         messages.push(Message::new("user", self.fill(&user, slots)));
-        messages
+        Some(messages)
     }
 }
 
