@@ -634,4 +634,10 @@ fn bench_cf_scores_every_method_on_the_same_items_and_resumes() {
         assert_eq!(row["accepted"], before["accepted"]);
         assert_eq!(row["flip_after"], before["flip_after"]);
     }
+    // Scoring alone lists a method that never ran as not run, not as a yield of 0.
+    let table = success(bench().args(["--score-only", "--methods", "lass"]));
+    assert!(table.contains("| lass | skipped: not run yet"), "{table}");
+    let scored: Value =
+        serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(scored["rows"][0]["accepted"], rows[0]["accepted"]);
 }

@@ -139,7 +139,7 @@ pub struct MethodRow {
     pub levenshtein: f64,
     pub self_bleu: f64,
     pub distinct_2: f64,
-    /// Mean perplexity of the accepted edits under the fixed LM.
+    /// Median perplexity of the accepted edits under the fixed LM.
     pub perplexity: Option<f64>,
     pub cpu_seconds_per_accepted: Option<f64>,
     pub seconds_per_item: f64,
@@ -197,10 +197,18 @@ pub fn bench_cf(home: &Home, args: CfBenchArgs) -> Result<()> {
             .map(|id| methods::method(id))
             .collect::<Result<_>>()?
     };
-    let mut skipped: BTreeMap<&str, String> = BTreeMap::new();
-    if !args.score_only {
-        skipped = generate_all(home, &args, &chosen, &items, &out, lexicons)?;
-    }
+    let skipped: BTreeMap<&str, String> = if args.score_only {
+        chosen
+            .iter()
+            .filter(|method| !out.join(format!("{}.jsonl", method.id())).exists())
+            .map(|method| {
+                let why = "not run yet (no records; run the bench without --score-only)";
+                (method.id(), why.to_string())
+            })
+            .collect()
+    } else {
+        generate_all(home, &args, &chosen, &items, &out, lexicons)?
+    };
     let report = score(home, &args, &sets, &chosen, &items, &out, &skipped)?;
     let table = markdown(&report);
     std::fs::write(out.join("report.md"), &table)?;
@@ -425,13 +433,20 @@ fn score(
             None
         } else {
             let bar = crate::progress::items(records.len() as u64, "perplexity");
-            let mut total = 0.0;
+            let mut perplexities = Vec::with_capacity(edits.len());
             for edit in &edits {
-                total += fluency.perplexity(edit)?;
+                perplexities.push(fluency.perplexity(edit)?);
                 bar.inc(1);
             }
             bar.finish_and_clear();
-            Some(total / n)
+            // The median: a few short or odd edits have perplexities in the thousands.
+            perplexities.sort_by(f64::total_cmp);
+            let middle = perplexities.len() / 2;
+            Some(if perplexities.len() % 2 == 1 {
+                perplexities[middle]
+            } else {
+                (perplexities[middle - 1] + perplexities[middle]) / 2.0
+            })
         };
         let cost = Cost::read(out, id)?;
         let mut models: Vec<String> = records.iter().filter_map(|r| r.model.clone()).collect();
@@ -547,7 +562,7 @@ fn markdown(report: &CfBenchReport) -> String {
     );
     text.push_str(
         "| method | yield | flip before filter | flip after filter | Levenshtein ↓ | self-BLEU ↓ | \
-         distinct-2 | PPL | CPU-s per accepted | s per item | goals |\n\
+         distinct-2 | median PPL | CPU-s per accepted | s per item | goals |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for row in &report.rows {
