@@ -29,7 +29,7 @@ use crate::home::Home;
 pub struct ExperimentArgs {
     /// The experiment file (TOML)
     pub config: Option<PathBuf>,
-    /// Results directory [default: HOME/experiments/FILE-MODEL, e.g. core-imdb-fine-tune]
+    /// Results directory [default: HOME/experiments/FILE-MODEL, e.g. rt-sentences-fine-tune]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// The model every unit trains [default: the file's, else fine-tune]

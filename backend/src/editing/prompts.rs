@@ -61,8 +61,8 @@ struct TemplateFile {
     answer_prefix: String,
     #[serde(default)]
     stop: Vec<String>,
-    #[serde(default, skip_serializing_if = "Layout::is_inline")]
-    demonstrations: Layout,
+    #[serde(default, skip_serializing_if = "DemonstrationLayout::is_inline")]
+    demonstrations: DemonstrationLayout,
     #[serde(default)]
     labels: BTreeMap<String, String>,
     template: TemplateBody,
@@ -71,7 +71,7 @@ struct TemplateFile {
 /// Where a template's demonstrations go in the chat.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Layout {
+pub enum DemonstrationLayout {
     /// In the one user message, before the instance (the papers' prompts).
     #[default]
     Inline,
@@ -80,9 +80,9 @@ pub enum Layout {
     Turns,
 }
 
-impl Layout {
+impl DemonstrationLayout {
     fn is_inline(&self) -> bool {
-        *self == Layout::Inline
+        *self == DemonstrationLayout::Inline
     }
 }
 
@@ -108,7 +108,7 @@ pub struct PromptTemplate {
     pub labels: BTreeMap<String, String>,
     pub text: String,
     /// Where the demonstrations go in the chat.
-    pub demonstrations: Layout,
+    pub demonstrations: DemonstrationLayout,
     /// The first 16 hex digits of the file's sha256.
     pub hash: String,
 }
@@ -152,11 +152,15 @@ impl PromptTemplate {
             demonstrations: file.demonstrations,
             hash: hex::encode(&Sha256::digest(source.as_bytes())[..8]),
         };
-        if template.demonstrations == Layout::Turns {
-            let layout = Demonstrations::of(&template)?;
+        if template.demonstrations == DemonstrationLayout::Turns {
+            let cut = Demonstrations::of(&template)
+                .context("demonstrations = \"turns\" needs a sentiment template's layout")?;
             ensure!(
-                layout
-                    .blocks
+                !cut.blocks.is_empty(),
+                "demonstrations = \"turns\": no demonstration starts as the {{text}} paragraph does"
+            );
+            ensure!(
+                cut.blocks
                     .iter()
                     .all(|block| block.contains(&template.answer_prefix)),
                 "demonstrations = \"turns\": each demonstration needs the answer prefix {:?}",
@@ -275,11 +279,13 @@ impl PromptTemplate {
     }
 
     /// The chat prompt: the system message, then the filled-in template as the user's message
-    /// or, with [`Layout::Turns`], as turns.
+    /// or, with [`DemonstrationLayout::Turns`], as turns.
     pub fn chat(&self, slots: &Slots<'_>) -> Prompt {
         let mut messages = vec![Message::new("system", self.system.clone())];
         match self.demonstrations {
-            Layout::Turns if let Some(turns) = self.turns(slots) => messages.extend(turns),
+            DemonstrationLayout::Turns if let Some(turns) = self.turns(slots) => {
+                messages.extend(turns)
+            }
             _ => messages.push(Message::new("user", self.render(slots))),
         }
         Prompt::Chat(messages)
@@ -300,7 +306,7 @@ impl PromptTemplate {
             }
             user.push_str(question);
             messages.push(Message::new("user", self.fill(&user, slots)));
-            messages.push(Message::new("assistant", answer.trim()));
+            messages.push(Message::new("assistant", self.fill(answer.trim(), slots)));
             user.clear();
         }
         if !user.is_empty() {
@@ -316,9 +322,11 @@ impl PromptTemplate {
 /// and the instance (from the paragraph with `{text}` to the end).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Demonstrations {
+    /// The instruction before the first demonstration.
     pub head: String,
     /// The demonstrations, in order.
     pub blocks: Vec<String>,
+    /// The item's part: from the paragraph with `{text}` to the end.
     pub instance: String,
 }
 
@@ -449,7 +457,7 @@ mod tests {
     #[test]
     fn demonstrations_as_turns_are_questions_and_answers_then_the_instance() {
         let template = PromptTemplate::load("core-sentiment").unwrap();
-        assert_eq!(template.demonstrations, Layout::Turns);
+        assert_eq!(template.demonstrations, DemonstrationLayout::Turns);
         let keywords = vec!["dull".to_string()];
         let slots = Slots {
             text: "A fine film.",
@@ -485,7 +493,7 @@ mod tests {
         );
         // The inline layout sends the same words as one message.
         let inline = PromptTemplate {
-            demonstrations: Layout::Inline,
+            demonstrations: DemonstrationLayout::Inline,
             ..template.clone()
         };
         assert_eq!(
@@ -499,7 +507,7 @@ mod tests {
         let source = template.with_text("mine", "mine", &template.text).unwrap();
         assert_eq!(
             PromptTemplate::parse(&source).unwrap().demonstrations,
-            Layout::Turns
+            DemonstrationLayout::Turns
         );
     }
 
@@ -532,5 +540,16 @@ mod tests {
         let missing = PromptTemplate::parse(&format!("{base}\"no slot\"")).unwrap_err();
         assert!(missing.to_string().contains("{text}"), "{missing}");
         assert!(PromptTemplate::load("no-such-template").is_err());
+        // Turns need demonstrations that start as the instance does, each with the answer prefix.
+        let turns = base.replace("[template]", "demonstrations = \"turns\"\n[template]");
+        let text = |body: &str| format!("{turns}\"\"\"\nDo it.\n\n{body}\n\nQ: {{text}}\nA:\"\"\"");
+        assert!(PromptTemplate::parse(&text("Q: good\nA: bad")).is_ok());
+        let none = PromptTemplate::parse(&text("Example: good\nA: bad")).unwrap_err();
+        assert!(none.to_string().contains("no demonstration"), "{none}");
+        let unanswered = PromptTemplate::parse(&text("Q: good\nbad")).unwrap_err();
+        assert!(
+            unanswered.to_string().contains("answer prefix"),
+            "{unanswered}"
+        );
     }
 }

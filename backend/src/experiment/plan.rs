@@ -16,6 +16,7 @@ use super::config::{ConditionConfig, DataConfig, ExperimentConfig, ModelKind};
 use crate::data::{DatasetSpec, SplitConfig};
 use crate::home::Home;
 use crate::model_dirs::{file_sha256, resolve_model_dir};
+use crate::pipeline::item_of_key;
 use crate::pipeline::store::{failures_path, read_repairing};
 
 /// An input of the experiment, named so that the result can be re-run and checked.
@@ -86,7 +87,7 @@ pub fn plan(home: &Home, config: ExperimentConfig) -> Result<Plan> {
 
     let full = load(home, &config.base)?;
     let base = match &config.base.originals_of {
-        Some(file) => edited_examples(&full, file)?,
+        Some(file) => picked_examples(&full, file)?,
         None => full.clone(),
     };
     let base = match (&config.base.label_shares, config.base.limit) {
@@ -378,8 +379,9 @@ pub fn counterfactuals_of(
     Ok(examples)
 }
 
-/// The examples of `dataset` that the records of `file` edit, in dataset order.
-fn edited_examples(dataset: &Dataset, file: &Path) -> Result<Dataset> {
+/// The examples of `dataset` that `generate` picked for `file`: those its records edit and
+/// those its failure sidecar names, in dataset order.
+fn picked_examples(dataset: &Dataset, file: &Path) -> Result<Dataset> {
     if !file.is_file() {
         bail!(
             "the base set is the originals of {}, which does not exist (make it with \
@@ -393,18 +395,16 @@ fn edited_examples(dataset: &Dataset, file: &Path) -> Result<Dataset> {
     let items: HashSet<&str> = records
         .iter()
         .map(|r| r.item.as_str())
-        .chain(
-            failures
-                .iter()
-                .map(|f| f.key.rsplit_once('→').map_or(&*f.key, |(id, _)| id)),
-        )
+        .chain(failures.iter().map(|f| item_of_key(&f.key)))
         .collect();
     let mut base = dataset.clone();
     base.examples.retain(|e| items.contains(e.id.as_str()));
     if base.is_empty() {
         bail!(
-            "none of the {} records of {} edits an example of {} (was it generated from it?)",
+            "none of the {} records and {} failed attempts of {} is about an example of {} (was \
+             it generated from it?)",
             records.len(),
+            failures.len(),
             file.display(),
             dataset.name
         );

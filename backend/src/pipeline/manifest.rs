@@ -8,9 +8,11 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail, ensure};
 use flipside_shared::records::{Counterfactual, FailedAttempt};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use super::store::{config_path, failures_path, read_repairing};
+use super::item_of_key;
+use super::store::{config_path, failures_path};
 use crate::model_dirs::{file_sha256, write_atomic};
 
 /// The file name of a manifest.
@@ -34,7 +36,7 @@ pub struct RunEntry {
     pub records: usize,
     /// How many of them the run's classifier judged flipped.
     pub flipped: usize,
-    /// Items the run picked (with a record or whose every attempt failed).
+    /// Items the run picked (with a record, or failed attempts only).
     pub items: usize,
     /// Failed attempts, in the failure sidecar.
     pub failed_attempts: usize,
@@ -54,10 +56,11 @@ impl Manifest {
             if !name.ends_with(".jsonl") || !config.is_file() {
                 continue;
             }
-            let records: Vec<Counterfactual> = read_repairing(&path)?;
-            let failures: Vec<FailedAttempt> = read_repairing(&failures_path(&path))?;
-            let mut items: Vec<&str> = records.iter().map(|r| r.key.as_str()).collect();
-            items.extend(failures.iter().map(|f| f.key.as_str()));
+            // Read as they are: a partial last line (a run still writing) is an error here.
+            let records: Vec<Counterfactual> = read_lines(&path)?;
+            let failures: Vec<FailedAttempt> = read_lines(&failures_path(&path))?;
+            let mut items: Vec<&str> = records.iter().map(|r| item_of_key(&r.key)).collect();
+            items.extend(failures.iter().map(|f| item_of_key(&f.key)));
             items.sort_unstable();
             items.dedup();
             let settings = serde_json::from_slice(&std::fs::read(&config)?)
@@ -121,18 +124,42 @@ impl Manifest {
     }
 }
 
-/// The names of the files in `dir` but the manifest, sorted.
+/// The names of the files in `dir` but the manifest, sorted; anything but a plain file is an
+/// error (a manifest covers one flat directory).
 fn file_names(dir: &Path) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if entry.file_type()?.is_file() && name != MANIFEST {
+        ensure!(
+            entry.file_type()?.is_file(),
+            "{} is not a plain file: a manifest covers the files of one directory",
+            entry.path().display()
+        );
+        if name != MANIFEST {
             names.push(name);
         }
     }
     names.sort();
     Ok(names)
+}
+
+/// Every line of a JSON-lines file (none when it does not exist), failing on one it cannot read.
+fn read_lines<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(at, line)| {
+            serde_json::from_str(line).with_context(|| {
+                format!("{} line {}: not a complete record", path.display(), at + 1)
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -190,5 +217,18 @@ mod tests {
             error.contains("core.jsonl.config.json has sha256"),
             "{error}"
         );
+
+        // A run still writing (a partial last line) is refused, and the file left as it is.
+        let mut file = std::fs::OpenOptions::new().append(true).open(&out).unwrap();
+        std::io::Write::write_all(&mut file, b"{\"key\": \"d").unwrap();
+        let before = std::fs::read(&out).unwrap();
+        let error = format!("{:#}", Manifest::write(dir.path()).unwrap_err());
+        assert!(error.contains("line 3: not a complete record"), "{error}");
+        assert_eq!(std::fs::read(&out).unwrap(), before);
+        // So is a subdirectory.
+        std::fs::write(&out, &before[..before.len() - 8]).unwrap();
+        std::fs::create_dir(dir.path().join("more")).unwrap();
+        let error = Manifest::write(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("more is not a plain file"), "{error}");
     }
 }

@@ -31,6 +31,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::llm::Abandoned;
 
+/// The item id of an output key ([`Item::key`]: `ITEM→TARGET`).
+pub fn item_of_key(key: &str) -> &str {
+    key.rsplit_once('→').map_or(key, |(item, _)| item)
+}
+
 /// What to edit: one example and the label to flip it to.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Item {
