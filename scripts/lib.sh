@@ -139,6 +139,21 @@ children_cpu_seconds() {
 # The classifiers the experiments and `bench cf` share, trained once into MODELS (the directory
 # of the Flipside home's models) with flipside F: imdb-400 (the flip check: MiniLM fine-tuned on
 # 400 IMDb training reviews) and, with `judge`, imdb-2000 (the independent judge: 2,000 of them).
+# The retrieval corpus of imdb:dev sentences (none of them in a test set), CF-DPR trained on the
+# papers' printed pairs (paraphrase negatives mined under MiniLM), and the corpus indexed with it.
+cf_dpr_corpus() {
+  local F="$1" MODELS="$2"
+  step "the retrieval corpus: imdb:dev sentences"
+  "$F" corpus build --corpus imdb-dev imdb:dev
+  if [ ! -f "$MODELS/cf-dpr-printed/retriever.json" ]; then
+    step "CF-DPR on the papers' printed pairs (paraphrase negatives mined from imdb:dev under MiniLM)"
+    "$F" index build --corpus imdb-dev
+    "$F" retriever train --corpus imdb-dev
+  fi
+  step "the corpus indexed with CF-DPR"
+  "$F" index build --corpus imdb-dev --encoder cf-dpr-printed
+}
+
 train_imdb_classifiers() {
   local F="$1" MODELS="$2" judge="${3:-}"
   if [ ! -f "$MODELS/imdb-400/model.safetensors" ]; then
