@@ -185,7 +185,7 @@ fn run_unit(
     let predictions = match plan.config.model.kind {
         ModelKind::Bow => {
             let started = Instant::now();
-            let model = BowLogReg::fit(&condition.train, unit.seed);
+            let model = BowLogReg::fit_grouped(&condition.train, unit.seed, plan::original_id);
             record.train_seconds = started.elapsed().as_secs_f64();
             datasets.iter().map(|d| model.predict(d)).collect()
         }

@@ -78,7 +78,7 @@ pub struct Plan {
 }
 
 /// Bump when what a unit computes changes, so that old cached units are not reused.
-const UNIT_FORMAT: u32 = 1;
+const UNIT_FORMAT: u32 = 2;
 
 /// Reads and checks every input of `config` and lists its units.
 pub fn plan(home: &Home, config: ExperimentConfig) -> Result<Plan> {
@@ -123,7 +123,7 @@ pub fn plan(home: &Home, config: ExperimentConfig) -> Result<Plan> {
             let pairs = counterfactuals_of(&base, file, condition.into())?;
             let records = pairs.len();
             added.extend(pairs.into_iter().map(|mut example| {
-                example.id = format!("cf{file_index}:{}", example.id);
+                example.id = counterfactual_id(file_index, &example.id);
                 example
             }));
             let mut input = fingerprint_input(
@@ -238,6 +238,23 @@ pub fn plan(home: &Home, config: ExperimentConfig) -> Result<Plan> {
         encoder,
         units,
     })
+}
+
+/// A counterfactual's id in a condition's training set: `cfN:KEY`, the condition's N-th file's
+/// record `KEY` (`ITEM→TARGET`).
+fn counterfactual_id(file_index: usize, key: &str) -> String {
+    format!("cf{file_index}:{key}")
+}
+
+/// The base example a training example comes from: a counterfactual's original, otherwise the
+/// example itself. Models that hold out part of their training set keep these groups whole.
+pub fn original_id(id: &str) -> &str {
+    match id.strip_prefix("cf").and_then(|rest| rest.split_once(':')) {
+        Some((file, key)) if !file.is_empty() && file.bytes().all(|b| b.is_ascii_digit()) => {
+            crate::pipeline::item_of_key(key)
+        }
+        _ => id,
+    }
 }
 
 /// The cache key of one unit: the model's settings, the encoder, the seed and the content of
@@ -677,6 +694,15 @@ mod tests {
             ids(&fresh_originals(&full, &base, 3, 9).unwrap())
         );
         assert!(fresh_originals(&full, &base, 4, 9).is_err());
+    }
+
+    #[test]
+    fn a_counterfactual_belongs_to_its_original() {
+        let id = counterfactual_id(3, "rt-7→negative");
+        assert_eq!(original_id(&id), "rt-7");
+        assert_eq!(original_id("rt-7"), "rt-7");
+        assert_eq!(original_id("fresh:rt-9"), "fresh:rt-9");
+        assert_eq!(original_id("cfx:a→b"), "cfx:a→b");
     }
 
     #[test]

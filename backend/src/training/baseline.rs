@@ -4,7 +4,8 @@
 //! binary, each example's vector scaled to unit L2 norm. Model: multinomial logistic regression
 //! with an L2 penalty, fitted by full-batch Nesterov accelerated gradient descent (the loss is
 //! smooth and convex, so this converges to the unique optimum). The penalty is picked from a
-//! small grid by accuracy on a held-out part of the training data.
+//! small grid by accuracy on a held-out part of the training data, which keeps every example
+//! with the counterfactuals made from it (see [`BowLogReg::fit_grouped`]).
 
 use std::collections::HashMap;
 
@@ -44,9 +45,26 @@ fn terms(input: &Input) -> Vec<String> {
     terms
 }
 
+/// Which examples are held out to select the penalty: a seeded fifth of the groups.
+fn held_out_groups(train: &Dataset, seed: u64, group_of: impl Fn(&str) -> &str) -> Vec<bool> {
+    train
+        .examples
+        .iter()
+        .map(|e| stable_hash(seed, group_of(&e.id)).is_multiple_of(5))
+        .collect()
+}
+
 impl BowLogReg {
     /// Fits the model; `seed` chooses the held-out part used to select the penalty.
     pub fn fit(train: &Dataset, seed: u64) -> Self {
+        Self::fit_grouped(train, seed, |id| id)
+    }
+
+    /// Fits the model, holding out whole groups of examples (`group_of` an example's id) to
+    /// select the penalty. An example and its counterfactual belong to one group: split apart,
+    /// the held-out one is a near-copy of a training text with the other label, so the held-out
+    /// score would favour the penalty that ignores the words.
+    pub fn fit_grouped(train: &Dataset, seed: u64, group_of: impl Fn(&str) -> &str) -> Self {
         let labels = train.labels.len();
         let mut document_frequency: HashMap<String, usize> = HashMap::new();
         let train_terms: Vec<Vec<String>> =
@@ -77,11 +95,7 @@ impl BowLogReg {
         let gold: Vec<usize> = train.examples.iter().map(|e| e.label).collect();
 
         // Select the penalty on a seeded 20% of the training data, then refit on all of it.
-        let held_out: Vec<bool> = train
-            .examples
-            .iter()
-            .map(|e| stable_hash(seed, &e.id).is_multiple_of(5))
-            .collect();
+        let held_out = held_out_groups(train, seed, group_of);
         let pick = |keep: bool| -> (Vec<&SparseRow>, Vec<usize>) {
             rows.iter()
                 .zip(&gold)
@@ -251,6 +265,28 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn held_out_examples_keep_their_group() {
+        let ids: Vec<String> = (0..200)
+            .flat_map(|i| [format!("{i}"), format!("{i}/cf")])
+            .collect();
+        let rows: Vec<(&str, usize)> = ids.iter().map(|id| (id.as_str(), 0)).collect();
+        let mut train = dataset(&rows);
+        for (example, id) in train.examples.iter_mut().zip(&ids) {
+            example.id = id.clone();
+        }
+        fn group_of(id: &str) -> &str {
+            id.trim_end_matches("/cf")
+        }
+        let grouped = held_out_groups(&train, 7, group_of);
+        assert!(grouped.chunks(2).all(|pair| pair[0] == pair[1]));
+        let held = grouped.iter().filter(|&&h| h).count();
+        assert!((50..110).contains(&held), "{held} of 400 held out");
+        // By id alone, some pairs are split: the leak the groups close.
+        let by_id = held_out_groups(&train, 7, |id| id);
+        assert!(by_id.chunks(2).any(|pair| pair[0] != pair[1]));
     }
 
     #[test]
