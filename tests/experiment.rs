@@ -189,8 +189,8 @@ fn a_bag_of_words_experiment_resumes_without_retraining_and_reports() {
     }
     assert!(
         stdout.contains(
-            "| condition | train | accuracy | Δ | 95% CI | p | balanced | recall negative | \
-             recall positive |"
+            "| condition | train | accuracy | Δ | 95% CI | p | Δ vs control | p vs control | \
+             balanced | recall negative | recall positive |"
         ),
         "{stdout}"
     );
@@ -240,6 +240,15 @@ fn a_bag_of_words_experiment_resumes_without_retraining_and_reports() {
     }
     let versus = &ood["rows"][1]["versus_baseline"];
     assert!(versus["p_value"].as_f64().unwrap() <= 1.0);
+    // "core" is also tested against the control made for it: core minus control.
+    let versus_control = &ood["rows"][1]["versus_control"];
+    assert_eq!(versus_control["control"], "in-domain control");
+    let difference = versus_control["difference"].as_f64().unwrap();
+    assert!(
+        (difference - (mean(1) - mean(3))).abs() < 1e-9,
+        "{versus_control}"
+    );
+    assert!(ood["rows"][0].get("versus_control").is_none());
     assert_eq!(ood["rows"][0]["accuracies"].as_array().unwrap().len(), 3);
 
     let svg = fs::read_to_string(out.join("accuracy.svg")).unwrap();

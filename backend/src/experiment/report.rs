@@ -1,6 +1,7 @@
 //! An experiment's summary: accuracy per test set and condition over seeds, the difference to
-//! the baseline with its paired bootstrap test, each label's recall and the balanced accuracy
-//! (their mean, what a skewed training set hurts), and the files it is saved as.
+//! the baseline (and to a condition's size-matched control) with its paired bootstrap test, each
+//! label's recall and the balanced accuracy (their mean, what a skewed training set hurts), and
+//! the files it is saved as.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -71,6 +72,18 @@ pub struct Row {
     /// Against the baseline (none for the baseline itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versus_baseline: Option<PairedTest>,
+    /// Against the size-matched in-domain control made for this condition (the condition whose
+    /// `in_domain_like` names it), if there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versus_control: Option<ControlTest>,
+}
+
+/// A condition against its size-matched control: this condition minus the control.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ControlTest {
+    pub control: String,
+    #[serde(flatten)]
+    pub test: PairedTest,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,6 +96,12 @@ pub struct SeedAccuracy {
 pub fn summarise(plan: &Plan, records: &[UnitRecord]) -> ExperimentResult {
     let config = &plan.config;
     let baseline = config.baseline_index();
+    let control_of = |name: &str| {
+        config
+            .conditions
+            .iter()
+            .position(|c| c.in_domain_like.as_deref() == Some(name))
+    };
     // correct[condition][seed][example] for one test set.
     let correctness = |fingerprint: &str, gold: &[usize]| -> Vec<Vec<Vec<bool>>> {
         plan.conditions
@@ -165,6 +184,15 @@ pub fn summarise(plan: &Plan, records: &[UnitRecord]) -> ExperimentResult {
                                 0,
                             )
                         }),
+                        versus_control: control_of(&condition.name).map(|control| ControlTest {
+                            control: plan.conditions[control].name.clone(),
+                            test: paired_bootstrap(
+                                &correct[control],
+                                &correct[c],
+                                config.bootstrap_replicates,
+                                0,
+                            ),
+                        }),
                     }
                 })
                 .collect();
@@ -234,6 +262,9 @@ pub fn write(out: &Path, result: &ExperimentResult) -> Result<()> {
         "ci_low",
         "ci_high",
         "p_value",
+        "control",
+        "difference_vs_control",
+        "p_value_vs_control",
         "balanced_accuracy_mean",
         "balanced_accuracy_sd",
     ])?;
@@ -247,6 +278,9 @@ pub fn write(out: &Path, result: &ExperimentResult) -> Result<()> {
                     .map(|t| format!("{:.6}", f(t)))
                     .unwrap_or_default()
             };
+            let control = |f: fn(&ControlTest) -> String| {
+                row.versus_control.as_ref().map(f).unwrap_or_default()
+            };
             summary.write_record([
                 test.name.clone(),
                 row.condition.clone(),
@@ -258,6 +292,9 @@ pub fn write(out: &Path, result: &ExperimentResult) -> Result<()> {
                 versus(|t| t.ci_low),
                 versus(|t| t.ci_high),
                 versus(|t| t.p_value),
+                control(|c| c.control.clone()),
+                control(|c| format!("{:.6}", c.test.difference)),
+                control(|c| format!("{:.6}", c.test.p_value)),
                 format!("{:.6}", row.balanced_accuracy.mean),
                 format!("{:.6}", row.balanced_accuracy.sd),
             ])?;
@@ -297,14 +334,21 @@ pub fn markdown(result: &ExperimentResult) -> String {
             .iter()
             .map(|label| format!(" recall {label} |"))
             .collect();
+        let controlled = test.rows.iter().any(|row| row.versus_control.is_some());
+        let control_headers = if controlled {
+            " Δ vs control | p vs control |"
+        } else {
+            ""
+        };
         let _ = writeln!(
             text,
-            "| condition | train | accuracy | Δ | 95% CI | p | balanced |{recall_headers}"
+            "| condition | train | accuracy | Δ | 95% CI | p |{control_headers} balanced \
+             |{recall_headers}"
         );
         let _ = writeln!(
             text,
-            "|---|---:|---:|---:|---:|---:|---:|{}",
-            "---:|".repeat(result.labels.len())
+            "|---|---:|---:|---:|---:|---:|{}",
+            "---:|".repeat(1 + result.labels.len() + 2 * usize::from(controlled))
         );
         for (row, condition) in test.rows.iter().zip(&result.conditions) {
             let (difference, interval, p) = match &row.versus_baseline {
@@ -315,6 +359,15 @@ pub fn markdown(result: &ExperimentResult) -> String {
                 ),
                 None => Default::default(),
             };
+            let versus_control = match (&row.versus_control, controlled) {
+                (Some(c), _) => format!(
+                    " {:+.2} | {} |",
+                    100.0 * c.test.difference,
+                    format_p(c.test.p_value)
+                ),
+                (None, true) => "  |  |".into(),
+                (None, false) => String::new(),
+            };
             let percent = |m: &MeanSd| format!("{:.2} ± {:.2}", 100.0 * m.mean, 100.0 * m.sd);
             let balanced = percent(&row.balanced_accuracy);
             let recalls: String = row
@@ -324,7 +377,8 @@ pub fn markdown(result: &ExperimentResult) -> String {
                 .collect();
             let _ = writeln!(
                 text,
-                "| {} | {} | {} | {difference} | {interval} | {p} | {balanced} |{recalls}",
+                "| {} | {} | {} | {difference} | {interval} | {p} |{versus_control} {balanced} \
+                 |{recalls}",
                 row.condition,
                 condition.train_examples,
                 percent(&row.accuracy),
