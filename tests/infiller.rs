@@ -217,7 +217,7 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
 
 /// The records of a `generate --verify` run of an AutoCAD method: at least one, each flipped,
 /// its edit the masked text with each sentinel replaced by its fill; every failed attempt
-/// says why.
+/// says why, and none is a malformed reply.
 fn verified_autocad_records(out: &Path, method: &str) -> Vec<Value> {
     let records: Vec<Value> = std::fs::read_to_string(out)
         .unwrap()
@@ -264,8 +264,11 @@ fn verified_autocad_records(out: &Path, method: &str) -> Vec<Value> {
         .lines()
     {
         let failure: Value = serde_json::from_str(line).unwrap();
+        let reason = failure["reason"].as_str().unwrap_or_default();
+        assert!(!reason.is_empty(), "{failure}");
+        // Decoding keeps the span format: no reply drops, repeats or reorders a sentinel.
         assert!(
-            failure["reason"].as_str().is_some_and(|r| !r.is_empty()),
+            !reason.contains("sentinel") || reason.contains("cut off"),
             "{failure}"
         );
     }

@@ -13,6 +13,7 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
+use crate::models::search::SentinelOrder;
 use crate::random::SplitMix64;
 use crate::tokenize::TokenizeError;
 
@@ -110,6 +111,16 @@ impl T5Tokenizer {
     /// How many sentinels the vocabulary has.
     pub fn sentinel_count(&self) -> usize {
         self.sentinels as usize
+    }
+
+    /// The span format of a fill of `spans` masked spans, for constrained decoding.
+    pub fn sentinel_order(&self, spans: usize) -> SentinelOrder {
+        SentinelOrder {
+            due: (0..spans).filter_map(|k| self.sentinel(k)).collect(),
+            all: (0..self.sentinel_count())
+                .filter_map(|k| self.sentinel(k))
+                .collect(),
+        }
     }
 
     /// The vocabulary size the tokenizer knows (with added tokens).

@@ -142,7 +142,8 @@ pub const FILL_TEMPERATURE: f64 = 0.7;
 pub struct Fill {
     /// The generated text with its sentinels.
     pub reply: String,
-    /// Each span's fill, or why the reply cannot be used (a sentinel dropped or reordered).
+    /// Each span's fill, or why the reply cannot be used (cut off before its last span: decoding
+    /// keeps the sentinels in order and ends only after the last fill).
     pub fills: std::result::Result<Vec<String>, String>,
 }
 
@@ -180,8 +181,9 @@ impl<B: Backend> Infill for SharedInfiller<B> {
 }
 
 impl<B: Backend> Infiller<B> {
-    /// [`Infill::fill`]: nucleus sampling with AutoCAD's settings, room for every span (a few
-    /// words each), the first piece of each `banned` word never generated.
+    /// [`Infill::fill`]: nucleus sampling with AutoCAD's settings, constrained to the span
+    /// format (every sentinel in order, each with a fill), room for every span (a few words
+    /// each), padding and the first piece of each `banned` word never generated.
     pub fn fill(&self, input: &str, spans: usize, banned: &[String], seed: u64) -> Result<Fill> {
         let device = self.model.shared.weight.device();
         let ids = self.tokenizer.encode(input)?;
@@ -191,7 +193,8 @@ impl<B: Backend> Infiller<B> {
             &device,
         );
         let encoded = self.model.encode(input_ids, Tensor::ones([1, n], &device));
-        let mut banned_ids = Vec::new();
+        // Padding is no fill token: a span "filled" with it would come back empty.
+        let mut banned_ids = vec![self.tokenizer.pad];
         for word in banned {
             // The word's first real piece (not a bare word-start marker `▁`).
             let pieces = self.tokenizer.encode_plain(word)?;
@@ -208,6 +211,7 @@ impl<B: Backend> Infiller<B> {
             },
             max_tokens: (12 * spans + 8).min(512),
             banned: banned_ids,
+            sentinels: Some(self.tokenizer.sentinel_order(spans)),
         };
         let decoded = generate(&self.model, &encoded, &settings).remove(0);
         Ok(Fill {

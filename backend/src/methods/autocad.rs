@@ -3,8 +3,8 @@
 //! target label (the editor); the pipeline's flip check is AutoCAD's consistency filter.
 //!
 //! Each attempt samples the infiller once (nucleus p 0.9, temperature 0.7, the label words
-//! banned, seeded by the attempt); a reply that drops or reorders a sentinel is a failed attempt
-//! with its reason. For NLI the rationale is found over premise and hypothesis jointly, the
+//! banned, seeded by the attempt), constrained to the span format (every sentinel in order, each
+//! with a fill); a reply cut off before its last fill is a failed attempt with its reason. For NLI the rationale is found over premise and hypothesis jointly, the
 //! premise is given unmasked and only the hypothesis is rewritten (Flipside edits hypotheses).
 //!
 //! [`AutocadRetrieval`] goes beyond the paper: CORE's retrieval finds sentences with the target

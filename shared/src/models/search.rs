@@ -6,6 +6,10 @@
 //! tokens until their mass reaches `top_p`, and samples among them; beam search keeps the best
 //! `beams` running hypotheses by summed log-probability, sets aside those that end, and ranks
 //! finished hypotheses by sum / length^`length_penalty`.
+//!
+//! [`SentinelOrder`] constrains every output to T5's span format (each masked span's sentinel in
+//! order, each followed by a fill, nothing after the last fill but the end): tokens the format
+//! forbids get −∞ like banned ones, so an infill is well formed by construction.
 
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
@@ -36,6 +40,53 @@ pub struct DecodeSettings {
     pub max_tokens: usize,
     /// Tokens never generated.
     pub banned: Vec<u32>,
+    /// The span format every output must follow, if any.
+    pub sentinels: Option<SentinelOrder>,
+}
+
+/// T5's span format: `<s₀> fill₀ <s₁> fill₁ … </s>` with every sentinel due, in order, each fill
+/// at least one token, no other sentinel, and no end before the last fill.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SentinelOrder {
+    /// The sentinels due, in order (one per masked span).
+    pub due: Vec<u32>,
+    /// Every sentinel of the vocabulary: those not due are never generated.
+    pub all: Vec<u32>,
+}
+
+impl SentinelOrder {
+    /// Sets to −∞ every token that cannot follow `prefix` (the row's output so far); `end` is
+    /// the token that ends an output. The first token is the first sentinel due, whatever its
+    /// probability.
+    pub fn constrain(&self, prefix: &[u32], end: u32, log_probs: &mut [f32]) {
+        let mut forbid = |token: u32| {
+            if let Some(value) = log_probs.get_mut(token as usize) {
+                *value = f32::NEG_INFINITY;
+            }
+        };
+        let emitted = prefix.iter().filter(|t| self.due.contains(t)).count();
+        let next = self.due.get(emitted).copied();
+        let after_sentinel = prefix.last().is_some_and(|t| self.due.contains(t));
+        if prefix.is_empty()
+            && let Some(first) = next
+        {
+            let kept = log_probs.get(first as usize).copied().unwrap_or(0.0);
+            log_probs.fill(f32::NEG_INFINITY);
+            if let Some(value) = log_probs.get_mut(first as usize) {
+                // Forced: finite even if the model (or a ban) rules it out.
+                *value = if kept.is_finite() { kept } else { 0.0 };
+            }
+            return;
+        }
+        for &sentinel in &self.all {
+            if after_sentinel || Some(sentinel) != next {
+                forbid(sentinel);
+            }
+        }
+        if after_sentinel || next.is_some() {
+            forbid(end);
+        }
+    }
 }
 
 /// One generated output.
@@ -100,6 +151,21 @@ fn step(decoder: &mut impl StepDecoder, last: &[u32], banned: &[u32]) -> Vec<Vec
             row
         })
         .collect()
+}
+
+/// Applies `settings`' span format, if any, to each row's log-probabilities given its output so
+/// far (`prefix(row)`).
+fn constrain<'a>(
+    settings: &DecodeSettings,
+    end: u32,
+    log_probs: &mut [Vec<f32>],
+    prefix: impl Fn(usize) -> &'a [u32],
+) {
+    if let Some(order) = &settings.sentinels {
+        for (row, row_log_probs) in log_probs.iter_mut().enumerate() {
+            order.constrain(prefix(row), end, row_log_probs);
+        }
+    }
 }
 
 /// Logits `[rows, 1, vocab]` as one vector per row.
@@ -199,7 +265,8 @@ fn token_by_token(decoder: &mut impl StepDecoder, settings: &DecodeSettings) -> 
     ];
     let mut last = vec![tokens.start; rows];
     for _ in 0..settings.max_tokens {
-        let log_probs = step(decoder, &last, &settings.banned);
+        let mut log_probs = step(decoder, &last, &settings.banned);
+        constrain(settings, tokens.end, &mut log_probs, |row| &out[row].tokens);
         for (row, log_probs) in log_probs.iter().enumerate() {
             let decoded = &mut out[row];
             if decoded.finished {
@@ -258,7 +325,8 @@ fn beam_search(
     let mut done = vec![false; inputs];
     let mut last = vec![tokens.start; inputs * beams];
     for _ in 0..settings.max_tokens {
-        let log_probs = step(decoder, &last, &settings.banned);
+        let mut log_probs = step(decoder, &last, &settings.banned);
+        constrain(settings, tokens.end, &mut log_probs, |row| &sequences[row]);
         let mut parents = Vec::with_capacity(inputs * beams);
         let (mut next_sums, mut next_sequences, mut next_last) =
             (Vec::new(), Vec::new(), Vec::new());
@@ -389,6 +457,85 @@ mod tests {
         // A banned token (−∞) is never drawn, even with top_p 1.
         let banned = [0.0f32.ln(), 0.5f32.ln(), 0.5f32.ln()];
         assert!((0..200).all(|_| nucleus(&banned, 1.0, 0.7, &mut rng) != 0));
+    }
+
+    /// The same next-token logits for every row at every step.
+    struct Fixed {
+        rows: usize,
+        logits: Vec<f32>,
+    }
+
+    impl StepDecoder for Fixed {
+        fn rows(&self) -> usize {
+            self.rows
+        }
+        fn special_tokens(&self) -> SpecialTokens {
+            SpecialTokens {
+                start: 0,
+                end: 1,
+                pad: 0,
+            }
+        }
+        fn step(&mut self, last: &[u32]) -> Vec<Vec<f32>> {
+            vec![self.logits.clone(); last.len()]
+        }
+        fn repeat_rows(&mut self, times: usize) {
+            self.rows *= times;
+        }
+        fn reorder(&mut self, rows: &[usize]) {
+            self.rows = rows.len();
+        }
+    }
+
+    #[test]
+    fn the_sentinel_order_makes_every_output_a_well_formed_infill() {
+        // Tokens: 0 pad (banned), 1 end, 2–5 the sentinels <s0>–<s3>, 6 and 7 words. Left
+        // alone, the model ends at once, and would rather write <s2> or <s3> than <s1>.
+        let logits = vec![0.0, 5.0, 0.0, 2.0, 4.0, 4.0, 1.0, 0.5];
+        let order = SentinelOrder {
+            due: vec![2, 3],
+            all: vec![2, 3, 4, 5],
+        };
+        let settings = |search: Search, sentinels: Option<SentinelOrder>| DecodeSettings {
+            search,
+            max_tokens: 20,
+            banned: vec![0],
+            sentinels,
+        };
+        let run = |settings: &DecodeSettings, rows: usize| {
+            let mut decoder = Fixed {
+                rows,
+                logits: logits.clone(),
+            };
+            generate(&mut decoder, settings)
+        };
+        assert_eq!(
+            run(&settings(Search::Greedy, None), 1)[0].tokens,
+            Vec::<u32>::new()
+        );
+        let beam = Search::Beam {
+            beams: 3,
+            length_penalty: 1.0,
+        };
+        for search in [Search::Greedy, beam] {
+            let decoded = run(&settings(search.clone(), Some(order.clone())), 1).remove(0);
+            assert_eq!(decoded.tokens, [2, 6, 3, 6], "{search:?}");
+            assert!(decoded.finished);
+        }
+        // Sampled: <s0>, one or more words, <s1>, one or more words, then the end.
+        let nucleus = Search::Nucleus {
+            top_p: 1.0,
+            temperature: 1.0,
+            seed: 5,
+        };
+        for decoded in run(&settings(nucleus, Some(order)), 64) {
+            let t = &decoded.tokens;
+            let second = t.iter().position(|&x| x == 3).expect("<s1> came");
+            assert!(decoded.finished && t[0] == 2 && second >= 2, "{t:?}");
+            assert!(t.len() > second + 1, "{t:?}");
+            let words = |part: &[u32]| part.iter().all(|&x| x >= 6);
+            assert!(words(&t[1..second]) && words(&t[second + 1..]), "{t:?}");
+        }
     }
 
     #[test]

@@ -564,6 +564,7 @@ mod tests {
             },
             max_tokens: 10,
             banned: Vec::new(),
+            sentinels: None,
         };
         let decode = |sentiment: Sentiment<Flex>, content_of: &[Vec<u32>]| -> Vec<Vec<u32>> {
             let encoded = model.encode(&PaddedIds::new(&wrap(content_of), 0, &device));
