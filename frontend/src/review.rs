@@ -517,7 +517,7 @@ fn HowItWasMade(item: ReviewItem) -> impl IntoView {
         }
         .into_any(),
         Provenance::Autocad(autocad) => view! {
-            <p class="small">{format!("Rationales ({}): {}", autocad.rationales, autocad.spans.join(" · "))}</p>
+            <p class="small">{format!("Rationales ({}): {}", autocad.rationale_rule(), autocad.spans.join(" · "))}</p>
             <p class="small">{format!("Filled with: {}", autocad.fills.join(" · "))}</p>
         }
         .into_any(),

@@ -223,6 +223,10 @@ pub enum RationaleSource {
 pub struct Rationale {
     pub text: MaskedText,
     pub premise: Option<MaskedText>,
+    /// When the classifier got the example wrong or was unsure of it, its probability of the
+    /// example's label: the most salient words were masked anyway (when generating, every item
+    /// gets a rationale); `None` under AutoCAD's rule (right, and confident).
+    pub unsure: Option<f32>,
 }
 
 impl Rationale {

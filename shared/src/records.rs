@@ -97,6 +97,11 @@ pub struct AutocadProvenance {
     pub fills: Vec<String>,
     /// How the rationales were chosen: `saliency` or `random`.
     pub rationales: String,
+    /// The classifier's probability of the item's label when it got the item wrong or was
+    /// unsure of it (AutoCAD's rule would give it no rationale; its most salient words were
+    /// masked anyway).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsure: Option<f32>,
     /// The infiller's generated ids decoded with sentinels, that the fills were read from.
     pub reply: String,
     /// The retrieved keywords in the infiller's input (retrieval-guided infilling only).
@@ -105,6 +110,19 @@ pub struct AutocadProvenance {
     /// The retrieved sentences the keywords came from.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retrieved: Vec<Excerpt>,
+}
+
+impl AutocadProvenance {
+    /// How the rationale was chosen, for people: `saliency`, or with the classifier's doubt.
+    pub fn rationale_rule(&self) -> String {
+        match self.unsure {
+            Some(p) => format!(
+                "{}; the classifier gave the item's label p = {p:.2}",
+                self.rationales
+            ),
+            None => self.rationales.clone(),
+        }
+    }
 }
 
 /// How a CORE-family edit was made.

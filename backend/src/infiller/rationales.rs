@@ -2,10 +2,12 @@
 //! the infiller to rewrite.
 //!
 //! Word score = the largest gradient-norm saliency of its sub-tokens (normalised over the
-//! input's tokens, [`word_saliency`]); only examples the classifier gets right with
-//! p(gold) > `min_confidence` get rationales; the top `top_fraction` of the words (both texts
-//! jointly for NLI) are candidates, of which those scoring at least `min_relative` × the
-//! example's highest word score are kept. `--rationales random` masks as many words chosen
+//! input's tokens, [`word_saliency`]); the top `top_fraction` of the words (both texts jointly
+//! for NLI) are candidates, of which those scoring at least `min_relative` × the example's
+//! highest word score are kept. For the infiller's training data only examples the classifier
+//! gets right with p(gold) > `min_confidence` get rationales (AutoCAD's rule,
+//! [`RationaleFinder::find`]); when generating, every item gets them, and the record says when
+//! the classifier was wrong or unsure ([`Rationale::unsure`]). `--rationales random` masks as many words chosen
 //! uniformly (seeded per text) on the same examples: AutoCAD's ablation.
 
 use anyhow::Result;
@@ -60,10 +62,21 @@ pub struct RationaleFinder<B: Backend> {
 }
 
 impl<B: Backend> RationaleFinder<B> {
-    /// Rationales for `requests` (in their order), in batches of `batch_size` sorted by token
-    /// count; `on_batch` is called with the number of requests done after each batch.
+    /// Rationales for `requests` (in their order) under AutoCAD's rule, in batches of
+    /// `batch_size` sorted by token count; `on_batch` is called with the number of requests done
+    /// after each batch.
     pub fn find(
         &self,
+        requests: &[RationaleRequest],
+        batch_size: usize,
+        on_batch: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<std::result::Result<Rationale, NoRationale>>> {
+        self.find_under(Rule::Confident, requests, batch_size, on_batch)
+    }
+
+    fn find_under(
+        &self,
+        rule: Rule,
         requests: &[RationaleRequest],
         batch_size: usize,
         on_batch: &(dyn Fn(usize) + Sync),
@@ -94,49 +107,62 @@ impl<B: Backend> RationaleFinder<B> {
                 .iter()
                 .zip(saliencies)
                 .zip(probabilities.chunks(width))
-                .map(|((&i, words), probs)| self.rationale(&requests[i], &words, probs))
+                .map(|((&i, words), probs)| {
+                    choose(&self.settings, rule, &requests[i], &words, probs)
+                })
                 .collect())
         })
     }
+}
 
-    fn rationale(
-        &self,
-        request: &RationaleRequest,
-        words: &[WordSaliency],
-        probabilities: &[f32],
-    ) -> std::result::Result<Rationale, NoRationale> {
-        let gold = probabilities[request.label];
-        let predicted =
-            flipside_shared::metrics::argmax_rows(probabilities, probabilities.len())[0];
-        if predicted != request.label || gold <= self.settings.min_confidence {
-            return Err(format!(
-                "the classifier gives its label p = {gold:.2} (rationales need a correct \
-                 prediction with p > {})",
-                self.settings.min_confidence
-            ));
-        }
-        let chosen = match self.settings.source {
-            RationaleSource::Saliency => salient_words(words, &self.settings),
-            RationaleSource::Random => {
-                let count = salient_words(words, &self.settings).len();
-                random_words(
-                    words.len(),
-                    count,
-                    stable_hash(self.settings.seed, request.text),
-                )
-            }
-        };
-        if chosen.is_empty() {
-            return Err("no word reaches the saliency threshold".into());
-        }
-        Ok(mask_words(request, words, &chosen))
+/// Which examples get rationales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rule {
+    /// AutoCAD's: those the classifier gets right with p(gold) > `min_confidence`.
+    Confident,
+    /// Every one: an item to edit always gets a chance.
+    Every,
+}
+
+/// One example's rationale from its word saliencies and the classifier's `probabilities`.
+fn choose(
+    settings: &RationaleSettings,
+    rule: Rule,
+    request: &RationaleRequest,
+    words: &[WordSaliency],
+    probabilities: &[f32],
+) -> std::result::Result<Rationale, NoRationale> {
+    let gold = probabilities[request.label];
+    let predicted = flipside_shared::metrics::argmax_rows(probabilities, probabilities.len())[0];
+    let confident = predicted == request.label && gold > settings.min_confidence;
+    if !confident && rule == Rule::Confident {
+        return Err(format!(
+            "the classifier gives its label p = {gold:.2} (rationales need a correct \
+             prediction with p > {})",
+            settings.min_confidence
+        ));
     }
+    let chosen = match settings.source {
+        RationaleSource::Saliency => salient_words(words, settings),
+        RationaleSource::Random => {
+            let count = salient_words(words, settings).len();
+            random_words(words.len(), count, stable_hash(settings.seed, request.text))
+        }
+    };
+    if chosen.is_empty() {
+        return Err("no word reaches the saliency threshold".into());
+    }
+    Ok(Rationale {
+        unsure: (!confident).then_some(gold),
+        ..mask_words(request, words, &chosen)
+    })
 }
 
 /// Finds one example's rationale: a [`RationaleFinder`] behind a lock, for the pipeline.
 pub trait FindRationale: Send + Sync {
     fn settings(&self) -> RationaleSettings;
-    /// The rationale of `text` (with `premise`) for its gold `label`, or why it has none.
+    /// The rationale of `text` (with `premise`) for its gold `label`, or why it has none; the
+    /// item gets one even when the classifier is wrong or unsure of it.
     fn rationale(
         &self,
         text: &str,
@@ -168,7 +194,9 @@ impl<B: Backend> FindRationale for std::sync::Mutex<RationaleFinder<B>> {
             premise,
             label,
         };
-        Ok(finder.find(&[request], 1, &|_| {})?.remove(0))
+        Ok(finder
+            .find_under(Rule::Every, &[request], 1, &|_| {})?
+            .remove(0))
     }
 }
 
@@ -219,6 +247,7 @@ fn mask_words(request: &RationaleRequest, words: &[WordSaliency], chosen: &[usiz
     Rationale {
         text: MaskedText::new(request.text, &positions(hypothesis_text)),
         premise: request.premise.map(|p| MaskedText::new(p, &positions(0))),
+        unsure: None,
     }
 }
 
@@ -245,6 +274,34 @@ mod tests {
             .collect();
         // Top 3 of 10: 0.40, 0.30, 0.10; 0.10 < 0.3 × 0.40 drops.
         assert_eq!(salient_words(&words, &RationaleSettings::default()), [1, 4]);
+    }
+
+    #[test]
+    fn every_item_gets_a_rationale_when_generating_and_says_when_the_classifier_was_unsure() {
+        let request = RationaleRequest {
+            text: "a dull film",
+            premise: None,
+            label: 1,
+        };
+        let words = vec![
+            word(0, "a", 0.1),
+            word(0, "dull", 0.9),
+            word(0, "film", 0.2),
+        ];
+        let settings = RationaleSettings::default();
+        for (probabilities, unsure) in [
+            ([0.1, 0.9], None),
+            ([0.3, 0.7], Some(0.7)),
+            ([0.6, 0.4], Some(0.4)),
+        ] {
+            let rationale = choose(&settings, Rule::Every, &request, &words, &probabilities)
+                .unwrap_or_else(|e| panic!("{probabilities:?}: {e}"));
+            assert_eq!(rationale.text.masked(0), "a <extra_id_0> film");
+            assert_eq!(rationale.unsure, unsure);
+            // AutoCAD's rule for training data: only the confident, correct prediction.
+            let paper = choose(&settings, Rule::Confident, &request, &words, &probabilities);
+            assert_eq!(paper.is_ok(), unsure.is_none(), "{probabilities:?}");
+        }
     }
 
     #[test]

@@ -223,6 +223,7 @@ impl Editor for InfillEditor {
                     RationaleSource::Saliency => "saliency".into(),
                     RationaleSource::Random => "random".into(),
                 },
+                unsure: rationale.unsure,
                 reply: fill.reply,
                 keywords: retrieval.keywords,
                 retrieved: retrieval.excerpts,
