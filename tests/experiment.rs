@@ -248,7 +248,12 @@ fn a_bag_of_words_experiment_resumes_without_retraining_and_reports() {
         (difference - (mean(1) - mean(3))).abs() < 1e-9,
         "{versus_control}"
     );
-    assert!(ood["rows"][0].get("versus_control").is_none());
+    for row in [0, 2, 3] {
+        assert!(
+            ood["rows"][row].get("versus_control").is_none(),
+            "row {row}"
+        );
+    }
     assert_eq!(ood["rows"][0]["accuracies"].as_array().unwrap().len(), 3);
 
     let svg = fs::read_to_string(out.join("accuracy.svg")).unwrap();
@@ -305,6 +310,14 @@ fn experiments_fail_before_training_on_bad_inputs() {
     fails_with(
         text.replace("in_domain_like = \"core\"", "in_domain_like = \"cor\""),
         "not a condition",
+    );
+    fails_with(
+        text.replacen(
+            "[[tests]]",
+            "[[conditions]]\nname = \"second control\"\nin_domain_like = \"core\"\n\n[[tests]]",
+            1,
+        ),
+        "are both size-matched controls of \"core\"",
     );
 
     // Flags alone: a quick run needs at least a base set and a test set.

@@ -144,7 +144,7 @@ fn Infilled(provenance: AutocadProvenance) -> impl IntoView {
     view! {
         <div class="infilled small" data-testid="demo-infilled">
             <p>
-                {format!("Masked ({} rationale): ", provenance.rationale_rule())}
+                {format!("Masked (rationale: {}): ", provenance.rationale_rule())}
                 <code data-testid="demo-masked">{provenance.masked.clone()}</code>
             </p>
             <ul class="fills">{rows}</ul>

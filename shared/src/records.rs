@@ -125,6 +125,25 @@ impl AutocadProvenance {
     }
 }
 
+#[cfg(test)]
+mod autocad_provenance_tests {
+    use super::AutocadProvenance;
+
+    #[test]
+    fn the_rationale_rule_says_when_the_classifier_was_unsure() {
+        let mut provenance = AutocadProvenance {
+            rationales: "saliency".into(),
+            ..AutocadProvenance::default()
+        };
+        assert_eq!(provenance.rationale_rule(), "saliency");
+        provenance.unsure = Some(0.404);
+        assert_eq!(
+            provenance.rationale_rule(),
+            "saliency; the classifier gave the item's label p = 0.40"
+        );
+    }
+}
+
 /// How a CORE-family edit was made.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -353,6 +353,18 @@ impl ExperimentConfig {
                         condition.name
                     );
                 }
+                if let Some(other) = self
+                    .conditions
+                    .iter()
+                    .find(|c| c.name != condition.name && c.in_domain_like.as_ref() == Some(like))
+                {
+                    bail!(
+                        "conditions {:?} and {:?} are both size-matched controls of {like:?}; a \
+                         condition has one control to be tested against",
+                        condition.name,
+                        other.name
+                    );
+                }
                 let matched = self.conditions.iter().find(|c| &c.name == like);
                 match matched {
                     Some(c) if !c.augment.is_empty() => {}

@@ -264,6 +264,8 @@ pub fn write(out: &Path, result: &ExperimentResult) -> Result<()> {
         "p_value",
         "control",
         "difference_vs_control",
+        "ci_low_vs_control",
+        "ci_high_vs_control",
         "p_value_vs_control",
         "balanced_accuracy_mean",
         "balanced_accuracy_sd",
@@ -294,6 +296,8 @@ pub fn write(out: &Path, result: &ExperimentResult) -> Result<()> {
                 versus(|t| t.p_value),
                 control(|c| c.control.clone()),
                 control(|c| format!("{:.6}", c.test.difference)),
+                control(|c| format!("{:.6}", c.test.ci_low)),
+                control(|c| format!("{:.6}", c.test.ci_high)),
                 control(|c| format!("{:.6}", c.test.p_value)),
                 format!("{:.6}", row.balanced_accuracy.mean),
                 format!("{:.6}", row.balanced_accuracy.sd),
@@ -321,20 +325,25 @@ pub fn write(out: &Path, result: &ExperimentResult) -> Result<()> {
 pub fn markdown(result: &ExperimentResult) -> String {
     let mut text = String::new();
     for test in &result.tests {
+        let controlled = test.rows.iter().any(|row| row.versus_control.is_some());
         let _ = writeln!(
             text,
-            "\n{} — {} examples; accuracy % over {} seeds; Δ vs {}",
+            "\n{} — {} examples; accuracy % over {} seeds; Δ vs {}{}",
             test.name,
             test.examples,
             result.seeds.len(),
-            result.baseline
+            result.baseline,
+            if controlled {
+                "; Δ vs control: against the size-matched control made for the condition"
+            } else {
+                ""
+            }
         );
         let recall_headers: String = result
             .labels
             .iter()
             .map(|label| format!(" recall {label} |"))
             .collect();
-        let controlled = test.rows.iter().any(|row| row.versus_control.is_some());
         let control_headers = if controlled {
             " Δ vs control | p vs control |"
         } else {
@@ -393,5 +402,75 @@ fn format_p(p: f64) -> String {
         "< 0.001".into()
     } else {
         format!("{p:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A result of one test set whose conditions are `(name, control)`, control being the
+    /// name of the condition's size-matched control if it has one.
+    fn result(conditions: &[(&str, Option<&str>)]) -> ExperimentResult {
+        let spread = serde_json::json!({"mean": 0.7, "sd": 0.01, "n": 2});
+        let paired = serde_json::json!({
+            "difference": 0.05, "ci_low": 0.01, "ci_high": 0.09, "p_value": 0.02,
+            "replicates": 100
+        });
+        let rows: Vec<_> = conditions
+            .iter()
+            .enumerate()
+            .map(|(i, (name, control))| {
+                let mut row = serde_json::json!({
+                    "condition": name, "accuracies": [], "accuracy": spread,
+                    "recalls": [spread, spread], "balanced_accuracy": spread,
+                });
+                if i > 0 {
+                    row["versus_baseline"] = paired.clone();
+                }
+                if let Some(control) = control {
+                    let mut test = paired.clone();
+                    test["control"] = (*control).into();
+                    row["versus_control"] = test;
+                }
+                row
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "name": "toy", "flipside_version": "0", "model": {}, "seeds": [1, 2],
+            "baseline": conditions[0].0, "labels": ["negative", "positive"],
+            "significance_test": "", "bootstrap_replicates": 100, "inputs": [],
+            "conditions": conditions.iter().map(|(name, _)| serde_json::json!({
+                "name": name, "train_examples": 10, "added": 0
+            })).collect::<Vec<_>>(),
+            "tests": [{"name": "ood", "examples": 50, "rows": rows}],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn every_table_line_has_as_many_cells_with_or_without_a_control() {
+        let plain = markdown(&result(&[("base", None), ("+ cf", None)]));
+        let controlled = markdown(&result(&[
+            ("base", None),
+            ("+ cf", Some("control")),
+            ("control", None),
+        ]));
+        for (text, cells) in [(&plain, 9), (&controlled, 11)] {
+            let lines: Vec<&str> = text.lines().filter(|l| l.starts_with('|')).collect();
+            assert!(lines.len() >= 4, "{text}");
+            for line in lines {
+                assert_eq!(line.matches('|').count(), cells + 1, "{line}");
+            }
+        }
+        assert!(!plain.contains("vs control"), "{plain}");
+        assert!(
+            controlled.contains("| + cf | 10 | 70.00 ± 1.00 | +5.00 |"),
+            "{controlled}"
+        );
+        assert!(
+            controlled.contains("| +5.00 | 0.020 | 70.00 ± 1.00 |"),
+            "{controlled}"
+        );
     }
 }

@@ -199,6 +199,13 @@ impl Editor for InfillEditor {
             &item.target,
         );
         let spans = rationale.text.spans.len();
+        if spans == 0 {
+            // NLI: every salient word is in the premise, which Flipside does not rewrite.
+            return Ok(Err(NoEdit::new(
+                "the rationale lies in the premise only: no word of the hypothesis to rewrite",
+                None,
+            )));
+        }
         let fill = self
             .infiller
             .fill(&input, spans, &self.labels, attempt.seed)?;

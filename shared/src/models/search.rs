@@ -48,7 +48,7 @@ pub struct DecodeSettings {
 /// at least one token, no other sentinel, and no end before the last fill.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentinelOrder {
-    /// The sentinels due, in order (one per masked span).
+    /// The sentinels due, in order (one per masked span; each one of `all`).
     pub due: Vec<u32>,
     /// Every sentinel of the vocabulary: those not due are never generated.
     pub all: Vec<u32>,
@@ -59,25 +59,23 @@ impl SentinelOrder {
     /// the token that ends an output. The first token is the first sentinel due, whatever its
     /// probability.
     pub fn constrain(&self, prefix: &[u32], end: u32, log_probs: &mut [f32]) {
+        let emitted = prefix.iter().filter(|t| self.due.contains(t)).count();
+        let next = self.due.get(emitted).copied();
+        let after_sentinel = prefix.last().is_some_and(|t| self.due.contains(t));
+        if prefix.is_empty()
+            && let Some(first) = next.map(|t| t as usize).filter(|&t| t < log_probs.len())
+        {
+            let kept = log_probs[first];
+            log_probs.fill(f32::NEG_INFINITY);
+            // Forced: finite even if the model (or a ban) rules it out.
+            log_probs[first] = if kept.is_finite() { kept } else { 0.0 };
+            return;
+        }
         let mut forbid = |token: u32| {
             if let Some(value) = log_probs.get_mut(token as usize) {
                 *value = f32::NEG_INFINITY;
             }
         };
-        let emitted = prefix.iter().filter(|t| self.due.contains(t)).count();
-        let next = self.due.get(emitted).copied();
-        let after_sentinel = prefix.last().is_some_and(|t| self.due.contains(t));
-        if prefix.is_empty()
-            && let Some(first) = next
-        {
-            let kept = log_probs.get(first as usize).copied().unwrap_or(0.0);
-            log_probs.fill(f32::NEG_INFINITY);
-            if let Some(value) = log_probs.get_mut(first as usize) {
-                // Forced: finite even if the model (or a ban) rules it out.
-                *value = if kept.is_finite() { kept } else { 0.0 };
-            }
-            return;
-        }
         for &sentinel in &self.all {
             if after_sentinel || Some(sentinel) != next {
                 forbid(sentinel);
