@@ -251,7 +251,7 @@ fn counterfactual_id(file_index: usize, key: &str) -> String {
 pub fn original_id(id: &str) -> &str {
     match id.strip_prefix("cf").and_then(|rest| rest.split_once(':')) {
         Some((file, key)) if !file.is_empty() && file.bytes().all(|b| b.is_ascii_digit()) => {
-            crate::pipeline::item_of_key(key)
+            item_of_key(key)
         }
         _ => id,
     }

@@ -8,11 +8,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail, ensure};
 use flipside_shared::records::{Counterfactual, FailedAttempt};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::item_of_key;
-use super::store::{config_path, failures_path};
+use super::store::{config_path, failures_path, read_complete};
 use crate::model_dirs::{file_sha256, write_atomic};
 
 /// The file name of a manifest.
@@ -57,8 +56,8 @@ impl Manifest {
                 continue;
             }
             // Read as they are: a partial last line (a run still writing) is an error here.
-            let records: Vec<Counterfactual> = read_lines(&path)?;
-            let failures: Vec<FailedAttempt> = read_lines(&failures_path(&path))?;
+            let records: Vec<Counterfactual> = read_complete(&path)?;
+            let failures: Vec<FailedAttempt> = read_complete(&failures_path(&path))?;
             let mut items: Vec<&str> = records.iter().map(|r| item_of_key(&r.key)).collect();
             items.extend(failures.iter().map(|f| item_of_key(&f.key)));
             items.sort_unstable();
@@ -142,24 +141,6 @@ fn file_names(dir: &Path) -> Result<Vec<String>> {
     }
     names.sort();
     Ok(names)
-}
-
-/// Every line of a JSON-lines file (none when it does not exist), failing on one it cannot read.
-fn read_lines<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
-    };
-    text.lines()
-        .enumerate()
-        .filter(|(_, line)| !line.trim().is_empty())
-        .map(|(at, line)| {
-            serde_json::from_str(line).with_context(|| {
-                format!("{} line {}: not a complete record", path.display(), at + 1)
-            })
-        })
-        .collect()
 }
 
 #[cfg(test)]

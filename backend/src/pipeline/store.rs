@@ -10,7 +10,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use flipside_shared::records::{Counterfactual, FailedAttempt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -104,6 +104,23 @@ fn write_line(file: &mut File, value: &impl Serialize) -> Result<()> {
 /// complete line that is not a `T` is an error, wherever it is (a record from a newer version
 /// is never cut off).
 pub fn read_repairing<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    read_lines(path, PartialLine::CutOff)
+}
+
+/// Reads a JSON-lines file of `T` (none if it does not exist) as it is: a last line without its
+/// newline (a run still writing) is an error, and the file is never changed.
+pub fn read_complete<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
+    read_lines(path, PartialLine::Refuse)
+}
+
+/// What to do with a last line that lacks its newline.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PartialLine {
+    CutOff,
+    Refuse,
+}
+
+fn read_lines<T: DeserializeOwned>(path: &Path, partial: PartialLine) -> Result<Vec<T>> {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -122,6 +139,12 @@ pub fn read_repairing<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
         number += 1;
         if !line.ends_with('\n') {
             // Only the last line can lack its newline.
+            if partial == PartialLine::Refuse {
+                bail!(
+                    "{} line {number}: not a complete record (is a run still writing it?)",
+                    path.display()
+                );
+            }
             tracing::warn!(
                 "{}:{number}: cutting off a partial last line (an interrupted write)",
                 path.display()
