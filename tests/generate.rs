@@ -568,7 +568,29 @@ Counterfactual:"""
 fn bench_cf_scores_every_method_on_the_same_items_and_resumes() {
     let s = setup();
     let out = s.dir.path().join("bench");
-    let bench = || {
+    // Classifiers of 8 or 16 IMDb training reviews (one step each), for the judge and for the
+    // check that it is independent of the filter.
+    let imdb_classifier = |name: &str, draw: &[&str]| {
+        let dir = s.dir.path().join(name);
+        success(
+            flipside()
+                .args([
+                    "classifier",
+                    "train",
+                    "--data",
+                    "imdb:train",
+                    "--epochs",
+                    "1",
+                ])
+                .args(["--batch-size", "16", "--max-len", "16"])
+                .args(draw)
+                .arg("--out")
+                .arg(&dir),
+        );
+        dir
+    };
+    let judge = imdb_classifier("judge", &["--skip", "8", "--limit", "8"]);
+    let bench_with = |classifier: &Path, judge: &Path| {
         let mut command = flipside();
         command
             .args(["bench", "cf", "--items", "4", "--max-attempts", "2"])
@@ -578,13 +600,14 @@ fn bench_cf_scores_every_method_on_the_same_items_and_resumes() {
             .arg("--corpus")
             .arg(&s.corpus)
             .arg("--classifier")
-            .arg(&s.classifier)
+            .arg(classifier)
             .arg("--judge")
-            .arg(&s.classifier)
+            .arg(judge)
             .arg("--out")
             .arg(&out);
         command
     };
+    let bench = || bench_with(&s.classifier, &judge);
     let table = success(&mut bench());
     assert!(table.contains("| method | yield |"), "{table}");
     let report: Value =
@@ -640,4 +663,20 @@ fn bench_cf_scores_every_method_on_the_same_items_and_resumes() {
     let scored: Value =
         serde_json::from_slice(&std::fs::read(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(scored["rows"][0]["accepted"], rows[0]["accepted"]);
+
+    // The judge must be independent of the filter: another model, trained on none of the
+    // filter's examples. The judge of 8 reviews after the first 8 is; one of the first 16 is not.
+    let error = failure(bench_with(&s.classifier, &s.classifier).arg("--score-only"));
+    assert!(
+        error.contains("the judge and the filter are the same"),
+        "{error}"
+    );
+    let filter = imdb_classifier("filter", &["--limit", "8"]);
+    success(bench_with(&filter, &judge).arg("--score-only"));
+    let overlapping = imdb_classifier("overlapping", &["--limit", "16"]);
+    let error = failure(bench_with(&filter, &overlapping).arg("--score-only"));
+    assert!(
+        error.contains("was trained on 8 of the examples the filter"),
+        "{error}"
+    );
 }

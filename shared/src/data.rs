@@ -144,13 +144,20 @@ impl Dataset {
     /// A label-stratified subset of about `n` examples chosen by a seeded hash of their ids,
     /// in a seeded random order. Returns everything (shuffled) when `n >= len`.
     pub fn sample(&self, n: usize, seed: u64) -> Dataset {
-        let total = self.len().max(1);
-        let quota = self
-            .label_counts()
-            .iter()
-            .map(|&c| ((c * n) as f64 / total as f64).round() as usize)
-            .collect();
-        self.sample_quota(quota, seed, &format!("sample{n}"))
+        let none = vec![0; self.labels.len()];
+        self.sample_quota(none, self.stratified_quota(n), seed, &format!("sample{n}"))
+    }
+
+    /// As [`Self::sample`], leaving out the examples `sample(skip, seed)` picks: a second subset
+    /// of about `n` examples, disjoint from a first one drawn with the same seed.
+    pub fn sample_after(&self, skip: usize, n: usize, seed: u64) -> Dataset {
+        let part = format!("sample{n}-after{skip}");
+        self.sample_quota(
+            self.stratified_quota(skip),
+            self.stratified_quota(n),
+            seed,
+            &part,
+        )
     }
 
     /// As [`Self::sample`], with `shares[label]` of the `n` examples of each label (all of a
@@ -161,24 +168,36 @@ impl Dataset {
             .iter()
             .map(|share| (share * n as f64).round() as usize)
             .collect();
-        self.sample_quota(quota, seed, &format!("sample{n}-skewed"))
+        let none = vec![0; self.labels.len()];
+        self.sample_quota(none, quota, seed, &format!("sample{n}-skewed"))
     }
 
-    /// Up to `quota[label]` examples of each label, the first by a seeded hash of their ids.
-    fn sample_quota(&self, quota: Vec<usize>, seed: u64, part: &str) -> Dataset {
+    /// How many of `n` examples each label gets in proportion to its share of the dataset.
+    fn stratified_quota(&self, n: usize) -> Vec<usize> {
+        let total = self.len().max(1);
+        self.label_counts()
+            .iter()
+            .map(|&c| ((c * n) as f64 / total as f64).round() as usize)
+            .collect()
+    }
+
+    /// Up to `quota[label]` examples of each label, the first by a seeded hash of their ids after
+    /// the first `skip[label]`.
+    fn sample_quota(&self, skip: Vec<usize>, quota: Vec<usize>, seed: u64, part: &str) -> Dataset {
         let mut ranked: Vec<(u64, &Example)> = self
             .examples
             .iter()
             .map(|e| (stable_hash(seed, &e.id), e))
             .collect();
         ranked.sort_by_key(|(h, e)| (*h, e.id.clone()));
-        let mut taken = vec![0; self.labels.len()];
+        let mut seen = vec![0; self.labels.len()];
         let chosen = ranked
             .into_iter()
             .filter(|(_, e)| {
-                let keep = taken[e.label] < quota.get(e.label).copied().unwrap_or(0);
-                taken[e.label] += keep as usize;
-                keep
+                let rank = seen[e.label];
+                seen[e.label] += 1;
+                let first = skip.get(e.label).copied().unwrap_or(0);
+                (first..first + quota.get(e.label).copied().unwrap_or(0)).contains(&rank)
             })
             .map(|(_, e)| e.clone())
             .collect();
@@ -325,6 +344,23 @@ mod tests {
         assert_eq!(sample.label_counts(), vec![50, 50]);
         assert_eq!(sample.examples, data.sample(100, 3).examples);
         assert_ne!(sample.examples, data.sample(100, 4).examples);
+    }
+
+    #[test]
+    fn sample_after_is_disjoint_from_the_sample_it_skips() {
+        let data = toy(1000);
+        let first = data.sample(100, 3);
+        let second = data.sample_after(100, 300, 3);
+        assert_eq!(second.label_counts(), vec![150, 150]);
+        let ids = |d: &Dataset| -> std::collections::HashSet<String> {
+            d.examples.iter().map(|e| e.id.clone()).collect()
+        };
+        assert!(ids(&first).is_disjoint(&ids(&second)));
+        // Together they are the larger sample.
+        let both: std::collections::HashSet<String> =
+            ids(&first).union(&ids(&second)).cloned().collect();
+        assert_eq!(both, ids(&data.sample(400, 3)));
+        assert_eq!(data.sample_after(0, 100, 3).examples, first.examples);
     }
 
     #[test]

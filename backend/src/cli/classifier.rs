@@ -5,13 +5,15 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use burn::tensor::backend::Backend;
 use clap::{Args, Subcommand};
-use flipside_shared::data::Input;
+use flipside_shared::data::{Dataset, Input};
 use flipside_shared::metrics::argmax_rows;
 use flipside_shared::ops::int8::Kernel;
 
 use super::args::ResumableArgs;
 use super::data::ReadArgs;
 use crate::compute::{Compute, DeviceChoice};
+use crate::editing::items::{Unit, label_sentences};
+use crate::editing::keywords::Lexicons;
 use crate::explain::{explain, print_explanation};
 use crate::home::Home;
 use crate::model_dirs::{DEFAULT_ENCODER, int8_where_possible, load_classifier, resolve_model_dir};
@@ -40,10 +42,22 @@ pub struct TrainArgs {
     /// Training data: `imdb:train`, or a file (`FILE` or `FILE:train`)
     #[arg(long, default_value = "imdb:train")]
     pub data: String,
-    /// Use a label-stratified, seeded subset of this many training examples
+    /// Use a label-stratified, seeded subset of this many training examples (with --unit
+    /// sentence: of reviews, before each is cut to its sentence)
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
-    /// Evaluate on these datasets after training (repeatable), e.g. --eval imdb:dev
+    /// Leave out the examples a model trained with `--limit N` and the same --seed saw, and
+    /// draw from the rest: a classifier disjoint from that one, e.g. a filter for the judge
+    /// `--limit 2000`
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub skip: usize,
+    /// What each example is: the whole text, or from each review (labelled negative/positive)
+    /// the one sentence of 6 to 40 words whose opinion words lean furthest toward its label,
+    /// for a sentence classifier from review-level labels
+    #[arg(long, value_enum, default_value_t)]
+    pub unit: Unit,
+    /// Evaluate on these datasets after training, whole texts whatever --unit says
+    /// (repeatable), e.g. --eval imdb:dev
     #[arg(long, value_name = "DATASET")]
     pub eval: Vec<String>,
     /// Starting encoder: a model asset name or an HF BERT directory
@@ -155,6 +169,11 @@ pub struct EvalArgs {
     /// Evaluate on a seeded, label-stratified subset of this many examples
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
+    /// What each example is: the whole text, or from each review (labelled negative/positive)
+    /// the one sentence of 6 to 40 words whose opinion words lean furthest toward its label,
+    /// for a sentence classifier from review-level labels
+    #[arg(long, value_enum, default_value_t)]
+    pub unit: Unit,
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     #[command(flatten)]
@@ -264,10 +283,16 @@ pub fn report_pause(outcome: &TrainOutcome) -> bool {
 }
 
 fn train(home: &Home, args: TrainArgs) -> Result<()> {
-    let data = args
-        .read
-        .load(home, &args.data)?
-        .limited(args.limit, args.config.seed);
+    let seed = args.config.seed;
+    let all = args.read.load(home, &args.data)?;
+    let drawn = match (args.skip, args.limit) {
+        (0, limit) => all.limited(limit, seed),
+        (skip, limit) => {
+            let rest = all.len().saturating_sub(skip);
+            all.sample_after(skip, limit.unwrap_or(rest), seed)
+        }
+    };
+    let data = to_unit(home, drawn, args.unit)?;
     let out = args.out.clone().unwrap_or_else(|| {
         let name: String = args
             .data
@@ -319,6 +344,14 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// `dataset`, each example reduced to its label's sentence with [`Unit::Sentence`].
+fn to_unit(home: &Home, dataset: Dataset, unit: Unit) -> Result<Dataset> {
+    match unit {
+        Unit::Text => Ok(dataset),
+        Unit::Sentence => label_sentences(&dataset, &Lexicons::load(home)?, None),
+    }
+}
+
 fn print_evaluation(result: &Evaluation) {
     println!(
         "accuracy {:.4} on {} ({} examples, {:.1} s)",
@@ -328,7 +361,7 @@ fn print_evaluation(result: &Evaluation) {
 
 fn eval(home: &Home, args: EvalArgs) -> Result<()> {
     for spec in &args.data {
-        let dataset = args.read.load(home, spec)?.limited(args.limit, 0);
+        let dataset = to_unit(home, args.read.load(home, spec)?, args.unit)?.limited(args.limit, 0);
         let result = with_backend!(
             args.device,
             evaluate_dir(

@@ -3,7 +3,7 @@
 //! sentence of each example, as training text.
 
 use anyhow::{Result, bail};
-use flipside_shared::data::{Dataset, Input};
+use flipside_shared::data::{Dataset, Example, Input};
 use flipside_shared::sentences::split_sentences;
 use serde::Serialize;
 
@@ -64,6 +64,41 @@ pub fn select_examples(
     let mut seen = std::collections::HashSet::new();
     items.retain(|item| seen.insert(item.id.clone()));
     Ok(items)
+}
+
+/// Each example reduced to the sentence that carries its label ([`Unit::Sentence`]'s choice: the
+/// one whose opinion words lean furthest toward it), with the example's id and label; examples
+/// without such a sentence are left out. Sentence-level training and test data from reviews.
+pub fn label_sentences(
+    dataset: &Dataset,
+    lexicons: &Lexicons,
+    max_words: Option<usize>,
+) -> Result<Dataset> {
+    let selection = Selection {
+        target: "flip".into(),
+        limit: None,
+        max_words,
+        unit: Unit::Sentence,
+        seed: 0,
+    };
+    let names = dataset.labels.names();
+    let mut examples: Vec<Example> = select_examples(dataset, &selection, lexicons)?
+        .into_iter()
+        .map(|item| Example {
+            label: names
+                .iter()
+                .position(|name| *name == item.label)
+                .unwrap_or(0),
+            id: item.id,
+            input: Input::Text { text: item.text },
+        })
+        .collect();
+    examples.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(Dataset {
+        name: format!("{} (sentences)", dataset.name),
+        labels: dataset.labels.clone(),
+        examples,
+    })
 }
 
 /// Every sentence of `SENTENCE_WORDS` words (at most `max_words`) of each example, with the
@@ -182,6 +217,55 @@ mod tests {
     use flipside_shared::data::{Example, LabelVocab};
 
     use super::*;
+
+    #[test]
+    fn label_sentences_keeps_each_reviews_sentence_that_carries_its_label() {
+        let set = |words: &[&str]| words.iter().map(|w| w.to_string()).collect();
+        let lexicons = Lexicons {
+            stopwords: set(&[]),
+            positive: set(&["superb", "great"]),
+            negative: set(&["dull", "wooden"]),
+            tagger: flipside_shared::pos::PosTagger::from_lexicon(""),
+        };
+        let review = |id: &str, text: &str, label| Example {
+            id: id.into(),
+            input: Input::Text { text: text.into() },
+            label,
+        };
+        let dataset = Dataset {
+            name: "toy".into(),
+            labels: LabelVocab::new(vec!["negative".into(), "positive".into()]),
+            examples: vec![
+                review(
+                    "a",
+                    "The plot was dull in places, I admit. But the acting was superb and great \
+                     all the way through.",
+                    1,
+                ),
+                review("b", "The acting was wooden from the first scene on.", 0),
+                // No sentence leans toward its label: left out.
+                review("c", "A superb cast in a great big production.", 0),
+            ],
+        };
+        let sentences = label_sentences(&dataset, &lexicons, None).unwrap();
+        let got: Vec<(&str, &str, usize)> = sentences
+            .examples
+            .iter()
+            .map(|e| (e.id.as_str(), e.input.texts()[0], e.label))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "a",
+                    "But the acting was superb and great all the way through.",
+                    1
+                ),
+                ("b", "The acting was wooden from the first scene on.", 0),
+            ]
+        );
+        assert_eq!(sentences.labels.names(), ["negative", "positive"]);
+    }
 
     #[test]
     fn every_sentence_keeps_each_sentence_of_six_to_forty_words_with_its_label() {

@@ -218,6 +218,11 @@ pub struct TrainRecord {
     pub best_epoch: Option<usize>,
     pub backend: String,
     pub flipside_version: String,
+    /// The ids of the training examples (classifiers; none in records older than the field),
+    /// unique within `train_dataset`'s source: what a judge independent of this model must not
+    /// have been trained on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub train_ids: Vec<String>,
 }
 
 impl TrainRecord {
@@ -247,6 +252,7 @@ impl TrainRecord {
             best_epoch: None,
             backend: backend.to_string(),
             flipside_version: env!("CARGO_PKG_VERSION").to_string(),
+            train_ids: Vec::new(),
         }
     }
 
@@ -560,15 +566,18 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Resu
         model_config: classifier_config(&files, run.train, config)?,
         files: &files,
     };
-    let fresh = TrainRecord::new(
-        config,
-        run.encoder_dir,
-        &run.train.name,
-        fingerprint(run.train),
-        objective.model_config.labels.clone(),
-        run.train.len(),
-        std::any::type_name::<B>(),
-    );
+    let fresh = TrainRecord {
+        train_ids: run.train.examples.iter().map(|e| e.id.clone()).collect(),
+        ..TrainRecord::new(
+            config,
+            run.encoder_dir,
+            &run.train.name,
+            fingerprint(run.train),
+            objective.model_config.labels.clone(),
+            run.train.len(),
+            std::any::type_name::<B>(),
+        )
+    };
     run_training::<Autodiff<B>, _>(
         &objective,
         &compute.device,
@@ -710,7 +719,8 @@ fn same_run(a: &TrainRecord, b: &TrainRecord) -> bool {
         && a.total_steps == b.total_steps
 }
 
-fn read_record(dir: &Path) -> Result<Option<TrainRecord>> {
+/// The training record of the model in `dir`, if it has one.
+pub fn read_record(dir: &Path) -> Result<Option<TrainRecord>> {
     let path = dir.join(RECORD_FILE);
     match fs::read(&path) {
         Ok(bytes) => Ok(Some(

@@ -6,12 +6,12 @@
 //! trained on other data) judges the flips before and after that filter. Generation resumes:
 //! each method's records are kept under `--out`, with the CPU time spent on them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, bail, ensure};
 use clap::Args;
 use flipside_shared::data::Input;
 use flipside_shared::metrics::bleu::self_bleu;
@@ -26,6 +26,7 @@ use crate::cli::data::ReadArgs;
 use crate::cli::llm::LlmArgs;
 use crate::cli::values::method_parser;
 use crate::compute::{DeviceChoice, process_cpu_seconds};
+use crate::data::Builtin;
 use crate::editing::evaluate::predictions_under;
 use crate::editing::items::{Selection, Unit, select_items};
 use crate::editing::keywords::Lexicons;
@@ -40,10 +41,11 @@ use crate::model_dirs::{resolve_model_dir, write_atomic};
 use crate::pipeline::Item;
 use crate::pipeline::batch::{BatchRun, generate};
 use crate::pipeline::store::{failures_path, read_repairing};
+use crate::training::classifier::read_record;
 use crate::with_backend;
 
-/// The independent judge: MiniLM fine-tuned on 2,000 IMDb training reviews (`flipside
-/// classifier compare --train-size 2000`), none of them an item or the default filter's data.
+/// The independent judge: MiniLM fine-tuned on 2,000 IMDb training reviews, none of them an item
+/// or one of the default filter's (`flipside classifier train --skip 400 --limit 2000`).
 pub const DEFAULT_JUDGE: &str = "imdb-2000";
 /// The bench's test sets: IMDb test reviews (each one's sentence that carries its label),
 /// Rotten Tomatoes test sentences, and Yelp and Amazon review sentences (outside the movie
@@ -177,6 +179,7 @@ pub fn bench_cf(home: &Home, args: CfBenchArgs) -> Result<()> {
         args.data.clone()
     };
     let items = bench_items(home, &args, &sets, &lexicons)?;
+    check_judge_is_independent(home, &args, &sets, &items)?;
     write_atomic(
         &out.join("items.jsonl"),
         items
@@ -255,6 +258,89 @@ fn bench_items(
         }));
     }
     Ok(items)
+}
+
+/// Refuses a judge that shares training examples with the filter or with the items, from the
+/// ids the classifiers' training records keep. Only built-in data is compared (its ids name
+/// the dataset: `imdb-12`, `rt-7`); a file's ids are its own. Warns where a record predates
+/// the ids.
+fn check_judge_is_independent(
+    home: &Home,
+    args: &CfBenchArgs,
+    sets: &[String],
+    items: &[Item],
+) -> Result<()> {
+    let (Ok(judge), Ok(filter)) = (
+        resolve_model_dir(home, &args.judge),
+        resolve_model_dir(home, &args.classifier),
+    ) else {
+        return Ok(()); // Generation or scoring says what is missing.
+    };
+    if judge == filter {
+        bail!(
+            "the judge and the filter are the same classifier ({}): pass another --judge",
+            judge.display()
+        );
+    }
+    // The built-in examples a classifier was trained on; None when its record has no ids.
+    let trained_on = |dir: &Path| -> Result<Option<BTreeSet<String>>> {
+        Ok(read_record(dir)?
+            .filter(|record| !record.train_ids.is_empty())
+            .map(|record| match is_builtin(&record.train_dataset) {
+                true => record.train_ids.into_iter().collect(),
+                false => BTreeSet::new(),
+            }))
+    };
+    let Some(judge_ids) = trained_on(&judge)? else {
+        eprintln!(
+            "warning: cannot check that the judge {} is independent: its training record \
+             predates training ids (retrain it)",
+            args.judge
+        );
+        return Ok(());
+    };
+    let shared_items = items
+        .iter()
+        .filter(|item| {
+            sets.iter().any(|set| {
+                is_builtin(set)
+                    && item
+                        .id
+                        .strip_prefix(&format!("{set}/"))
+                        .is_some_and(|id| judge_ids.contains(id))
+            })
+        })
+        .count();
+    ensure!(
+        shared_items == 0,
+        "the judge {} was trained on {shared_items} of the items: it cannot judge them",
+        args.judge
+    );
+    match trained_on(&filter)? {
+        Some(filter_ids) => {
+            let shared = filter_ids.intersection(&judge_ids).count();
+            ensure!(
+                shared == 0,
+                "the judge {} was trained on {shared} of the examples the filter {} was trained \
+                 on, so it is not independent of it: train the filter on other data (`flipside \
+                 classifier train --skip N` leaves out a `--limit N` model's examples)",
+                args.judge,
+                args.classifier
+            );
+        }
+        None => eprintln!(
+            "warning: cannot check that the judge {} is independent of the filter {}: the \
+             filter's training record predates training ids (retrain it)",
+            args.judge, args.classifier
+        ),
+    }
+    Ok(())
+}
+
+/// Whether a dataset named by its spec, or a split or sample of it (`imdb:train:sample400`),
+/// is built in.
+fn is_builtin(dataset: &str) -> bool {
+    Builtin::parse(dataset.split(':').next().unwrap_or(dataset)).is_some()
 }
 
 /// Runs (or resumes) each method on the items; returns the methods that could not run, and why.
@@ -364,8 +450,9 @@ fn score(
 ) -> Result<CfBenchReport> {
     let judge = resolve_model_dir(home, &args.judge).with_context(|| {
         format!(
-            "no independent judge {:?}: train one with `flipside classifier compare \
-             --train-size 2000`, or pass --judge",
+            "no independent judge {:?}: train one with `flipside classifier train --data \
+             imdb:train --skip 400 --limit 2000 --epochs 1 --max-len 128 --out \
+             HOME/models/imdb-2000` (none of imdb-400's reviews), or pass --judge",
             args.judge
         )
     })?;
