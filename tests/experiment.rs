@@ -312,6 +312,13 @@ fn experiments_fail_before_training_on_bad_inputs() {
         "not a condition",
     );
     fails_with(
+        text.replace(
+            "in_domain_like = \"core\"",
+            "in_domain_like = \"core\"\nbalance_labels = true",
+        ),
+        "says which records to add",
+    );
+    fails_with(
         text.replacen(
             "[[tests]]",
             "[[conditions]]\nname = \"second control\"\nin_domain_like = \"core\"\n\n[[tests]]",
@@ -417,6 +424,28 @@ fn experiments_fail_before_training_on_bad_inputs() {
     assert_eq!(conditions[1]["train_examples"], 45, "{result}");
     assert!(stdout.contains("recall negative"), "{stdout}");
     fails_with_shares(&dir.path().join("bad-shares.toml"), &text);
+
+    // Balanced: as many counterfactuals of each target label, and a control of that size.
+    let balanced = text.replace("seeds = [1, 2, 3]", "seeds = [1]").replace(
+        "augment = [\"core.jsonl\"]\n\n",
+        "augment = [\"core.jsonl\"]\nbalance_labels = true\n\n",
+    );
+    let path = dir.path().join("balanced.toml");
+    fs::write(&path, balanced).unwrap();
+    success(&mut experiment(&path, &dir.path().join("balanced")));
+    let result: serde_json::Value =
+        serde_json::from_slice(&fs::read(dir.path().join("balanced/results.json")).unwrap())
+            .unwrap();
+    let conditions = result["conditions"].as_array().unwrap();
+    let counts = |c: &serde_json::Value| -> Vec<u64> {
+        let counts = c["label_counts"].as_array().unwrap();
+        counts.iter().map(|n| n.as_u64().unwrap()).collect()
+    };
+    let (base, core) = (counts(&conditions[0]), counts(&conditions[1]));
+    let added = [core[0] - base[0], core[1] - base[1]];
+    assert!(added[0] == added[1] && added[0] > 0, "{result}");
+    assert_eq!(conditions[1]["added"], added[0] * 2, "{result}");
+    assert_eq!(conditions[3]["added"], conditions[1]["added"], "{result}");
 }
 
 /// `label_shares` that do not sum to 1, or without a `limit`, fail before training.

@@ -172,6 +172,15 @@ impl Dataset {
         self.sample_quota(none, quota, seed, &format!("sample{n}-skewed"))
     }
 
+    /// As many examples of each label as the rarest label has, chosen by a seeded hash of their
+    /// ids.
+    pub fn balanced(&self, seed: u64) -> Dataset {
+        let counts = self.label_counts();
+        let fewest = counts.iter().copied().min().unwrap_or(0);
+        let none = vec![0; counts.len()];
+        self.sample_quota(none, vec![fewest; counts.len()], seed, "balanced")
+    }
+
     /// How many of `n` examples each label gets in proportion to its share of the dataset.
     fn stratified_quota(&self, n: usize) -> Vec<usize> {
         let total = self.len().max(1);
@@ -361,6 +370,18 @@ mod tests {
             ids(&first).union(&ids(&second)).cloned().collect();
         assert_eq!(both, ids(&data.sample(400, 3)));
         assert_eq!(data.sample_after(0, 100, 3).examples, first.examples);
+    }
+
+    #[test]
+    fn balanced_keeps_as_many_of_each_label_as_the_rarest_has() {
+        let mut data = toy(100);
+        data.examples
+            .retain(|e| e.label == 1 || e.id.as_str() < "ex3"); // ex0, ex2, ex10..ex28: 12
+        let balanced = data.balanced(5);
+        assert_eq!(data.label_counts(), vec![12, 50]);
+        assert_eq!(balanced.label_counts(), vec![12, 12]);
+        assert_eq!(balanced.examples, data.balanced(5).examples);
+        assert_ne!(balanced.examples, data.balanced(6).examples);
     }
 
     #[test]

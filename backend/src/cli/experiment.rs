@@ -181,21 +181,14 @@ fn config(home: &Home, args: &ExperimentArgs) -> Result<ExperimentConfig> {
             name: name.clone(),
             augment: vec![resolve_path(&file.display().to_string(), &cwd, home)],
             only_flipped: args.only_flipped,
-            in_domain_like: None,
-            any_original: false,
-            max_added: None,
-            in_domain_from: None,
+            ..ConditionConfig::baseline()
         });
     }
     if let Some(like) = &args.in_domain_control {
         config.conditions.push(ConditionConfig {
             name: format!("in-domain control ({like})"),
-            augment: Vec::new(),
-            only_flipped: false,
             in_domain_like: Some(like.clone()),
-            any_original: false,
-            max_added: None,
-            in_domain_from: None,
+            ..ConditionConfig::baseline()
         });
     }
     if !args.test.is_empty() {

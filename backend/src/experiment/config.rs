@@ -236,6 +236,11 @@ pub struct ConditionConfig {
     /// for every generator compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_added: Option<usize>,
+    /// Keep as many counterfactuals of each target label as there are of the rarest (a draw
+    /// seeded by the base set's seed), so that they do not shift the labels' shares: an editor
+    /// that flips one direction more often than the other otherwise teaches that label.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub balance_labels: bool,
 }
 
 impl ConditionConfig {
@@ -249,6 +254,7 @@ impl ConditionConfig {
             in_domain_from: None,
             any_original: false,
             max_added: None,
+            balance_labels: false,
         }
     }
 }
@@ -381,12 +387,12 @@ impl ExperimentConfig {
                     ),
                 }
             }
-            if (condition.any_original || condition.max_added.is_some())
+            if (condition.any_original || condition.max_added.is_some() || condition.balance_labels)
                 && condition.augment.is_empty()
             {
                 bail!(
-                    "condition {:?} says which records to add (`any_original`, `max_added`) but \
-                     adds no file",
+                    "condition {:?} says which records to add (`any_original`, `max_added`, \
+                     `balance_labels`) but adds no file",
                     condition.name
                 );
             }

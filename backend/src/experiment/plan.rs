@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use flipside_shared::data::{Dataset, Example, Input, LabelVocab, stable_hash};
 use flipside_shared::records::{Counterfactual, FailedAttempt};
 use serde::{Deserialize, Serialize};
@@ -137,6 +137,22 @@ pub fn plan(home: &Home, config: ExperimentConfig) -> Result<Plan> {
             )?;
             input.sha256 = Some(file_sha256(file)?);
             inputs.push(input);
+        }
+        if condition.balance_labels {
+            let all = added.len();
+            added = Dataset {
+                name: condition.name.clone(),
+                labels: base.labels.clone(),
+                examples: added,
+            }
+            .balanced(config.base.seed)
+            .examples;
+            ensure!(
+                !added.is_empty(),
+                "condition {:?}: balancing its {all} counterfactuals leaves none, for a target \
+                 label has none",
+                condition.name
+            );
         }
         conditions.push((condition, added));
     }
