@@ -679,4 +679,22 @@ fn bench_cf_scores_every_method_on_the_same_items_and_resumes() {
         error.contains("was trained on 8 of the examples the filter"),
         "{error}"
     );
+    // A record from before ids were kept cannot be checked (a warning); training the same model
+    // again only adds its ids back.
+    let record_path = filter.join("training.json");
+    let mut record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    let ids = record.as_object_mut().unwrap().remove("train_ids").unwrap();
+    assert_eq!(ids.as_array().unwrap().len(), 8);
+    std::fs::write(&record_path, record.to_string()).unwrap();
+    let unchecked = bench_with(&filter, &overlapping)
+        .arg("--score-only")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&unchecked.stderr);
+    assert!(unchecked.status.success(), "{stderr}");
+    assert!(stderr.contains("predates training ids"), "{stderr}");
+    imdb_classifier("filter", &["--limit", "8"]);
+    let record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    assert_eq!(record["train_ids"], ids);
+    failure(bench_with(&filter, &overlapping).arg("--score-only"));
 }

@@ -46,16 +46,13 @@ pub struct TrainArgs {
     /// sentence: of reviews, before each is cut to its sentence)
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
-    /// Leave out the examples a model trained with `--limit N` and the same --seed saw, and
-    /// draw from the rest: a classifier disjoint from that one, e.g. a filter for the judge
-    /// `--limit 2000`
+    /// Leave out the examples a model trained with `--limit N` (the same --data, --seed and
+    /// reading options) saw, and draw from the rest: e.g. `--skip 400 --limit 2000`, a judge
+    /// independent of a `--limit 400` filter
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub skip: usize,
-    /// What each example is: the whole text, or from each review (labelled negative/positive)
-    /// the one sentence of 6 to 40 words whose opinion words lean furthest toward its label,
-    /// for a sentence classifier from review-level labels
-    #[arg(long, value_enum, default_value_t)]
-    pub unit: Unit,
+    #[command(flatten)]
+    pub unit: UnitArgs,
     /// Evaluate on these datasets after training, whole texts whatever --unit says
     /// (repeatable), e.g. --eval imdb:dev
     #[arg(long, value_name = "DATASET")]
@@ -166,14 +163,12 @@ pub struct EvalArgs {
     /// Datasets to evaluate on (repeatable)
     #[arg(long, required = true, value_name = "DATASET")]
     pub data: Vec<String>,
-    /// Evaluate on a seeded, label-stratified subset of this many examples
+    /// Evaluate on a seeded, label-stratified subset of this many examples (with --unit
+    /// sentence: of reviews, before each is cut to its sentence)
     #[arg(long, value_name = "N")]
     pub limit: Option<usize>,
-    /// What each example is: the whole text, or from each review (labelled negative/positive)
-    /// the one sentence of 6 to 40 words whose opinion words lean furthest toward its label,
-    /// for a sentence classifier from review-level labels
-    #[arg(long, value_enum, default_value_t)]
-    pub unit: Unit,
+    #[command(flatten)]
+    pub unit: UnitArgs,
     #[arg(long, default_value_t = 32)]
     pub batch_size: usize,
     #[command(flatten)]
@@ -289,10 +284,25 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
         (0, limit) => all.limited(limit, seed),
         (skip, limit) => {
             let rest = all.len().saturating_sub(skip);
-            all.sample_after(skip, limit.unwrap_or(rest), seed)
+            let drawn = all.sample_after(skip, limit.unwrap_or(rest), seed);
+            if drawn.is_empty() {
+                bail!(
+                    "--skip {skip} leaves nothing of the {} examples of {}",
+                    all.len(),
+                    args.data
+                );
+            }
+            if limit.is_some_and(|limit| drawn.len() + 1 < limit) {
+                tracing::warn!(
+                    "--skip {skip} leaves {} examples for --limit {}",
+                    drawn.len(),
+                    limit.unwrap_or_default()
+                );
+            }
+            drawn
         }
     };
-    let data = to_unit(home, drawn, args.unit)?;
+    let data = args.unit.apply(home, drawn)?;
     let out = args.out.clone().unwrap_or_else(|| {
         let name: String = args
             .data
@@ -344,11 +354,23 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
-/// `dataset`, each example reduced to its label's sentence with [`Unit::Sentence`].
-fn to_unit(home: &Home, dataset: Dataset, unit: Unit) -> Result<Dataset> {
-    match unit {
-        Unit::Text => Ok(dataset),
-        Unit::Sentence => label_sentences(&dataset, &Lexicons::load(home)?, None),
+/// `--unit`: whole texts, or each review's label-carrying sentence.
+#[derive(Debug, Args)]
+pub struct UnitArgs {
+    /// What each example is: the whole text, or from each review (labelled negative/positive)
+    /// the one sentence of 6 to 40 words whose opinion words lean furthest toward its label,
+    /// for a sentence classifier from review-level labels
+    #[arg(long, value_enum, default_value_t)]
+    pub unit: Unit,
+}
+
+impl UnitArgs {
+    /// `dataset`, each example reduced to its label's sentence with [`Unit::Sentence`].
+    fn apply(&self, home: &Home, dataset: Dataset) -> Result<Dataset> {
+        match self.unit {
+            Unit::Text => Ok(dataset),
+            Unit::Sentence => label_sentences(&dataset, &Lexicons::load(home)?, None),
+        }
     }
 }
 
@@ -361,7 +383,9 @@ fn print_evaluation(result: &Evaluation) {
 
 fn eval(home: &Home, args: EvalArgs) -> Result<()> {
     for spec in &args.data {
-        let dataset = to_unit(home, args.read.load(home, spec)?, args.unit)?.limited(args.limit, 0);
+        let dataset = args
+            .unit
+            .apply(home, args.read.load(home, spec)?.limited(args.limit, 0))?;
         let result = with_backend!(
             args.device,
             evaluate_dir(

@@ -74,6 +74,15 @@ pub fn label_sentences(
     lexicons: &Lexicons,
     max_words: Option<usize>,
 ) -> Result<Dataset> {
+    let names = dataset.labels.names();
+    if names != ["negative", "positive"] {
+        bail!(
+            "a review's label-carrying sentence needs sentiment data labelled negative/positive; \
+             {} has {}",
+            dataset.name,
+            names.join(", ")
+        );
+    }
     let selection = Selection {
         target: "flip".into(),
         limit: None,
@@ -81,7 +90,6 @@ pub fn label_sentences(
         unit: Unit::Sentence,
         seed: 0,
     };
-    let names = dataset.labels.names();
     let mut examples: Vec<Example> = select_examples(dataset, &selection, lexicons)?
         .into_iter()
         .map(|item| Example {

@@ -237,8 +237,9 @@ pub struct ConditionConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_added: Option<usize>,
     /// Keep as many counterfactuals of each target label as there are of the rarest (a draw
-    /// seeded by the base set's seed), so that they do not shift the labels' shares: an editor
-    /// that flips one direction more often than the other otherwise teaches that label.
+    /// seeded by the base set's seed, after `max_added`), so that they do not shift the labels'
+    /// shares: an editor that flips one direction more often than the other otherwise teaches
+    /// that label.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub balance_labels: bool,
 }

@@ -387,7 +387,7 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
                 "resuming from {}",
                 state_dir.display()
             );
-            (model, saved)
+            (model, with_train_ids(saved, &fresh))
         }
         None => {
             B::seed(device, config.seed);
@@ -510,7 +510,23 @@ pub fn finished_run(
         "{} already holds this model; delete it to train again",
         out.display()
     );
+    if done.train_ids.is_empty() && !fresh.train_ids.is_empty() {
+        let done = with_train_ids(done, fresh);
+        write_atomic(&out.join(RECORD_FILE), &serde_json::to_vec_pretty(&done)?)?;
+        return Ok(Some(done));
+    }
     Ok(Some(done))
+}
+
+/// A record saved before records kept their training ids, given the ids of the same run.
+fn with_train_ids(saved: TrainRecord, fresh: &TrainRecord) -> TrainRecord {
+    match saved.train_ids.is_empty() {
+        true => TrainRecord {
+            train_ids: fresh.train_ids.clone(),
+            ..saved
+        },
+        false => saved,
+    }
 }
 
 /// Writes the record of a finished run into `out` and removes its checkpoints.

@@ -276,27 +276,37 @@ fn check_judge_is_independent(
     ) else {
         return Ok(()); // Generation or scoring says what is missing.
     };
-    if judge == filter {
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    if same(&judge, &filter) {
         bail!(
             "the judge and the filter are the same classifier ({}): pass another --judge",
             judge.display()
         );
     }
-    // The built-in examples a classifier was trained on; None when its record has no ids.
-    let trained_on = |dir: &Path| -> Result<Option<BTreeSet<String>>> {
-        Ok(read_record(dir)?
-            .filter(|record| !record.train_ids.is_empty())
-            .map(|record| match is_builtin(&record.train_dataset) {
-                true => record.train_ids.into_iter().collect(),
-                false => BTreeSet::new(),
-            }))
-    };
-    let Some(judge_ids) = trained_on(&judge)? else {
+    // The built-in examples a classifier was trained on; None (and a warning) when its record
+    // does not say.
+    let trained_on = |dir: &Path, role: &str, name: &str| -> Result<Option<BTreeSet<String>>> {
+        let record = read_record(dir)?;
+        let why = match &record {
+            None => "it has no training record",
+            Some(record) if record.train_ids.is_empty() => {
+                "its training record predates training ids (train it again: the same command \
+                 adds them)"
+            }
+            Some(record) if !is_builtin(&record.train_dataset) => {
+                "it was trained on a file, whose ids are its own"
+            }
+            Some(record) => return Ok(Some(record.train_ids.iter().cloned().collect())),
+        };
         eprintln!(
-            "warning: cannot check that the judge {} is independent: its training record \
-             predates training ids (retrain it)",
-            args.judge
+            "warning: cannot check that the {role} {name} shares no example with the others: {why}"
         );
+        Ok(None)
+    };
+    let Some(judge_ids) = trained_on(&judge, "judge", &args.judge)? else {
         return Ok(());
     };
     let shared_items = items
@@ -316,31 +326,24 @@ fn check_judge_is_independent(
         "the judge {} was trained on {shared_items} of the items: it cannot judge them",
         args.judge
     );
-    match trained_on(&filter)? {
-        Some(filter_ids) => {
-            let shared = filter_ids.intersection(&judge_ids).count();
-            ensure!(
-                shared == 0,
-                "the judge {} was trained on {shared} of the examples the filter {} was trained \
-                 on, so it is not independent of it: train the filter on other data (`flipside \
-                 classifier train --skip N` leaves out a `--limit N` model's examples)",
-                args.judge,
-                args.classifier
-            );
-        }
-        None => eprintln!(
-            "warning: cannot check that the judge {} is independent of the filter {}: the \
-             filter's training record predates training ids (retrain it)",
-            args.judge, args.classifier
-        ),
+    if let Some(filter_ids) = trained_on(&filter, "filter", &args.classifier)? {
+        let shared = filter_ids.intersection(&judge_ids).count();
+        ensure!(
+            shared == 0,
+            "the judge {} was trained on {shared} of the examples the filter {} was trained on, \
+             so it is not independent of it: train the judge on other data (`flipside classifier \
+             train --skip N` leaves out a `--limit N` model's examples)",
+            args.judge,
+            args.classifier
+        );
     }
     Ok(())
 }
 
-/// Whether a dataset named by its spec, or a split or sample of it (`imdb:train:sample400`),
-/// is built in.
+/// Whether a dataset named by its spec, or a split, sample or sentences of it
+/// (`imdb:train:sample400`, `imdb (sentences)`), is built in.
 fn is_builtin(dataset: &str) -> bool {
-    Builtin::parse(dataset.split(':').next().unwrap_or(dataset)).is_some()
+    Builtin::parse(dataset.split([':', ' ']).next().unwrap_or(dataset)).is_some()
 }
 
 /// Runs (or resumes) each method on the items; returns the methods that could not run, and why.
