@@ -376,12 +376,7 @@ fn experiments_fail_before_training_on_bad_inputs() {
              dataset = \"ood.tsv\"\ntext_column = \"review\"\nlabel_column = \"sentiment\"\n\
              labels = [\"negative\", \"positive\"]\n",
         );
-    let path = dir.path().join("originals.toml");
-    fs::write(&path, edited).unwrap();
-    success(&mut experiment(&path, &dir.path().join("originals")));
-    let result: serde_json::Value =
-        serde_json::from_slice(&fs::read(dir.path().join("originals/results.json")).unwrap())
-            .unwrap();
+    let (_, result) = run_variant(dir.path(), "originals", &edited);
     let sizes: Vec<u64> = result["conditions"]
         .as_array()
         .unwrap()
@@ -409,11 +404,7 @@ fn experiments_fail_before_training_on_bad_inputs() {
             "augment = [\"core.jsonl\"]\n\n",
             "augment = [\"core.jsonl\"]\nany_original = true\nmax_added = 5\n\n",
         );
-    let path = dir.path().join("skewed.toml");
-    fs::write(&path, skewed).unwrap();
-    let stdout = success(&mut experiment(&path, &dir.path().join("skewed")));
-    let result: serde_json::Value =
-        serde_json::from_slice(&fs::read(dir.path().join("skewed/results.json")).unwrap()).unwrap();
+    let (stdout, result) = run_variant(dir.path(), "skewed", &skewed);
     let conditions = &result["conditions"];
     assert_eq!(
         conditions[0]["label_counts"],
@@ -430,12 +421,7 @@ fn experiments_fail_before_training_on_bad_inputs() {
         "augment = [\"core.jsonl\"]\n\n",
         "augment = [\"core.jsonl\"]\nbalance_labels = true\n\n",
     );
-    let path = dir.path().join("balanced.toml");
-    fs::write(&path, balanced).unwrap();
-    success(&mut experiment(&path, &dir.path().join("balanced")));
-    let result: serde_json::Value =
-        serde_json::from_slice(&fs::read(dir.path().join("balanced/results.json")).unwrap())
-            .unwrap();
+    let (_, result) = run_variant(dir.path(), "balanced", &balanced);
     let conditions = result["conditions"].as_array().unwrap();
     let counts = |c: &serde_json::Value| -> Vec<u64> {
         let counts = c["label_counts"].as_array().unwrap();
@@ -446,6 +432,15 @@ fn experiments_fail_before_training_on_bad_inputs() {
     assert!(added[0] == added[1] && added[0] > 0, "{result}");
     assert_eq!(conditions[1]["added"], added[0] * 2, "{result}");
     assert_eq!(conditions[3]["added"], conditions[1]["added"], "{result}");
+}
+
+/// Writes `text` as DIR/NAME.toml and runs it into DIR/NAME: its stdout and results.json.
+fn run_variant(dir: &Path, name: &str, text: &str) -> (String, serde_json::Value) {
+    let path = dir.join(format!("{name}.toml"));
+    fs::write(&path, text).unwrap();
+    let stdout = success(&mut experiment(&path, &dir.join(name)));
+    let results = fs::read(dir.join(name).join("results.json")).unwrap();
+    (stdout, serde_json::from_slice(&results).unwrap())
 }
 
 /// `label_shares` that do not sum to 1, or without a `limit`, fail before training.

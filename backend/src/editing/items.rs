@@ -226,35 +226,36 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn label_sentences_keeps_each_reviews_sentence_that_carries_its_label() {
-        let set = |words: &[&str]| words.iter().map(|w| w.to_string()).collect();
-        let lexicons = Lexicons {
-            stopwords: set(&[]),
-            positive: set(&["superb", "great"]),
-            negative: set(&["dull", "wooden"]),
-            tagger: flipside_shared::pos::PosTagger::from_lexicon(""),
-        };
-        let review = |id: &str, text: &str, label| Example {
-            id: id.into(),
-            input: Input::Text { text: text.into() },
-            label,
-        };
-        let dataset = Dataset {
+    /// Reviews labelled negative (0) or positive (1).
+    fn reviews(examples: &[(&str, &str, usize)]) -> Dataset {
+        Dataset {
             name: "toy".into(),
             labels: LabelVocab::new(vec!["negative".into(), "positive".into()]),
-            examples: vec![
-                review(
-                    "a",
-                    "The plot was dull in places, I admit. But the acting was superb and great \
-                     all the way through.",
-                    1,
-                ),
-                review("b", "The acting was wooden from the first scene on.", 0),
-                // No sentence leans toward its label: left out.
-                review("c", "A superb cast in a great big production.", 0),
-            ],
-        };
+            examples: examples
+                .iter()
+                .map(|&(id, text, label)| Example {
+                    id: id.into(),
+                    input: Input::Text { text: text.into() },
+                    label,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn label_sentences_keeps_each_reviews_sentence_that_carries_its_label() {
+        let lexicons = Lexicons::of_opinions(&["superb", "great"], &["dull", "wooden"]);
+        let dataset = reviews(&[
+            (
+                "a",
+                "The plot was dull in places, I admit. But the acting was superb and great all \
+                 the way through.",
+                1,
+            ),
+            ("b", "The acting was wooden from the first scene on.", 0),
+            // No sentence leans toward its label: left out.
+            ("c", "A superb cast in a great big production.", 0),
+        ]);
         let sentences = label_sentences(&dataset, &lexicons, None).unwrap();
         let got: Vec<(&str, &str, usize)> = sentences
             .examples
@@ -277,24 +278,15 @@ mod tests {
 
     #[test]
     fn every_sentence_keeps_each_sentence_of_six_to_forty_words_with_its_label() {
-        let review = |id: &str, text: &str, label| Example {
-            id: id.into(),
-            input: Input::Text { text: text.into() },
-            label,
-        };
-        let dataset = Dataset {
-            name: "toy".into(),
-            labels: LabelVocab::new(vec!["negative".into(), "positive".into()]),
-            examples: vec![
-                review(
-                    "a",
-                    "The acting was superb from start to finish. Loved it! I would watch it \
-                     again with all of my friends.",
-                    1,
-                ),
-                review("b", "The plot made no sense at all to me.", 0),
-            ],
-        };
+        let dataset = reviews(&[
+            (
+                "a",
+                "The acting was superb from start to finish. Loved it! I would watch it again \
+                 with all of my friends.",
+                1,
+            ),
+            ("b", "The plot made no sense at all to me.", 0),
+        ]);
         let mut all = every_sentence(&dataset, None, None, 7);
         all.sort();
         let expected = [

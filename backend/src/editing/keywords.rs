@@ -145,6 +145,20 @@ pub fn labelled_sentence<'a>(
 }
 
 #[cfg(test)]
+impl Lexicons {
+    /// Word lists for tests: these opinion words, no stopwords, an empty POS lexicon.
+    pub fn of_opinions(positive: &[&str], negative: &[&str]) -> Self {
+        let set = |words: &[&str]| words.iter().map(|w| w.to_string()).collect();
+        Lexicons {
+            stopwords: HashSet::new(),
+            positive: set(positive),
+            negative: set(negative),
+            tagger: PosTagger::from_lexicon(""),
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

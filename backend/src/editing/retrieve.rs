@@ -180,19 +180,11 @@ impl<B: Backend> Retriever<B> {
 
 #[cfg(test)]
 mod tests {
-    use flipside_shared::pos::PosTagger;
-
     use super::*;
 
     #[test]
     fn helpers_leaning_toward_the_target_come_first() {
-        let set = |words: &[&str]| words.iter().map(|w| w.to_string()).collect();
-        let lexicons = Lexicons {
-            stopwords: set(&[]),
-            positive: set(&["lavish", "perfect"]),
-            negative: set(&["phony"]),
-            tagger: PosTagger::from_lexicon(""),
-        };
+        let lexicons = Lexicons::of_opinions(&["lavish", "perfect"], &["phony"]);
         let helpers = [
             "The sets look phony.",
             "The costumes are lavish.",
