@@ -260,6 +260,9 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
     let q = format!("/teams/{team}/queues/{queue}");
     assert_eq!(json_of(dan.get(&q), 200)["items"], written);
     let mut first_verdict = None;
+    // Both reviewers give each item the same verdict, rejecting and flagging items in turn (not
+    // by what the model wrote), so that agreement is measurable with two items or more.
+    let mut verdicts_by_item = HashMap::new();
     for reviewer in [&bob, &cleo] {
         while let Some(lease) = Some(json_of(
             reviewer.post(&format!("{q}/next"), &json!({})),
@@ -269,10 +272,11 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
         {
             let item = &lease["item"];
             assert!(item["counterfactual"].is_string() && item["provenance"].is_object());
-            let mut body = verdict(&lease, "accept");
-            if item["flipped"] == false {
-                body["verdict"] = json!("flag");
-            }
+            let seen = verdicts_by_item.len();
+            let choice = *verdicts_by_item
+                .entry(item["id"].to_string())
+                .or_insert(if seen % 2 == 0 { "reject" } else { "flag" });
+            let body = verdict(&lease, choice);
             let decided = reviewer.post(&format!("{q}/verdicts"), &body);
             json_of(decided, 200);
             first_verdict.get_or_insert((reviewer.clone(), body, item["id"].clone()));
