@@ -52,8 +52,7 @@ pub struct RetrievalArgs {
     #[arg(long, default_value = DEFAULT_RERANKER)]
     pub reranker: String,
     /// Keep helpers of any label (by default only sentences from reviews with the target
-    /// label, when the corpus knows labels, those whose opinion words lean toward a
-    /// positive or negative target first)
+    /// label, when the corpus knows labels)
     #[arg(long)]
     pub any_label: bool,
 }

@@ -31,23 +31,8 @@ pub struct RetrievalSetup {
     pub per_query: usize,
     /// Queries (polarity-bearing sentences) per item.
     pub max_queries: usize,
-    /// Keep only sentences whose review has the target label (when the corpus has labels), and
-    /// for a positive or negative target put those whose opinion words lean toward it first.
+    /// Keep only sentences whose review has the target label (when the corpus has labels).
     pub target_label_only: bool,
-}
-
-/// Orders helpers for a positive or negative target (others are left alone): those whose
-/// opinion words lean toward it first, those leaning away last, in their order within each. A
-/// review's label is not each of its sentences' ("The sets look phony." from a positive review).
-fn lean_toward<T>(helpers: &mut [T], text: impl Fn(&T) -> &str, target: &str, lexicons: &Lexicons) {
-    let sign = match target {
-        "positive" => 1,
-        "negative" => -1,
-        _ => return,
-    };
-    helpers.sort_by_key(|helper| {
-        std::cmp::Reverse((sign * lexicons.sentiment(text(helper))).signum())
-    });
 }
 
 /// A loaded retriever, whatever backend its encoders run on.
@@ -155,14 +140,6 @@ impl<B: Backend> Retriever<B> {
             if let (Some(reranker), Some((_, k))) = (&self.reranker, &setup.reranker) {
                 usable = reranker.rerank(input, usable, *k)?;
             }
-            if setup.target_label_only {
-                lean_toward(
-                    &mut usable,
-                    |hit| &hit.sentence.text,
-                    &item.target,
-                    &self.lexicons,
-                );
-            }
             retrieval
                 .excerpts
                 .extend(usable.into_iter().take(setup.per_query).map(|hit| Excerpt {
@@ -175,35 +152,5 @@ impl<B: Backend> Retriever<B> {
                 }));
         }
         Ok(retrieval)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn helpers_leaning_toward_the_target_come_first() {
-        let lexicons = Lexicons::of_opinions(&["lavish", "perfect"], &["phony"]);
-        let helpers = [
-            "The sets look phony.",
-            "The costumes are lavish.",
-            "The sets were built in a desert.",
-            "The production value was perfect.",
-        ];
-        let ordered = |target: &str| {
-            let mut helpers = helpers.to_vec();
-            lean_toward(&mut helpers, |h| h, target, &lexicons);
-            helpers
-        };
-        assert_eq!(
-            ordered("positive"),
-            [helpers[1], helpers[3], helpers[2], helpers[0]]
-        );
-        assert_eq!(
-            ordered("negative"),
-            [helpers[0], helpers[2], helpers[1], helpers[3]]
-        );
-        assert_eq!(ordered("entailment"), helpers);
     }
 }
