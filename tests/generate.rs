@@ -694,7 +694,15 @@ fn bench_cf_scores_every_method_on_the_same_items_and_resumes() {
     assert!(unchecked.status.success(), "{stderr}");
     assert!(stderr.contains("predates training ids"), "{stderr}");
     imdb_classifier("filter", &["--limit", "8"]);
-    let record: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
-    assert_eq!(record["train_ids"], ids);
-    failure(bench_with(&filter, &overlapping).arg("--score-only"));
+    let again: Value = serde_json::from_slice(&std::fs::read(&record_path).unwrap()).unwrap();
+    assert_eq!(again["train_ids"], ids);
+    assert_eq!(
+        again["train_seconds"], record["train_seconds"],
+        "trained again"
+    );
+    let error = failure(bench_with(&filter, &overlapping).arg("--score-only"));
+    assert!(
+        error.contains("was trained on 8 of the examples the filter"),
+        "{error}"
+    );
 }

@@ -134,7 +134,9 @@ test('an admin invites a teammate and both review a job by keyboard; an author w
     assert.ok(decided.ada.length >= 1);
     assert.deepEqual([...decided.ada].sort(), [...decided.bob].sort(),
       'with two people per item, both decide every item');
-    await ada.page.reload();
+    // Ready is when the stats show, within LONG: under a loaded CI machine the page's load
+    // event alone has taken more than Playwright's 30 s.
+    await ada.page.reload({ waitUntil: 'commit' });
     await ada.page.getByTestId('review-stats').filter({ hasText: `${decided.ada.length} of ${decided.ada.length} decided` })
       .waitFor({ timeout: LONG });
     await screenshot(ada.page, join(SHOTS, 'portal-finished.png'));

@@ -292,11 +292,13 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
                     args.data
                 );
             }
-            if limit.is_some_and(|limit| drawn.len() + 1 < limit) {
+            // Each label's share is rounded, so one example fewer than --limit is expected.
+            if let Some(limit) = limit
+                && drawn.len() + 1 < limit
+            {
                 tracing::warn!(
-                    "--skip {skip} leaves {} examples for --limit {}",
-                    drawn.len(),
-                    limit.unwrap_or_default()
+                    "--skip {skip} leaves {} examples for --limit {limit}",
+                    drawn.len()
                 );
             }
             drawn

@@ -510,10 +510,10 @@ pub fn finished_run(
         "{} already holds this model; delete it to train again",
         out.display()
     );
-    if done.train_ids.is_empty() && !fresh.train_ids.is_empty() {
-        let done = with_train_ids(done, fresh);
+    let lacked_ids = done.train_ids.is_empty() && !fresh.train_ids.is_empty();
+    let done = with_train_ids(done, fresh);
+    if lacked_ids {
         write_atomic(&out.join(RECORD_FILE), &serde_json::to_vec_pretty(&done)?)?;
-        return Ok(Some(done));
     }
     Ok(Some(done))
 }

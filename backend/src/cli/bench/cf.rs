@@ -262,8 +262,9 @@ fn bench_items(
 
 /// Refuses a judge that shares training examples with the filter or with the items, from the
 /// ids the classifiers' training records keep. Only built-in data is compared (its ids name
-/// the dataset: `imdb-12`, `rt-7`); a file's ids are its own. Warns where a record predates
-/// the ids.
+/// the dataset: `imdb-12`, `rt-7`); a file's ids are its own. Warns, and checks nothing more,
+/// where it cannot tell: a classifier without a training record, one whose record predates the
+/// ids, or one trained on a file.
 fn check_judge_is_independent(
     home: &Home,
     args: &CfBenchArgs,
@@ -343,7 +344,8 @@ fn check_judge_is_independent(
 /// Whether a dataset named by its spec, or a split, sample or sentences of it
 /// (`imdb:train:sample400`, `imdb (sentences)`), is built in.
 fn is_builtin(dataset: &str) -> bool {
-    Builtin::parse(dataset.split([':', ' ']).next().unwrap_or(dataset)).is_some()
+    let spec = dataset.strip_suffix(" (sentences)").unwrap_or(dataset);
+    Builtin::parse(spec.split(':').next().unwrap_or(spec)).is_some()
 }
 
 /// Runs (or resumes) each method on the items; returns the methods that could not run, and why.
@@ -687,4 +689,24 @@ fn markdown(report: &CfBenchReport) -> String {
         );
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn built_in_names_are_told_from_files() {
+        for name in [
+            "imdb",
+            "imdb:train:sample400",
+            "imdb (sentences)",
+            "rotten-tomatoes:test",
+        ] {
+            assert!(is_builtin(name), "{name}");
+        }
+        for name in ["toy", "imdb extra", "reviews.csv:train", "imdbx:train"] {
+            assert!(!is_builtin(name), "{name}");
+        }
+    }
 }
