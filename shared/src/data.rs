@@ -144,32 +144,26 @@ impl Dataset {
     /// A label-stratified subset of about `n` examples chosen by a seeded hash of their ids,
     /// in a seeded random order. Returns everything (shuffled) when `n >= len`.
     pub fn sample(&self, n: usize, seed: u64) -> Dataset {
-        let none = vec![0; self.labels.len()];
-        self.sample_quota(none, self.stratified_quota(n), seed, &format!("sample{n}"))
+        self.sample_quota(&[], &self.stratified_quota(n), seed, &format!("sample{n}"))
     }
 
     /// As [`Self::sample`], leaving out the examples `sample(skip, seed)` picks: a second subset
     /// of about `n` examples, disjoint from a first one drawn with the same seed.
     pub fn sample_after(&self, skip: usize, n: usize, seed: u64) -> Dataset {
         let part = format!("sample{n}-after{skip}");
-        self.sample_quota(
-            self.stratified_quota(skip),
-            self.stratified_quota(n),
-            seed,
-            &part,
-        )
+        let skipped = self.stratified_quota(skip);
+        self.sample_quota(&skipped, &self.stratified_quota(n), seed, &part)
     }
 
     /// As [`Self::sample`], with `shares[label]` of the `n` examples of each label (all of a
     /// label's examples when it has fewer): a skewed subset, such as a positive-heavy training
     /// set.
     pub fn sample_shares(&self, n: usize, seed: u64, shares: &[f64]) -> Dataset {
-        let quota = shares
+        let quota: Vec<usize> = shares
             .iter()
             .map(|share| (share * n as f64).round() as usize)
             .collect();
-        let none = vec![0; self.labels.len()];
-        self.sample_quota(none, quota, seed, &format!("sample{n}-skewed"))
+        self.sample_quota(&[], &quota, seed, &format!("sample{n}-skewed"))
     }
 
     /// As many examples of each label as the rarest label has, chosen by a seeded hash of their
@@ -177,8 +171,7 @@ impl Dataset {
     pub fn balanced(&self, seed: u64) -> Dataset {
         let counts = self.label_counts();
         let fewest = counts.iter().copied().min().unwrap_or(0);
-        let none = vec![0; counts.len()];
-        self.sample_quota(none, vec![fewest; counts.len()], seed, "balanced")
+        self.sample_quota(&[], &vec![fewest; counts.len()], seed, "balanced")
     }
 
     /// How many of `n` examples each label gets in proportion to its share of the dataset.
@@ -191,8 +184,8 @@ impl Dataset {
     }
 
     /// Up to `quota[label]` examples of each label, the first by a seeded hash of their ids after
-    /// the first `skip[label]`.
-    fn sample_quota(&self, skip: Vec<usize>, quota: Vec<usize>, seed: u64, part: &str) -> Dataset {
+    /// the first `skip[label]` (none where `skip` has no entry).
+    fn sample_quota(&self, skip: &[usize], quota: &[usize], seed: u64, part: &str) -> Dataset {
         let mut ranked: Vec<(u64, &Example)> = self
             .examples
             .iter()
