@@ -15,14 +15,16 @@ pub mod position;
 use burn::module::{Module, Param};
 use burn::nn::Initializer;
 use burn::nn::{Dropout, DropoutConfig, Embedding, EmbeddingConfig, Linear, LinearConfig};
-use burn::tensor::activation::{relu, softmax};
+use burn::tensor::activation::relu;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
 use crate::ops::dropout::dropout;
-use crate::ops::gelu::gelu;
+use crate::ops::gelu::{GeluForm, gelu, gelu_of_form};
+use crate::ops::heads::{merge_heads, split_heads};
+use crate::ops::softmax::softmax_last;
 
 /// T5's renames between Hugging Face keys and the field names below (applied in order).
 pub const T5_KEYS: KeyMap = KeyMap {
@@ -119,11 +121,7 @@ impl Activation {
         match self {
             Self::Relu => relu(x),
             Self::Gelu => gelu(x),
-            Self::GeluTanh => {
-                let inner = (x.clone() + x.clone().powi_scalar(3) * 0.044715)
-                    * (2.0 / std::f64::consts::PI).sqrt();
-                x * (inner.tanh() + 1.0) * 0.5
-            }
+            Self::GeluTanh => gelu_of_form(x, GeluForm::Tanh),
         }
     }
 }
@@ -634,9 +632,7 @@ impl<B: Backend> T5Attention<B> {
     }
 
     fn heads(&self, x: Tensor<B, 3>) -> Tensor<B, 4> {
-        let [batch, seq, _] = x.dims();
-        x.reshape([batch, seq, self.num_heads, self.d_kv])
-            .swap_dims(1, 2)
+        split_heads(x, self.num_heads)
     }
 
     fn forward(
@@ -645,7 +641,6 @@ impl<B: Backend> T5Attention<B> {
         bias: &Tensor<B, 4>,
         keys: KeySource<B>,
     ) -> Tensor<B, 3> {
-        let [batch, seq, _] = hidden.dims();
         let query = self.heads(self.q.forward(hidden.clone()));
         let project = |x: &Tensor<B, 3>| {
             (
@@ -673,13 +668,8 @@ impl<B: Backend> T5Attention<B> {
             }
         };
         let scores = query.matmul(key.transpose()) + bias.clone();
-        let probs = dropout(&self.dropout, softmax(scores, 3));
-        let context =
-            probs
-                .matmul(value)
-                .swap_dims(1, 2)
-                .reshape([batch, seq, self.num_heads * self.d_kv]);
-        self.o.forward(context)
+        let probs = dropout(&self.dropout, softmax_last(scores));
+        self.o.forward(merge_heads(probs.matmul(value)))
     }
 }
 
@@ -733,7 +723,7 @@ pub struct T5LayerNorm<B: Backend> {
 
 impl<B: Backend> T5LayerNorm<B> {
     fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
-        let variance = x.clone().powi_scalar(2).mean_dim(2);
+        let variance = (x.clone() * x.clone()).mean_dim(2);
         let [width] = self.weight.dims();
         x * (variance + self.epsilon).sqrt().recip() * self.weight.val().reshape([1, 1, width])
     }
