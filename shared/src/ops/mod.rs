@@ -1,10 +1,10 @@
 //! Hand-written kernels and fused operations the models stand on: int8 and bf16 matrix
 //! products per instruction set (AMX, AVX-512, AVX2, and WebAssembly's SIMD128 and relaxed
 //! SIMD), BERT's linear layers and attention products on burn's CPU backend as ops of ours with
-//! their gradients (`cpu_products`), GELU, softmax, LayerNorm, dropout and the attention heads'
-//! reshapes as loops (and, for training, autodiff ops with one-pass gradients), and the
-//! fixed-order f32 steps that make the page's numbers native's (`portable`). The architectures
-//! that use them are in [`crate::models`].
+//! their gradients (`cpu_products`), GELU, softmax, LayerNorm, dropout, the attention heads'
+//! reshapes and the token loss over a vocabulary as loops (and, for training, autodiff ops with
+//! one-pass gradients), and the fixed-order f32 steps that make the page's numbers native's
+//! (`portable`). The architectures that use them are in [`crate::models`].
 
 #[cfg(target_arch = "x86_64")]
 pub mod amx;
@@ -20,6 +20,8 @@ pub mod int8;
 pub mod layer_norm;
 pub mod portable;
 pub mod softmax;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod token_nll;
 
 /// `value` as `U`, which it is: the fast paths on burn's CPU backend match a generic backend's
 /// tensors by downcasting, and hand their results back through this.
