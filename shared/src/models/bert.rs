@@ -20,6 +20,7 @@ use crate::ops::heads::{merge_heads, split_heads};
 use crate::ops::int8::{Int8Copy, Kernel};
 use crate::ops::layer_norm::layer_norm;
 use crate::ops::portable;
+use crate::ops::products::{batched_matmul, per_token_or};
 use crate::ops::softmax::masked_softmax_last;
 
 /// BERT's renames between Hugging Face keys and the field names below.
@@ -414,35 +415,13 @@ impl<B: Backend> BertSelfAttention<B> {
     }
 }
 
-/// `a · b` over batches of matrices: on burn's CPU backend by our op
-/// ([`crate::ops::cpu_products::batched`]: f32, or bf16 while training in bf16), else burn's `matmul`.
-fn batched_matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
-    #[cfg(not(target_arch = "wasm32"))]
-    let (a, b) = match crate::ops::cpu_products::batched::forward(a, b) {
-        Ok(product) => return product,
-        Err(operands) => operands,
-    };
-    a.matmul(b)
-}
-
-/// `linear` applied to every token of `[batch, seq, width]` as one `[batch·seq, width]` matrix
-/// product: burn's `linear` on a 3-d input multiplies each sequence separately (burn-flex: one
-/// small gemm per sequence, packing the weights again for each). In int8 when `int8` holds the
-/// layer's copy; on burn's CPU backend by our op ([`crate::ops::cpu_products`]: f32, or bf16 while
-/// training in bf16).
+/// `linear` over every token of `input`, in int8 when `int8` holds the layer's copy.
 pub fn per_token<B: Backend>(
     linear: &Linear<B>,
     int8: &Int8Copy,
     input: Tensor<B, 3>,
 ) -> Tensor<B, 3> {
-    let [batch, seq, width] = input.dims();
-    let rows = input.reshape([batch * seq, width]);
-    let output = int8.forward(linear, rows);
-    #[cfg(not(target_arch = "wasm32"))]
-    let output = output.or_else(|rows| crate::ops::cpu_products::linear::forward(linear, rows));
-    let output = output.unwrap_or_else(|rows| linear.forward(rows));
-    let [_, out_width] = output.dims();
-    output.reshape([batch, seq, out_width])
+    per_token_or(linear, input, |linear, rows| int8.forward(linear, rows))
 }
 
 /// `BertIntermediate`: the first feed-forward projection (GELU applied by the caller).

@@ -19,6 +19,7 @@ pub mod heads;
 pub mod int8;
 pub mod layer_norm;
 pub mod portable;
+pub mod products;
 pub mod softmax;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod token_nll;

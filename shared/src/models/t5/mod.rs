@@ -24,6 +24,7 @@ use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors}
 use crate::ops::dropout::dropout;
 use crate::ops::gelu::{GeluForm, gelu, gelu_of_form};
 use crate::ops::heads::{merge_heads, split_heads};
+use crate::ops::products::{batched_matmul, per_token};
 use crate::ops::softmax::softmax_last;
 
 /// T5's renames between Hugging Face keys and the field names below (applied in order).
@@ -406,7 +407,7 @@ impl<B: Backend> T5Model<B> {
 
     fn project(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
         match &self.lm_head {
-            Some(head) => head.forward(hidden),
+            Some(head) => per_token(head, hidden),
             None => {
                 let [batch, seq, width] = hidden.dims();
                 let weight = self.shared.weight.val();
@@ -641,11 +642,11 @@ impl<B: Backend> T5Attention<B> {
         bias: &Tensor<B, 4>,
         keys: KeySource<B>,
     ) -> Tensor<B, 3> {
-        let query = self.heads(self.q.forward(hidden.clone()));
+        let query = self.heads(per_token(&self.q, hidden.clone()));
         let project = |x: &Tensor<B, 3>| {
             (
-                self.heads(self.k.forward(x.clone())),
-                self.heads(self.v.forward(x.clone())),
+                self.heads(per_token(&self.k, x.clone())),
+                self.heads(per_token(&self.v, x.clone())),
             )
         };
         let (key, value) = match keys {
@@ -667,9 +668,9 @@ impl<B: Backend> T5Attention<B> {
                 cached.get_or_insert_with(|| project(encoder)).clone()
             }
         };
-        let scores = query.matmul(key.transpose()) + bias.clone();
+        let scores = batched_matmul(query, key.transpose()) + bias.clone();
         let probs = dropout(&self.dropout, softmax_last(scores));
-        self.o.forward(merge_heads(probs.matmul(value)))
+        per_token(&self.o, merge_heads(batched_matmul(probs, value)))
     }
 }
 
@@ -704,13 +705,13 @@ pub struct FeedForward<B: Backend> {
 impl<B: Backend> FeedForward<B> {
     fn forward(&self, x: Tensor<B, 3>) -> Tensor<B, 3> {
         let inner = match (&self.wi, &self.wi_0, &self.wi_1) {
-            (Some(wi), _, _) => self.activation.apply(wi.forward(x)),
+            (Some(wi), _, _) => self.activation.apply(per_token(wi, x)),
             (None, Some(gate), Some(up)) => {
-                self.activation.apply(gate.forward(x.clone())) * up.forward(x)
+                self.activation.apply(per_token(gate, x.clone())) * per_token(up, x)
             }
             _ => unreachable!("a feed-forward block has wi or wi_0 and wi_1"),
         };
-        self.wo.forward(dropout(&self.dropout, inner))
+        per_token(&self.wo, dropout(&self.dropout, inner))
     }
 }
 

@@ -1,0 +1,43 @@
+//! The matrix products the models call: a linear layer over every token as one product, and
+//! batches of small products (attention's). On burn's CPU backend they are our ops
+//! ([`crate::ops::cpu_products`]: f32, or bf16 while training in bf16), elsewhere burn's.
+
+use burn::nn::Linear;
+use burn::tensor::Tensor;
+use burn::tensor::backend::Backend;
+
+/// `linear` applied to every token of `[batch, seq, width]` as one `[batch·seq, width]` matrix
+/// product: burn's `linear` on a 3-d input multiplies each sequence separately (burn-flex: one
+/// small gemm per sequence, packing the weights again for each, and under autodiff a weight
+/// gradient per sequence, summed afterwards).
+pub fn per_token<B: Backend>(linear: &Linear<B>, input: Tensor<B, 3>) -> Tensor<B, 3> {
+    per_token_or(linear, input, |_, rows| Err(rows))
+}
+
+/// [`per_token`], trying `first` before the CPU backend's op and burn's: it gives the product,
+/// or the rows back (BERT's int8 copies).
+pub fn per_token_or<B: Backend>(
+    linear: &Linear<B>,
+    input: Tensor<B, 3>,
+    first: impl FnOnce(&Linear<B>, Tensor<B, 2>) -> Result<Tensor<B, 2>, Tensor<B, 2>>,
+) -> Tensor<B, 3> {
+    let [batch, seq, width] = input.dims();
+    let rows = input.reshape([batch * seq, width]);
+    let output = first(linear, rows);
+    #[cfg(not(target_arch = "wasm32"))]
+    let output = output.or_else(|rows| super::cpu_products::linear::forward(linear, rows));
+    let output = output.unwrap_or_else(|rows| linear.forward(rows));
+    let [_, out_width] = output.dims();
+    output.reshape([batch, seq, out_width])
+}
+
+/// `a · b` over batches of matrices (the same leading dimensions; burn's `matmul` broadcasts
+/// the others).
+pub fn batched_matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B, 4> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let (a, b) = match super::cpu_products::batched::forward(a, b) {
+        Ok(product) => return product,
+        Err(operands) => operands,
+    };
+    a.matmul(b)
+}
