@@ -41,3 +41,15 @@ pub fn batched_matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B,
     };
     a.matmul(b)
 }
+
+/// `rows · weightᵀ` for a row-major `[n, k]` weight (an output projection tied to the
+/// embedding): on burn's CPU backend outside autodiff without copying the transpose, else
+/// burn's `matmul`.
+pub fn matmul_transposed<B: Backend>(rows: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let (rows, weight) = match super::cpu_products::linear::forward_transposed(rows, weight) {
+        Ok(product) => return product,
+        Err(operands) => operands,
+    };
+    rows.matmul(weight.transpose())
+}

@@ -24,7 +24,7 @@ use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors}
 use crate::ops::dropout::dropout;
 use crate::ops::gelu::{GeluForm, gelu, gelu_of_form};
 use crate::ops::heads::{merge_heads, split_heads};
-use crate::ops::products::{batched_matmul, per_token};
+use crate::ops::products::{batched_matmul, matmul_transposed, per_token};
 use crate::ops::softmax::softmax_last;
 
 /// T5's renames between Hugging Face keys and the field names below (applied in order).
@@ -410,11 +410,12 @@ impl<B: Backend> T5Model<B> {
             Some(head) => per_token(head, hidden),
             None => {
                 let [batch, seq, width] = hidden.dims();
-                let weight = self.shared.weight.val();
-                (hidden * self.output_scale)
-                    .reshape([batch * seq, width])
-                    .matmul(weight.transpose())
-                    .reshape([batch, seq, self.shared.weight.dims()[0]])
+                let rows = (hidden * self.output_scale).reshape([batch * seq, width]);
+                matmul_transposed(rows, self.shared.weight.val()).reshape([
+                    batch,
+                    seq,
+                    self.shared.weight.dims()[0],
+                ])
             }
         }
     }

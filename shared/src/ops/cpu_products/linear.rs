@@ -49,6 +49,41 @@ pub fn forward<B: Backend>(
     }
 }
 
+/// `x · weightᵀ` (`[m, k]` by a row-major `[n, k]` weight read transposed where it is: an
+/// output projection tied to the embedding) in f32 when `B` is `Flex`; the pair back on any
+/// other backend or dtype, and under autodiff.
+#[allow(clippy::type_complexity)]
+pub fn forward_transposed<B: Backend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+) -> Result<Tensor<B, 2>, (Tensor<B, 2>, Tensor<B, 2>)> {
+    if x.dtype() != DType::F32 || weight.dtype() != DType::F32 {
+        return Err((x, weight));
+    }
+    let pair: Box<dyn std::any::Any> = Box::new((x, weight));
+    match pair.downcast::<(Tensor<Flex, 2>, Tensor<Flex, 2>)>() {
+        Ok(pair) => {
+            let (x, weight) = *pair;
+            let ([m, k], [n, _]) = (x.dims(), weight.dims());
+            let (x, weight) = (
+                x.into_primitive().tensor(),
+                weight.into_primitive().tensor(),
+            );
+            let output = with_values(x, |x| {
+                with_values(weight, |w| {
+                    Products::F32.matmul(Strided::rows(x, k), Strided::transposed(w, k), m, k, n)
+                })
+            });
+            Ok(same_type(Tensor::<Flex, 2>::from_primitive(
+                TensorPrimitive::Float(flex_tensor(output, [m, n])),
+            )))
+        }
+        Err(pair) => Err(*pair
+            .downcast::<(Tensor<B, 2>, Tensor<B, 2>)>()
+            .expect("the pair built above")),
+    }
+}
+
 /// `output` plus the layer's bias, if it has one.
 fn with_bias<B: Backend, C: Backend>(linear: &Linear<B>, output: Tensor<C, 2>) -> Tensor<C, 2> {
     match &linear.bias {
@@ -195,6 +230,23 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A product with a transposed weight on `Flex` against burn's, for many rows (gemm reads
+    /// the transpose in place) and one (a decoding step's); left to burn under autodiff.
+    #[test]
+    fn transposed_weights_equal_burns_product() {
+        let device = Default::default();
+        let weight = Tensor::<Flex, 2>::random([700, 64], Distribution::Default, &device);
+        for rows in [17, 1] {
+            let x = Tensor::<Flex, 2>::random([rows, 64], Distribution::Default, &device);
+            let ours = forward_transposed(x.clone(), weight.clone()).expect("Flex is ours");
+            let burns = x.matmul(weight.clone().transpose());
+            assert!(max_difference(ours, burns) < 1e-5);
+        }
+        let x = Tensor::<Autodiff<Flex>, 2>::random([3, 64], Distribution::Default, &device);
+        let w = Tensor::<Autodiff<Flex>, 2>::from_inner(weight);
+        assert!(forward_transposed(x, w).is_err());
     }
 
     /// A linear layer through [`forward`] on `Flex` and on `Autodiff<Flex>`, bias included,

@@ -1,8 +1,9 @@
 //! BERT's matrix products on burn's CPU backend as ops of ours: the linear layers ([`linear`])
 //! and attention's batches of small products ([`batched`]), on `Flex` and, when training, on
 //! `Autodiff<Flex>` with their gradients. Each product is either f32 through `gemm` (the library
-//! burn-flex multiplies with, called as burn-flex calls it, so the values are burn's to the bit)
-//! or bf16 while a [`Bf16Training`] lives. burn-flex's own `matmul` zero-fills each output and
+//! burn-flex multiplies with, called as burn-flex calls it, so the values are burn's to the bit;
+//! a single row by a loop of ours, within f32 rounding of them) or bf16 while a [`Bf16Training`]
+//! lives. burn-flex's own `matmul` zero-fills each output and
 //! then copies it into a buffer aligned to 16 bytes (in `perf`, 4 % of a fine-tuning step's
 //! samples, on the one thread that drives the step while the others wait); here the product is
 //! written once, into a zeroed vector that becomes the tensor's storage as it is.
@@ -80,8 +81,12 @@ impl Products {
 /// both split the same products the same way.
 const PARALLEL_PRODUCTS: usize = 192 * 192 * 192;
 
-/// `a · b` in f32 by `gemm`, as burn-flex calls it for a 2-d `matmul`.
+/// `a · b` in f32 by `gemm`, as burn-flex calls it for a 2-d `matmul`; a single row times a
+/// matrix stored by rows or columns by [`row_times_matrix`].
 fn f32_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> {
+    if m == 1 && (b.column == 1 || b.row == 1) {
+        return row_times_matrix(a, b, k, n);
+    }
     // Zeroed rather than uninitialised: gemm reads a partial tile's old values before it
     // overwrites them.
     let mut output = vec![0.0f32; m * n];
@@ -92,6 +97,63 @@ fn f32_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> 
     };
     f32_matmul_into([a, b], [m, k, n], &mut output, parallelism);
     output
+}
+
+/// `a · b` for one row `a` (`k` values) and a `b` stored by rows or by columns, reading `b`
+/// once, in storage order, into blocks of the output on rayon's threads. `gemm` packs `b`
+/// before multiplying, which for one row (a decoding step's) costs more than the product: in
+/// `perf`, packing was a quarter of T5's sampling. The sums run over `k` in order (by rows) or
+/// in 16 lanes (by columns), with fused multiply-adds, so they can differ from `gemm`'s in the
+/// last bits.
+fn row_times_matrix(a: Strided, b: Strided, k: usize, n: usize) -> Vec<f32> {
+    assert!(
+        k == 0 || (k - 1) * a.column < a.values.len(),
+        "a is not 1 × {k}"
+    );
+    let last = (k.max(1) - 1) * b.row + (n.max(1) - 1) * b.column;
+    assert!(k * n == 0 || last < b.values.len(), "b is not {k} × {n}");
+    const BLOCK: usize = 512;
+    let mut output = vec![0.0f32; n];
+    if b.column == 1 {
+        for_each_chunk_mut(&mut output, BLOCK, |i, out| {
+            let start = i * BLOCK;
+            for row in 0..k {
+                let x = a.values[row * a.column];
+                let weights = &b.values[row * b.row + start..][..out.len()];
+                for (sum, &w) in out.iter_mut().zip(weights) {
+                    *sum = x.mul_add(w, *sum);
+                }
+            }
+        });
+    } else {
+        let a: Vec<f32> = (0..k).map(|i| a.values[i * a.column]).collect();
+        for_each_chunk_mut(&mut output, BLOCK, |i, out| {
+            for (j, sum) in out.iter_mut().enumerate() {
+                let column = &b.values[(i * BLOCK + j) * b.column..][..k];
+                *sum = dot(&a, column);
+            }
+        });
+    }
+    output
+}
+
+/// `Σ a·b` in 16 lanes (which the compiler keeps in vector registers), then across them.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut lanes = [0.0f32; LANES];
+    let (a_body, b_body) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let tail: f32 = a_body
+        .remainder()
+        .iter()
+        .zip(b_body.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a_body.zip(b_body) {
+        for lane in 0..LANES {
+            lanes[lane] = x[lane].mul_add(y[lane], lanes[lane]);
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// `a · b` in f32 by `gemm` into `output` (`m · n` values, row-major).
@@ -153,6 +215,43 @@ fn with_values<R>(tensor: FloatTensor<Flex>, f: impl FnOnce(&[f32]) -> R) -> R {
             f(data
                 .as_slice::<f32>()
                 .expect("an f32 tensor holds f32 values"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One row times a matrix stored by rows or by columns, the row read through a stride (a
+    /// column of a row-major matrix) and the output over several blocks and a partial one,
+    /// against `gemm`.
+    #[test]
+    fn a_single_row_matches_gemm() {
+        let (k, n) = (300, 1_100);
+        let a_values: Vec<f32> = (0..k * 3)
+            .map(|i| ((i * 31) % 17) as f32 * 0.1 - 0.8)
+            .collect();
+        let b_values: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 7) % 23) as f32 * 0.05 - 0.5)
+            .collect();
+        // The second column of a k × 3 matrix.
+        let a = Strided {
+            values: &a_values[1..],
+            row: 1,
+            column: 3,
+        };
+        // b stored by rows (k × n), and by columns (the transpose of an n × k matrix).
+        for b in [
+            Strided::rows(&b_values, n),
+            Strided::transposed(&b_values, k),
+        ] {
+            let ours = f32_matmul(a, b, 1, k, n);
+            let mut expected = vec![0.0f32; n];
+            f32_matmul_into([a, b], [1, k, n], &mut expected, gemm::Parallelism::None);
+            for (j, (x, y)) in ours.iter().zip(&expected).enumerate() {
+                assert!((x - y).abs() <= 1e-5 * y.abs().max(1.0), "{j}: {x} vs {y}");
+            }
         }
     }
 }
