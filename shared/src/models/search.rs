@@ -233,7 +233,7 @@ fn nucleus(log_probs: &[f32], top_p: f64, temperature: f64, rng: &mut SplitMix64
         .map(|i| (!weights[i].to_bits(), i))
         .collect();
     let mut candidates = 64.min(order.len());
-    let kept = loop {
+    let (kept, mass) = loop {
         if candidates < order.len() {
             order.select_nth_unstable(candidates - 1);
         }
@@ -248,12 +248,11 @@ fn nucleus(log_probs: &[f32], top_p: f64, temperature: f64, rng: &mut SplitMix64
             kept += 1;
         }
         if mass >= top_p * total || candidates == order.len() {
-            break kept;
+            break (kept, mass);
         }
         candidates = (candidates * 8).min(order.len());
     };
     let nucleus = &order[..kept];
-    let mass: f64 = nucleus.iter().map(|&(_, i)| weights[i]).sum();
     let mut draw = rng.uniform() * mass;
     for &(_, i) in nucleus {
         draw -= weights[i];
@@ -513,12 +512,13 @@ mod tests {
         let tied: Vec<f32> = (0..vocab)
             .map(|i| if i % 3 == 0 { -1.0 } else { -2.0 })
             .collect();
-        for log_probs in [&peaked, &flat, &tied] {
+        // top_p 0.3 of the peaked one: the first 64 candidates hold it (one selection).
+        for (log_probs, top_p) in [(&peaked, 0.9), (&peaked, 0.3), (&flat, 0.9), (&tied, 0.9)] {
             let (mut ours, mut theirs) = (SplitMix64(9), SplitMix64(9));
             for _ in 0..50 {
                 assert_eq!(
-                    nucleus(log_probs, 0.9, 0.7, &mut ours),
-                    by_full_sort(log_probs, 0.9, 0.7, &mut theirs)
+                    nucleus(log_probs, top_p, 0.7, &mut ours),
+                    by_full_sort(log_probs, top_p, 0.7, &mut theirs)
                 );
             }
         }

@@ -48,9 +48,14 @@ impl GeluForm {
                 cdf + x * FRAC_1_SQRT_2PI * exp_non_positive(-0.5 * x * x)
             }
             Self::Tanh => {
-                let t = tanh(tanh_argument(x));
+                // t = tanh(u) and 1 − t² = 4e/(1 + e)² from e = e^(−2|u|), which does not cancel
+                // as 1 − t·t does where t is near ±1.
+                let u = tanh_argument(x);
+                let e = exp_non_positive(-2.0 * u.abs());
+                let t = ((1.0 - e) / (1.0 + e)).copysign(u);
+                let sech2 = 4.0 * e / ((1.0 + e) * (1.0 + e));
                 0.5 * (1.0 + t)
-                    + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3.0 * TANH_CUBIC * x * x)
+                    + 0.5 * x * sech2 * SQRT_2_OVER_PI * (1.0 + 3.0 * TANH_CUBIC * x * x)
             }
         }
     }
@@ -215,7 +220,7 @@ fn tanh(u: f32) -> f32 {
     ((1.0 - e) / (1.0 + e)).copysign(u)
 }
 
-/// e^y for y ≤ 0 to a relative 2e-7 (0 below −87): y = n·ln 2 + r with |r| ≤ ln 2 / 2, e^r by
+/// e^y for y ≤ 0 to a relative 2e-7 (about 1.6e-38 at and below −87, and for NaN): y = n·ln 2 + r with |r| ≤ ln 2 / 2, e^r by
 /// its Taylor polynomial, 2ⁿ in the exponent bits. Branch-free, so loops over it vectorise.
 #[inline(always)]
 pub(crate) fn exp_non_positive(y: f32) -> f32 {

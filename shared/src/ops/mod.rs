@@ -1,6 +1,6 @@
 //! Hand-written kernels and fused operations the models stand on: int8 and bf16 matrix
 //! products per instruction set (AMX, AVX-512, AVX2, and WebAssembly's SIMD128 and relaxed
-//! SIMD), BERT's linear layers and attention products on burn's CPU backend as ops of ours with
+//! SIMD), BERT's and T5's linear layers and attention products on burn's CPU backend as ops of ours with
 //! their gradients (`cpu_products`), GELU, softmax, LayerNorm, dropout, the attention heads'
 //! reshapes and the token loss over a vocabulary as loops (and, for training, autodiff ops with
 //! one-pass gradients), and the fixed-order f32 steps that make the page's numbers native's

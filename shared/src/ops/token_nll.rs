@@ -98,6 +98,11 @@ fn forward(logits: &[f32], labels: &[usize], vocab: usize) -> (Vec<f32>, Vec<f32
         for (k, log_sum) in log_sums.iter_mut().enumerate() {
             let row = &logits[(first + k) * vocab..][..vocab];
             let max = row.iter().fold(f32::NEG_INFINITY, |max, &v| max.max(v));
+            // As burn's ops would: NaN for a NaN or +∞ logit (`f32::max` and the exp skip them).
+            if max == f32::INFINITY || row.iter().any(|v| v.is_nan()) {
+                *log_sum = f32::NAN;
+                continue;
+            }
             let sum: f32 = row.iter().map(|&v| exp_non_positive(v - max)).sum();
             *log_sum = sum.ln() + max;
         }
@@ -136,7 +141,7 @@ mod tests {
     use burn::tensor::Tolerance;
 
     use super::*;
-    use crate::models::sequence_loss::log_sum_exp;
+    use crate::models::sequence_loss::{log_sum_exp, token_nll};
 
     #[test]
     fn values_and_gradient_are_burns_composed_ones() {
@@ -154,12 +159,29 @@ mod tests {
             ),
             &device,
         );
-        let run = |ours: bool| {
-            let logits = Tensor::<Ad, 3>::from_data(
-                TensorData::new(values.clone(), [rows, steps, vocab]),
-                &device,
-            )
-            .require_grad();
+        // Stored steps-first and read through swapped dimensions, so that our op copies them.
+        let run = |ours: bool, swapped: bool| {
+            let logits = if swapped {
+                let mut stored = vec![0.0; values.len()];
+                for (i, row) in values.chunks(vocab).enumerate() {
+                    let (r, t) = (i / steps, i % steps);
+                    stored[(t * rows + r) * vocab..][..vocab].copy_from_slice(row);
+                }
+                Tensor::<Ad, 3>::from_data(TensorData::new(stored, [steps, rows, vocab]), &device)
+                    .require_grad()
+            } else {
+                Tensor::<Ad, 3>::from_data(
+                    TensorData::new(values.clone(), [rows, steps, vocab]),
+                    &device,
+                )
+                .require_grad()
+            };
+            let leaf = logits.clone();
+            let logits = if swapped {
+                logits.swap_dims(0, 1)
+            } else {
+                logits
+            };
             let labels = Tensor::<Ad, 2, Int>::from_data(
                 TensorData::new(labels.clone(), [rows, steps]),
                 &device,
@@ -174,16 +196,39 @@ mod tests {
                 log_sum_exp(logits.clone()) - picked
             };
             let grads = (nll.clone() * weights.clone()).sum().backward();
-            let grad = logits.grad(&grads).expect("logits need their gradient");
+            let grad = leaf.grad(&grads).expect("logits need their gradient");
+            let grad = if swapped { grad.swap_dims(0, 1) } else { grad };
             (nll.into_data(), grad.into_data())
         };
-        let ((ours, our_grad), (burns, burns_grad)) = (run(true), run(false));
-        ours.assert_approx_eq::<f32>(&burns, Tolerance::absolute(2e-5));
-        our_grad.assert_approx_eq::<f32>(&burns_grad, Tolerance::absolute(2e-6));
-        assert_ne!(our_grad, burns_grad, "burn's composed ops ran");
-        // Each row's gradient sums to zero (softmax minus a one-hot, scaled).
-        for row in our_grad.into_vec::<f32>().unwrap().chunks(vocab) {
-            assert!(row.iter().sum::<f32>().abs() < 1e-4);
+        let (burns, burns_grad) = run(false, false);
+        for swapped in [false, true] {
+            let (ours, our_grad) = run(true, swapped);
+            ours.assert_approx_eq::<f32>(&burns, Tolerance::absolute(2e-5));
+            our_grad.assert_approx_eq::<f32>(&burns_grad, Tolerance::absolute(2e-6));
+            assert_ne!(our_grad, burns_grad, "burn's composed ops ran");
+            // Each row's gradient sums to zero (softmax minus a one-hot, scaled).
+            for row in our_grad.into_vec::<f32>().unwrap().chunks(vocab) {
+                assert!(row.iter().sum::<f32>().abs() < 1e-4);
+            }
         }
+    }
+
+    #[test]
+    fn a_nan_or_infinite_logit_gives_nan_as_burns_ops_do() {
+        let device = Default::default();
+        let mut values = vec![0.5f32; 2 * 4];
+        values[1] = f32::NAN;
+        values[6] = f32::INFINITY;
+        let logits =
+            Tensor::<Autodiff<Flex>, 3>::from_data(TensorData::new(values, [1, 2, 4]), &device);
+        let labels = Tensor::<Autodiff<Flex>, 2, Int>::from_data(
+            TensorData::new(vec![0i64, 0], [1, 2]),
+            &device,
+        );
+        let nll = token_nll(logits, labels)
+            .into_data()
+            .into_vec::<f32>()
+            .unwrap();
+        assert!(nll.iter().all(|v| v.is_nan()), "{nll:?}");
     }
 }

@@ -1,4 +1,4 @@
-//! BERT's linear layers on burn's CPU backend: `x · W` on `Flex`, and on `Autodiff<Flex>` an
+//! BERT's and T5's linear layers on burn's CPU backend: `x · W` on `Flex`, and on `Autodiff<Flex>` an
 //! autodiff op whose backward step computes both gradients (`dy · Wᵀ`, `xᵀ · dy`) the same way
 //! ([`Products`]).
 
@@ -64,7 +64,8 @@ pub fn forward_transposed<B: Backend>(
     match pair.downcast::<(Tensor<Flex, 2>, Tensor<Flex, 2>)>() {
         Ok(pair) => {
             let (x, weight) = *pair;
-            let ([m, k], [n, _]) = (x.dims(), weight.dims());
+            let ([m, k], [n, inner]) = (x.dims(), weight.dims());
+            assert_eq!(inner, k, "x · weightᵀ of {m} × {k} by ({n} × {inner})ᵀ");
             let (x, weight) = (
                 x.into_primitive().tensor(),
                 weight.into_primitive().tensor(),
@@ -250,7 +251,7 @@ mod tests {
     }
 
     /// A linear layer through [`forward`] on `Flex` and on `Autodiff<Flex>`, bias included,
-    /// gives burn's `Linear::forward` exactly.
+    /// gives burn's `Linear::forward` exactly (for more than one row: gemm's own calls).
     #[test]
     fn linear_layers_equal_burns_on_flex_and_autodiff() {
         let device = Default::default();

@@ -1,4 +1,4 @@
-//! BERT's matrix products on burn's CPU backend as ops of ours: the linear layers ([`linear`])
+//! BERT's and T5's matrix products on burn's CPU backend as ops of ours: the linear layers ([`linear`])
 //! and attention's batches of small products ([`batched`]), on `Flex` and, when training, on
 //! `Autodiff<Flex>` with their gradients. Each product is either f32 through `gemm` (the library
 //! burn-flex multiplies with, called as burn-flex calls it, so the values are burn's to the bit;
@@ -103,8 +103,8 @@ fn f32_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> 
 /// once, in storage order, into blocks of the output on rayon's threads. `gemm` packs `b`
 /// before multiplying, which for one row (a decoding step's) costs more than the product: in
 /// `perf`, packing was a quarter of T5's sampling. The sums run over `k` in order (by rows) or
-/// in 16 lanes (by columns), with fused multiply-adds, so they can differ from `gemm`'s in the
-/// last bits.
+/// in 16 lanes (by columns), so they can differ from `gemm`'s in the last bits (and a row decoded
+/// alone from the same row in a batch).
 fn row_times_matrix(a: Strided, b: Strided, k: usize, n: usize) -> Vec<f32> {
     assert!(
         k == 0 || (k - 1) * a.column < a.values.len(),
@@ -121,11 +121,12 @@ fn row_times_matrix(a: Strided, b: Strided, k: usize, n: usize) -> Vec<f32> {
                 let x = a.values[row * a.column];
                 let weights = &b.values[row * b.row + start..][..out.len()];
                 for (sum, &w) in out.iter_mut().zip(weights) {
-                    *sum = x.mul_add(w, *sum);
+                    *sum += x * w;
                 }
             }
         });
     } else {
+        debug_assert_eq!(b.row, 1, "b is stored by rows or by columns");
         let a: Vec<f32> = (0..k).map(|i| a.values[i * a.column]).collect();
         for_each_chunk_mut(&mut output, BLOCK, |i, out| {
             for (j, sum) in out.iter_mut().enumerate() {
@@ -150,7 +151,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         .sum();
     for (x, y) in a_body.zip(b_body) {
         for lane in 0..LANES {
-            lanes[lane] = x[lane].mul_add(y[lane], lanes[lane]);
+            lanes[lane] += x[lane] * y[lane];
         }
     }
     lanes.iter().sum::<f32>() + tail
