@@ -1,5 +1,5 @@
-//! T5: parity with `transformers` on tiny random v1.0 and v1.1 checkpoints
-//! (tools/reference/t5_reference.py → tests/fixtures/hf-t5/): encoder outputs and decoder
+//! T5: parity with `transformers` on tiny random v1.0 and v1.1 checkpoints, and a v1.1 one as
+//! `transformers` 5 saves it (tools/reference/t5_reference.py → tests/fixtures/hf-t5/): encoder outputs and decoder
 //! log-probabilities to 1e-4 on a padded batch reaching the logarithmic position buckets, greedy
 //! and beam search ids; cached decoding equal to full recomputation; saved directories reload
 //! exactly under Hugging Face key names.
@@ -74,10 +74,25 @@ fn values<const D: usize>(tensor: Tensor<Cpu, D>) -> Vec<f32> {
     tensor.into_data().to_vec::<f32>().unwrap()
 }
 
+/// v1.0, v1.1 with its own head, and v1.1 as `transformers` 5 saves it (the head tied, its
+/// output not rescaled: `tie_word_embeddings: true`, `scale_decoder_outputs: false`).
 #[test]
 fn t5_v1_0_and_v1_1_match_transformers() {
-    for version in ["v1_0", "v1_1"] {
-        let (model, _) = load(&fixture(version));
+    for version in ["v1_0", "v1_1", "v1_1_as_saved"] {
+        let (model, config) = load(&fixture(version));
+        assert_eq!(
+            (config.tie_word_embeddings, config.scales_decoder_outputs()),
+            match version {
+                "v1_0" => (true, true),
+                "v1_1" => (false, false),
+                _ => (true, false),
+            },
+            "{version}"
+        );
+        assert_eq!(model.lm_head.is_none(), version != "v1_1", "{version}");
+        assert_eq!(model.output_scale == 1.0, version != "v1_0", "{version}");
+        // A directory Flipside saves keeps what the config said.
+        assert_eq!(T5Config::from_json(&config.to_json()).unwrap(), config);
         let reference = reference(version);
         let encoded = model.encode(
             reference.input_ids.clone(),

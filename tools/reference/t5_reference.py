@@ -2,13 +2,17 @@
 what `transformers` computes with them.
 
 No T5 weights exist in any package reachable from these machines, so the parity check makes its
-own. `make OUT_DIR` builds, with `transformers` only, two tiny random `T5ForConditionalGeneration`
+own. `make OUT_DIR` builds, with `transformers` only, three tiny random `T5ForConditionalGeneration`
 checkpoints:
 
 - `v1_0`: ReLU feed-forward, output tied to the embedding (rescaled by d_model^-0.5), 2 encoder
   and 3 decoder layers, 32 buckets / max distance 128;
 - `v1_1`: gated-GELU feed-forward, untied `lm_head`, 16 buckets / max distance 32 (so that the
   logarithmic buckets and their cap are reached within 20 decoder positions);
+- `v1_1_as_saved`: `v1_1`'s shape as `transformers` >= 5 saves it, config untouched:
+  `tie_word_embeddings: true` with `scale_decoder_outputs: false`, no `lm_head.weight` (the
+  output is the embedding, not rescaled). `v1_0` and `v1_1` have their configs rewritten to the
+  older convention (`tie_word_embeddings` false for an own head, meaning "do not rescale");
 
 with every RMS-norm weight randomised too, saves each as a Hugging Face directory
 (`config.json`, `model.safetensors`) under OUT_DIR/<version>/, reloads it from disk, and writes
@@ -49,7 +53,18 @@ VERSIONS = {
         feed_forward_proj="gated-gelu", tie_word_embeddings=False,
         relative_attention_num_buckets=16, relative_attention_max_distance=32,
     ),
+    # A v1.1-style model as transformers >= 5 saves it: the config says tie_word_embeddings
+    # true (always) and scale_decoder_outputs false; the head is the embedding, not stored.
+    "v1_1_as_saved": dict(
+        d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, num_decoder_layers=2,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+        relative_attention_num_buckets=16, relative_attention_max_distance=32,
+    ),
 }
+
+# The versions whose saved config and head are rewritten to the older convention (the head its
+# own when untied, tie_word_embeddings meaning "rescale").
+OLDER_CONVENTION = {"v1_0", "v1_1"}
 
 
 def batch():
@@ -105,7 +120,8 @@ def make(out_dir):
             for name, parameter in model.named_parameters():
                 if name.endswith("layer_norm.weight"):
                     parameter.copy_(0.5 + torch.rand_like(parameter))
-            if not settings["tie_word_embeddings"]:
+            older = version in OLDER_CONVENTION
+            if older and not settings["tie_word_embeddings"]:
                 # transformers 5 ties the head at construction; a v1.1 checkpoint's is its own.
                 model.lm_head.weight = torch.nn.Parameter(torch.randn(VOCAB, settings["d_model"]) * 0.2)
         directory = os.path.join(out_dir, version)
@@ -113,13 +129,17 @@ def make(out_dir):
         config_path = os.path.join(directory, "config.json")
         with open(config_path) as f:
             saved = json.load(f)
-        saved["tie_word_embeddings"] = settings["tie_word_embeddings"]
-        saved.pop("scale_decoder_outputs", None)
+        if older:
+            saved["tie_word_embeddings"] = settings["tie_word_embeddings"]
+            saved.pop("scale_decoder_outputs", None)
+        else:
+            assert saved["tie_word_embeddings"] is True, saved
+            assert saved["scale_decoder_outputs"] is False, saved
         with open(config_path, "w") as f:
             json.dump(saved, f, indent=2)
         reloaded = T5ForConditionalGeneration.from_pretrained(directory)
         tied = reloaded.lm_head.weight.data_ptr() == reloaded.shared.weight.data_ptr()
-        assert tied == settings["tie_word_embeddings"], version
+        assert tied == (settings["tie_word_embeddings"] or not older), version
         with open(os.path.join(directory, "reference.json"), "w") as f:
             json.dump(outputs(reloaded), f)
         print(f"{version}: {directory}")

@@ -42,6 +42,7 @@ pub fn default_model(vocab_size: usize) -> T5Config {
         layer_norm_epsilon: 1e-6,
         feed_forward_proj: "gated-gelu".into(),
         tie_word_embeddings: true,
+        scale_decoder_outputs: None,
         pad_token_id: 0,
         eos_token_id: 1,
         decoder_start_token_id: 0,

@@ -74,9 +74,14 @@ pub struct T5Config {
     /// `relu` (v1.0), `gated-gelu` (v1.1, flan-t5), `gelu` or `gated-relu`.
     #[serde(default = "default_feed_forward")]
     pub feed_forward_proj: String,
-    /// Output projection tied to the input embedding (v1.0) or its own `lm_head` (v1.1).
+    /// Output projection tied to the input embedding or its own `lm_head`.
     #[serde(default = "default_true")]
     pub tie_word_embeddings: bool,
+    /// Whether the decoder's output is rescaled by `d_model^-0.5` before the projection (v1.0:
+    /// yes, v1.1: no). `transformers` ≥ 5 writes it and `tie_word_embeddings: true` for every
+    /// model it saves; configs without it meant "rescale when tied".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale_decoder_outputs: Option<bool>,
     #[serde(default)]
     pub pad_token_id: u32,
     #[serde(default = "default_eos")]
@@ -247,7 +252,7 @@ impl T5Config {
             // HF draws an untied head from N(0, 1), like the embedding.
             lm_head: (!self.tie_word_embeddings)
                 .then(|| linear(self.d_model, self.vocab_size, 1.0)),
-            output_scale: if self.tie_word_embeddings {
+            output_scale: if self.scales_decoder_outputs() {
                 d.powf(-0.5)
             } else {
                 1.0
@@ -256,6 +261,13 @@ impl T5Config {
             eos_token_id: self.eos_token_id,
             decoder_start_token_id: self.decoder_start_token_id,
         }
+    }
+
+    /// Whether the decoder's output is rescaled before the projection: as the config says, or
+    /// (older configs) when the projection is tied.
+    pub fn scales_decoder_outputs(&self) -> bool {
+        self.scale_decoder_outputs
+            .unwrap_or(self.tie_word_embeddings)
     }
 
     /// The model with the weights of a Hugging Face T5 `model.safetensors`.
@@ -283,7 +295,8 @@ pub struct T5Model<B: Backend> {
     pub decoder: T5Stack<B>,
     /// The untied output projection (v1.1); none when the output reuses `shared`.
     pub lm_head: Option<Linear<B>>,
-    /// `d_model^-0.5` when the output is tied (HF rescales before the tied projection), else 1.
+    /// What the decoder's output is multiplied by before the projection: `d_model^-0.5` when the
+    /// config says to rescale ([`T5Config::scales_decoder_outputs`]), else 1.
     pub output_scale: f64,
     pub pad_token_id: u32,
     pub eos_token_id: u32,
@@ -406,11 +419,16 @@ impl<B: Backend> T5Model<B> {
     }
 
     fn project(&self, hidden: Tensor<B, 3>) -> Tensor<B, 3> {
+        let hidden = if self.output_scale == 1.0 {
+            hidden
+        } else {
+            hidden * self.output_scale
+        };
         match &self.lm_head {
             Some(head) => per_token(head, hidden),
             None => {
                 let [batch, seq, width] = hidden.dims();
-                let rows = (hidden * self.output_scale).reshape([batch * seq, width]);
+                let rows = hidden.reshape([batch * seq, width]);
                 matmul_transposed(rows, self.shared.weight.val()).reshape([
                     batch,
                     seq,
