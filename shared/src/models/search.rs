@@ -215,9 +215,9 @@ fn argmax(values: &[f32]) -> usize {
 
 /// Nucleus sampling over `log_probs` (bans already −∞) at `temperature`: the most likely tokens
 /// (the lower id first among equals) until their mass reaches `top_p`, one of them drawn in
-/// proportion. Only the tokens that can be in the nucleus are sorted: the top 64, 512, … by a
-/// linear-time selection until they hold the mass (a trained model's few; sorting all 32k of
-/// T5's vocabulary at every step was a tenth of its sampling time).
+/// proportion. Only the top 64 are sorted when they hold the mass (a trained model's nucleus is a
+/// few tokens), else every candidate by [`radix_sort`] (a flat distribution's holds most of the
+/// vocabulary; a comparison sort of T5's 32k at every step was a tenth of its sampling time).
 fn nucleus(log_probs: &[f32], top_p: f64, temperature: f64, rng: &mut SplitMix64) -> usize {
     // Dividing log-probabilities by T is dividing the logits by T (the constant cancels).
     let scaled: Vec<f64> = log_probs
@@ -226,32 +226,38 @@ fn nucleus(log_probs: &[f32], top_p: f64, temperature: f64, rng: &mut SplitMix64
         .collect();
     let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let weights: Vec<f64> = scaled.iter().map(|&s| (s - max).exp()).collect();
-    let total: f64 = weights.iter().sum();
+    let target = top_p * weights.iter().sum::<f64>();
     // Positive f64s order as their bits do: the complement sorts the largest first, then by id.
-    let mut order: Vec<(u64, usize)> = (0..weights.len())
-        .filter(|&i| weights[i] > 0.0)
-        .map(|i| (!weights[i].to_bits(), i))
-        .collect();
-    let mut candidates = 64.min(order.len());
-    let (kept, mass) = loop {
-        if candidates < order.len() {
-            order.select_nth_unstable(candidates - 1);
-        }
-        order[..candidates].sort_unstable();
-        let mut kept = 0;
-        let mut mass = 0.0;
-        for &(_, i) in &order[..candidates] {
-            if kept > 0 && mass >= top_p * total {
+    let candidates = || -> Vec<(u64, usize)> {
+        (0..weights.len())
+            .filter(|&i| weights[i] > 0.0)
+            .map(|i| (!weights[i].to_bits(), i))
+            .collect()
+    };
+    // The smallest head of `sorted` whose mass reaches the target, and that mass.
+    let nucleus_of = |sorted: &[(u64, usize)]| {
+        let (mut kept, mut mass) = (0, 0.0);
+        for &(_, i) in sorted {
+            if kept > 0 && mass >= target {
                 break;
             }
             mass += weights[i];
             kept += 1;
         }
-        if mass >= top_p * total || candidates == order.len() {
-            break (kept, mass);
-        }
-        candidates = (candidates * 8).min(order.len());
+        (kept, mass)
     };
+    let mut order = candidates();
+    let head = 64.min(order.len());
+    if head < order.len() {
+        order.select_nth_unstable(head - 1);
+    }
+    order[..head].sort_unstable();
+    let (mut kept, mut mass) = nucleus_of(&order[..head]);
+    if mass < target && head < order.len() {
+        order = candidates();
+        radix_sort(&mut order);
+        (kept, mass) = nucleus_of(&order);
+    }
     let nucleus = &order[..kept];
     let mut draw = rng.uniform() * mass;
     for &(_, i) in nucleus {
@@ -261,6 +267,36 @@ fn nucleus(log_probs: &[f32], top_p: f64, temperature: f64, rng: &mut SplitMix64
         }
     }
     nucleus[kept - 1].1
+}
+
+/// Sorts `pairs` by their keys, keeping the order of pairs with equal keys: least significant
+/// byte first, skipping the bytes in which no two keys differ.
+fn radix_sort(pairs: &mut Vec<(u64, usize)>) {
+    let Some(&(first, _)) = pairs.first() else {
+        return;
+    };
+    let differing = pairs.iter().fold(0, |bits, &(key, _)| bits | (key ^ first));
+    let mut buffer = vec![(0, 0); pairs.len()];
+    for shift in (0..64).step_by(8) {
+        if (differing >> shift) & 0xff == 0 {
+            continue;
+        }
+        let byte = |key: u64| ((key >> shift) & 0xff) as usize;
+        let mut starts = [0usize; 256];
+        for &(key, _) in pairs.iter() {
+            starts[byte(key)] += 1;
+        }
+        let mut sum = 0;
+        for start in starts.iter_mut() {
+            (*start, sum) = (sum, sum + *start);
+        }
+        for &pair in pairs.iter() {
+            let slot = &mut starts[byte(pair.0)];
+            buffer[*slot] = pair;
+            *slot += 1;
+        }
+        std::mem::swap(pairs, &mut buffer);
+    }
 }
 
 fn token_by_token(decoder: &mut impl StepDecoder, settings: &DecodeSettings) -> Vec<Decoded> {
@@ -522,6 +558,17 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn radix_sort_sorts_by_key_keeping_the_order_of_equal_keys() {
+        let mut pairs: Vec<(u64, usize)> = (0..3_000)
+            .map(|i| (((i as u64 * 7_919) % 1_013) << (8 * (i % 7)), i))
+            .collect();
+        let mut expected = pairs.clone();
+        expected.sort_by_key(|&(key, _)| key); // stable
+        radix_sort(&mut pairs);
+        assert_eq!(pairs, expected);
     }
 
     /// The same next-token logits for every row at every step.
