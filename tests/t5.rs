@@ -1,5 +1,5 @@
-//! T5: parity with `transformers` on tiny random v1.0 and v1.1 checkpoints, and a v1.1 one as
-//! `transformers` 5 saves it (tools/reference/t5_reference.py → tests/fixtures/hf-t5/): encoder outputs and decoder
+//! T5: parity with `transformers` on tiny random v1.0 and v1.1 checkpoints, and v1.1 ones as
+//! `transformers` 5 saves them (tools/reference/t5_reference.py → tests/fixtures/hf-t5/): encoder outputs and decoder
 //! log-probabilities to 1e-4 on a padded batch reaching the logarithmic position buckets, greedy
 //! and beam search ids; cached decoding equal to full recomputation; saved directories reload
 //! exactly under Hugging Face key names.
@@ -74,11 +74,12 @@ fn values<const D: usize>(tensor: Tensor<Cpu, D>) -> Vec<f32> {
     tensor.into_data().to_vec::<f32>().unwrap()
 }
 
-/// v1.0, v1.1 with its own head, and v1.1 as `transformers` 5 saves it (the head tied, its
-/// output not rescaled: `tie_word_embeddings: true`, `scale_decoder_outputs: false`).
+/// v1.0, v1.1 with its own head, and v1.1 as `transformers` 5 saves it (`tie_word_embeddings:
+/// true`, `scale_decoder_outputs: false`): the head tied, or its own where the weights hold one.
 #[test]
 fn t5_v1_0_and_v1_1_match_transformers() {
-    for version in ["v1_0", "v1_1", "v1_1_as_saved"] {
+    let versions = ["v1_0", "v1_1", "v1_1_as_saved", "v1_1_own_head_as_saved"];
+    for version in versions {
         let (model, config) = load(&fixture(version));
         assert_eq!(
             (config.tie_word_embeddings, config.scales_decoder_outputs()),
@@ -89,7 +90,8 @@ fn t5_v1_0_and_v1_1_match_transformers() {
             },
             "{version}"
         );
-        assert_eq!(model.lm_head.is_none(), version != "v1_1", "{version}");
+        let own_head = version.starts_with("v1_1") && version != "v1_1_as_saved";
+        assert_eq!(model.lm_head.is_some(), own_head, "{version}");
         assert_eq!(model.output_scale == 1.0, version != "v1_0", "{version}");
         // A directory Flipside saves keeps what the config said.
         assert_eq!(T5Config::from_json(&config.to_json()).unwrap(), config);

@@ -2,7 +2,7 @@
 what `transformers` computes with them.
 
 No T5 weights exist in any package reachable from these machines, so the parity check makes its
-own. `make OUT_DIR` builds, with `transformers` only, three tiny random `T5ForConditionalGeneration`
+own. `make OUT_DIR` builds, with `transformers` only, four tiny random `T5ForConditionalGeneration`
 checkpoints:
 
 - `v1_0`: ReLU feed-forward, output tied to the embedding (rescaled by d_model^-0.5), 2 encoder
@@ -11,8 +11,11 @@ checkpoints:
   logarithmic buckets and their cap are reached within 20 decoder positions);
 - `v1_1_as_saved`: `v1_1`'s shape as `transformers` >= 5 saves it, config untouched:
   `tie_word_embeddings: true` with `scale_decoder_outputs: false`, no `lm_head.weight` (the
-  output is the embedding, not rescaled). `v1_0` and `v1_1` have their configs rewritten to the
-  older convention (`tie_word_embeddings` false for an own head, meaning "do not rescale");
+  output is the embedding, not rescaled);
+- `v1_1_own_head_as_saved`: the same config with an `lm_head.weight` of its own (a flan-t5
+  saved by `transformers` >= 5), which `transformers` uses although the config says tied.
+`v1_0` and `v1_1` have their configs rewritten to the older convention (`tie_word_embeddings`
+false for an own head, meaning "do not rescale");
 
 with every RMS-norm weight randomised too, saves each as a Hugging Face directory
 (`config.json`, `model.safetensors`) under OUT_DIR/<version>/, reloads it from disk, and writes
@@ -60,11 +63,20 @@ VERSIONS = {
         feed_forward_proj="gated-gelu", tie_word_embeddings=False,
         relative_attention_num_buckets=16, relative_attention_max_distance=32,
     ),
+    # The same with its own head (a flan-t5 saved by transformers >= 5): the config says tied,
+    # the weights hold lm_head.weight, and transformers uses it.
+    "v1_1_own_head_as_saved": dict(
+        d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, num_decoder_layers=2,
+        feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+        relative_attention_num_buckets=16, relative_attention_max_distance=32,
+    ),
 }
 
-# The versions whose saved config and head are rewritten to the older convention (the head its
-# own when untied, tie_word_embeddings meaning "rescale").
+# The versions whose saved config is rewritten to the older convention (tie_word_embeddings
+# false for an own head, meaning "do not rescale").
 OLDER_CONVENTION = {"v1_0", "v1_1"}
+# The versions with a head of their own.
+OWN_HEAD = {"v1_1", "v1_1_own_head_as_saved"}
 
 
 def batch():
@@ -121,7 +133,7 @@ def make(out_dir):
                 if name.endswith("layer_norm.weight"):
                     parameter.copy_(0.5 + torch.rand_like(parameter))
             older = version in OLDER_CONVENTION
-            if older and not settings["tie_word_embeddings"]:
+            if version in OWN_HEAD:
                 # transformers 5 ties the head at construction; a v1.1 checkpoint's is its own.
                 model.lm_head.weight = torch.nn.Parameter(torch.randn(VOCAB, settings["d_model"]) * 0.2)
         directory = os.path.join(out_dir, version)
@@ -139,7 +151,7 @@ def make(out_dir):
             json.dump(saved, f, indent=2)
         reloaded = T5ForConditionalGeneration.from_pretrained(directory)
         tied = reloaded.lm_head.weight.data_ptr() == reloaded.shared.weight.data_ptr()
-        assert tied == (settings["tie_word_embeddings"] or not older), version
+        assert tied == (version not in OWN_HEAD), version
         with open(os.path.join(directory, "reference.json"), "w") as f:
             json.dump(outputs(reloaded), f)
         print(f"{version}: {directory}")

@@ -20,7 +20,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
-use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
+use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, has_key_prefix, load_safetensors};
 use crate::ops::dropout::dropout;
 use crate::ops::gelu::{GeluForm, gelu, gelu_of_form};
 use crate::ops::heads::{merge_heads, split_heads};
@@ -270,13 +270,26 @@ impl T5Config {
             .unwrap_or(self.tie_word_embeddings)
     }
 
-    /// The model with the weights of a Hugging Face T5 `model.safetensors`.
+    /// The model with the weights of a Hugging Face T5 `model.safetensors`. A stored
+    /// `lm_head.weight` is the output projection even where the config says tied, as
+    /// `transformers` 5 reads it: it writes `tie_word_embeddings: true` for every model, and
+    /// keeps an untied model's head (flan-t5's) in the weights.
     pub fn load<B: Backend>(
         &self,
         weights: Vec<u8>,
         device: &B::Device,
     ) -> Result<T5Model<B>, CheckpointError> {
-        let mut model = self.init::<B>(device);
+        let own_head = self.tie_word_embeddings && has_key_prefix(&weights, "lm_head.weight");
+        let mut model = if own_head {
+            T5Config {
+                tie_word_embeddings: false,
+                scale_decoder_outputs: Some(self.scales_decoder_outputs()),
+                ..self.clone()
+            }
+            .init::<B>(device)
+        } else {
+            self.init::<B>(device)
+        };
         load_safetensors(&mut model, weights, None)?;
         Ok(model)
     }
