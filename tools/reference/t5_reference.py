@@ -45,31 +45,26 @@ SOURCE_LENGTHS = [14, 9, 5]
 TARGET_LENGTH = 20
 GENERATED = 12
 
+# T5 v1.1's shape: gated-GELU, its own head (untied), buckets reached within 20 positions.
+V1_1 = dict(
+    d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, num_decoder_layers=2,
+    feed_forward_proj="gated-gelu", tie_word_embeddings=False,
+    relative_attention_num_buckets=16, relative_attention_max_distance=32,
+)
+
 VERSIONS = {
     "v1_0": dict(
         d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=2, num_decoder_layers=3,
         feed_forward_proj="relu", tie_word_embeddings=True,
         relative_attention_num_buckets=32, relative_attention_max_distance=128,
     ),
-    "v1_1": dict(
-        d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, num_decoder_layers=2,
-        feed_forward_proj="gated-gelu", tie_word_embeddings=False,
-        relative_attention_num_buckets=16, relative_attention_max_distance=32,
-    ),
+    "v1_1": V1_1,
     # A v1.1-style model as transformers >= 5 saves it: the config says tie_word_embeddings
     # true (always) and scale_decoder_outputs false; the head is the embedding, not stored.
-    "v1_1_as_saved": dict(
-        d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, num_decoder_layers=2,
-        feed_forward_proj="gated-gelu", tie_word_embeddings=False,
-        relative_attention_num_buckets=16, relative_attention_max_distance=32,
-    ),
+    "v1_1_as_saved": V1_1,
     # The same with its own head (a flan-t5 saved by transformers >= 5): the config says tied,
     # the weights hold lm_head.weight, and transformers uses it.
-    "v1_1_own_head_as_saved": dict(
-        d_model=32, d_kv=8, num_heads=4, d_ff=48, num_layers=2, num_decoder_layers=2,
-        feed_forward_proj="gated-gelu", tie_word_embeddings=False,
-        relative_attention_num_buckets=16, relative_attention_max_distance=32,
-    ),
+    "v1_1_own_head_as_saved": V1_1,
 }
 
 # The versions whose saved config is rewritten to the older convention (tie_word_embeddings
