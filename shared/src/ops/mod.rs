@@ -13,6 +13,7 @@ pub mod bf16;
 pub mod chunks;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cpu_products;
+pub mod dot;
 pub mod dropout;
 pub mod gelu;
 pub mod heads;

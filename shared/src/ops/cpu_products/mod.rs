@@ -17,6 +17,7 @@ use burn::tensor::ops::FloatTensor;
 use super::bf16::Bf16Training;
 use super::bf16::{self, Bf16Kernel, Strided, Threads};
 use super::chunks::for_each_chunk_mut;
+use super::dot::dot;
 
 pub mod batched;
 pub mod linear;
@@ -103,7 +104,7 @@ fn f32_matmul(a: Strided, b: Strided, m: usize, k: usize, n: usize) -> Vec<f32> 
 /// once, in storage order, into blocks of the output on rayon's threads. `gemm` packs `b`
 /// before multiplying, which for one row (a decoding step's) costs more than the product: in
 /// `perf`, packing was a quarter of T5's sampling. The sums run over `k` in order (by rows) or
-/// in 16 lanes (by columns), so they can differ from `gemm`'s in the last bits (and a row decoded
+/// by [`dot`] (by columns), so they can differ from `gemm`'s in the last bits (and a row decoded
 /// alone from the same row in a batch).
 fn row_times_matrix(a: Strided, b: Strided, k: usize, n: usize) -> Vec<f32> {
     assert!(
@@ -136,25 +137,6 @@ fn row_times_matrix(a: Strided, b: Strided, k: usize, n: usize) -> Vec<f32> {
         });
     }
     output
-}
-
-/// `Σ a·b` in 16 lanes (which the compiler keeps in vector registers), then across them.
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const LANES: usize = 16;
-    let mut lanes = [0.0f32; LANES];
-    let (a_body, b_body) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
-    let tail: f32 = a_body
-        .remainder()
-        .iter()
-        .zip(b_body.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in a_body.zip(b_body) {
-        for lane in 0..LANES {
-            lanes[lane] += x[lane] * y[lane];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
 }
 
 /// `a · b` in f32 by `gemm` into `output` (`m · n` values, row-major).
