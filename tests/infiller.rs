@@ -141,7 +141,7 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
             .arg("--corpus")
             .arg(&corpus)
             .arg("--out")
-            .arg(root.join(format!("{method}.jsonl")));
+            .arg(root.join(format!("{method}-{infiller}.jsonl")));
         command
     };
     let trained = train("infiller", &[]);
@@ -156,7 +156,7 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
     assert!(report.get("guidance").is_none(), "{report}");
 
     success(&mut generate("autocad", "infiller"));
-    let out = root.join("autocad.jsonl");
+    let out = root.join("autocad-infiller.jsonl");
     for record in verified_autocad_records(&out, "autocad") {
         assert!(record["provenance"].get("keywords").is_none(), "{record}");
     }
@@ -169,7 +169,7 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
     );
     let row = evaluated
         .lines()
-        .find(|line| line.starts_with("autocad.jsonl"))
+        .find(|line| line.starts_with("autocad-infiller.jsonl"))
         .unwrap_or_else(|| panic!("{evaluated}"));
     let fields: Vec<&str> = row.split_whitespace().collect();
     assert_eq!(
@@ -201,10 +201,19 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
         report["guidance"]["with_keywords"].as_u64().unwrap() > 0,
         "{report}"
     );
+    // Half the examples (by default) went without keywords, so the guided infiller serves the
+    // plain method too.
+    let keyword_free = report["guidance"]["keyword_free"].as_u64().unwrap();
+    assert!((12..=36).contains(&keyword_free), "{report}");
     success(&mut generate("autocad-retrieval", "guided"));
-    for record in
-        verified_autocad_records(&root.join("autocad-retrieval.jsonl"), "autocad-retrieval")
-    {
+    success(&mut generate("autocad", "guided"));
+    for record in verified_autocad_records(&root.join("autocad-guided.jsonl"), "autocad") {
+        assert!(record["provenance"].get("keywords").is_none(), "{record}");
+    }
+    for record in verified_autocad_records(
+        &root.join("autocad-retrieval-guided.jsonl"),
+        "autocad-retrieval",
+    ) {
         let provenance = &record["provenance"];
         let keywords = provenance["keywords"].as_array().unwrap();
         assert!(!keywords.is_empty() && keywords.len() <= 12, "{record}");

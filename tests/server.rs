@@ -318,17 +318,15 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
             "lass"
         ]
     );
-    // Each method says whether this server (no infiller, no Dis-AE) can run it, and if not, why.
+    // Each method says whether this server (the infiller Flipside ships, no Dis-AE) can run
+    // it, and if not, why.
     let unavailable: Vec<Option<&str>> = info["methods"]
         .as_array()
         .unwrap()
         .iter()
         .map(|m| m.get("unavailable").map(|u| u.as_str().unwrap()))
         .collect();
-    assert_eq!(unavailable[..3], [None, None, None]);
-    for reason in &unavailable[3..5] {
-        assert!(reason.unwrap().contains("needs an infiller"), "{reason:?}");
-    }
+    assert_eq!(unavailable[..5], [None; 5]);
     assert!(
         unavailable[5].unwrap().contains("needs a Dis-AE"),
         "{unavailable:?}"
@@ -419,16 +417,44 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         message.contains("core, llm-only, retrieve-only, autocad, autocad-retrieval"),
         "{message}"
     );
-    // A method this server has no model for is refused up front, saying what it needs.
+    // AutoCAD with the infiller Flipside ships: every attempt writes a well-formed edit (a
+    // sentinel for each masked span), and its record says which spans were masked and how filled.
+    let autocad = json_of(
+        server.post(
+            "/edit",
+            &json!({"text": text, "label": "positive", "method": "autocad", "seed": 1}),
+        ),
+        200,
+    );
+    for failure in autocad["failures"].as_array().unwrap() {
+        let reason = failure["reason"].as_str().unwrap();
+        assert!(!reason.contains("sentinels came back"), "{autocad}");
+    }
+    let record = &autocad["record"];
+    if record.is_object() {
+        let provenance = &record["provenance"];
+        assert_eq!(provenance["kind"], "autocad", "{autocad}");
+        let spans = provenance["spans"].as_array().unwrap();
+        assert!(!spans.is_empty(), "{autocad}");
+        assert_eq!(provenance["fills"].as_array().unwrap().len(), spans.len());
+        assert!(
+            provenance["masked"]
+                .as_str()
+                .unwrap()
+                .contains("<extra_id_0>")
+        );
+        assert_ne!(record["edited"], text, "{autocad}");
+    }
+    // A method this server cannot run is refused up front, saying what it needs.
     let message = check_error(
         server.post(
             "/edit",
-            &json!({"text": text, "label": "positive", "method": "autocad"}),
+            &json!({"text": text, "label": "positive", "method": "lass"}),
         ),
         400,
         "bad_request",
     );
-    assert!(message.contains("needs an infiller"), "{message}");
+    assert!(message.contains("needs a Dis-AE"), "{message}");
     // Given keywords are used as given.
     let own = json_of(
         server.post(

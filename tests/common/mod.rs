@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use burn::tensor::backend::Backend;
 use flipside_backend::home::Home;
+use flipside_backend::infiller::shipped::shipped_infiller;
 use flipside_backend::model_dirs::BertFiles;
 use flipside_shared::models::classifier::{
     ClassifierConfig, SequenceClassifier, load_encoder_weights,
@@ -236,7 +237,9 @@ pub fn editing_setup() -> EditingSetup {
 
 /// A Flipside home with the shared home's assets and no trained models, for servers under test:
 /// `serve` picks up HOME/models/dis-ae and HOME/models/infiller when they exist, so a developer's
-/// trained models would otherwise change what a test's server can do.
+/// trained models would otherwise change what a test's server can do. The infiller Flipside
+/// ships is written there first, so that no server under test writes it (one whose writes are
+/// limited, as a full disk limits them, could not).
 fn home_without_models() -> &'static Path {
     static HOME: OnceLock<PathBuf> = OnceLock::new();
     HOME.get_or_init(|| {
@@ -248,6 +251,7 @@ fn home_without_models() -> &'static Path {
         if !assets.exists() {
             std::os::unix::fs::symlink(home().root().join("assets"), &assets).unwrap();
         }
+        shipped_infiller(&Home::new(&root)).unwrap();
         root
     })
 }

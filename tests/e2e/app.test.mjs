@@ -28,10 +28,11 @@ before(async () => {
 
 after(async () => browser?.close());
 
-async function openApp(query = '', ready = 'demo-text') {
+async function openApp(query = '', ready = 'demo-text', beforeLoad = async () => {}) {
   const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
   const errors = [];
   page.on('pageerror', (e) => errors.push(String(e)));
+  await beforeLoad(page);
   await page.goto(`${URL}${query}`);
   await page.getByTestId(ready).waitFor();
   return { page, errors };
@@ -85,7 +86,9 @@ test('the edit demo makes a counterfactual and shows helpers, keywords, diff and
 });
 
 // An AutoCAD answer as `POST /api/edit` gives it, the record from a run of the AutoCAD
-// ablation (this test server has no infiller, so the page is handed this answer).
+// ablation: the page is handed this fixed answer, so that its display of masks and fills is
+// checked against known values (the server's own AutoCAD, with the infiller Flipside ships, is
+// tested in tests/server.rs).
 const AUTOCAD_ORIGINAL = 'The script is very poor with nothing special at all.';
 const AUTOCAD_EDITED = 'The film is very good with nothing were. at all.';
 const AUTOCAD_MASKED = 'The <extra_id_0> is very <extra_id_1> with nothing <extra_id_2> at all.';
@@ -108,17 +111,26 @@ const AUTOCAD_ANSWER = {
 };
 
 test('the demo offers the methods, disables those the server cannot run, and shows an AutoCAD edit\'s masks and fills', { timeout: 600_000 }, async () => {
-  const { page, errors } = await openApp();
+  // The server's /api/info as a server whose infiller was trained without retrieved keywords
+  // gives it (this test server's can run every method).
+  const GUIDED_UNAVAILABLE = 'the infiller plain was trained without retrieved keywords';
+  const { page, errors } = await openApp('', 'demo-text', (p) => p.route('**/api/info', async (route) => {
+    const info = await (await route.fetch()).json();
+    for (const method of info.methods) {
+      assert.equal(method.unavailable, undefined, `${method.id} runs on this server`);
+      if (method.id === 'autocad-retrieval') method.unavailable = GUIDED_UNAVAILABLE;
+    }
+    await route.fulfill({ json: info });
+  }));
   const picker = page.getByTestId('demo-method');
   const values = await picker.locator('option').evaluateAll((options) => options.map((o) => o.value));
   assert.deepEqual(values, ['core', 'llm-only', 'retrieve-only', 'autocad', 'autocad-retrieval', 'lass']);
   assert.ok(!(await picker.locator('option[value="lass"]').isDisabled()), 'the server has a Dis-AE');
   assert.equal(await picker.inputValue(), 'core', 'the server\'s default is selected');
-  for (const id of ['autocad', 'autocad-retrieval']) {
-    const option = picker.locator(`option[value="${id}"]`);
-    assert.ok(await option.isDisabled(), `${id} is disabled without an infiller`);
-    assert.match(await option.getAttribute('title'), /needs an infiller/);
-  }
+  assert.ok(!(await picker.locator('option[value="autocad"]').isDisabled()), 'the server ships an infiller');
+  const guided = picker.locator('option[value="autocad-retrieval"]');
+  assert.ok(await guided.isDisabled(), 'a method the server cannot run is disabled');
+  assert.match(await guided.getAttribute('title'), /trained without retrieved keywords/);
   await picker.selectOption('llm-only');
   assert.match(await page.getByTestId('demo-method-description').innerText(), /LLM alone/);
 

@@ -70,7 +70,7 @@ pub struct GenerateArgs {
     #[arg(long, default_value = DEFAULT_CLASSIFIER, value_name = "MODEL")]
     pub classifier: String,
     /// The T5 infiller AutoCAD edits with (`flipside infiller train`'s output)
-    /// [default: HOME/models/infiller]
+    /// [default: HOME/models/infiller when it exists, else the one Flipside ships]
     #[arg(long, value_name = "DIR")]
     pub infiller: Option<String>,
     /// How AutoCAD picks the words it rewrites
@@ -196,7 +196,11 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
             seed: args.seed,
             ..RationaleSettings::default()
         };
-        InfillerSetup::resolve(home, args.infiller.as_deref(), true, rationales)?
+        Some(InfillerSetup::resolve(
+            home,
+            args.infiller.as_deref(),
+            rationales,
+        )?)
     } else {
         None
     };

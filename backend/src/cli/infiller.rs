@@ -16,6 +16,7 @@ use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::infiller::pretrain::{PretrainRun, default_model, default_out, default_train, pretrain};
 use crate::infiller::rationales::RationaleSettings;
+use crate::infiller::shipped::{infiller_dir, is_finished_t5, shipped_infiller};
 use crate::infiller::train::{
     InfillTrainRun, KeywordGuidance, default_train as infill_defaults, train_infiller,
 };
@@ -63,8 +64,9 @@ pub struct TrainArgs {
     /// HOME/models); its label names are the label words
     #[arg(long, default_value = DEFAULT_CLASSIFIER, value_name = "MODEL")]
     pub classifier: String,
-    /// The T5 to start from: `infiller pretrain`'s output or any Hugging Face T5 directory
-    /// [default: HOME/models/infiller-pretrained]
+    /// The T5 to start from: `infiller pretrain`'s output, any Hugging Face T5 directory or a
+    /// trained infiller [default: HOME/models/infiller-pretrained when it exists, else the
+    /// infiller Flipside ships]
     #[arg(long, value_name = "DIR")]
     pub base: Option<String>,
     /// Which words are masked
@@ -89,6 +91,10 @@ pub struct TrainArgs {
     /// Most keywords in an input (with --retrieval; keep `generate --max-keywords` the same)
     #[arg(long, default_value_t = EditSettings::default().max_keywords)]
     pub max_keywords: usize,
+    /// With --retrieval, the share of examples trained without keywords, so that the infiller
+    /// serves the plain autocad method too (0: every example gets keywords)
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.5)]
+    pub keyword_free: f64,
     #[command(flatten)]
     pub retrieval_options: RetrievalArgs,
     #[command(flatten)]
@@ -235,6 +241,12 @@ fn run_pretrain(home: &Home, args: PretrainArgs) -> Result<()> {
 }
 
 fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
+    anyhow::ensure!(
+        (0.0..1.0).contains(&args.keyword_free),
+        "--keyword-free is the share of examples trained without keywords, at least 0 and below \
+         1 (got {})",
+        args.keyword_free
+    );
     let dataset = args.read.load(home, &args.data)?;
     let train = args.train.over(infill_defaults());
     let selection = Selection {
@@ -252,12 +264,19 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
             lexicons,
             task: task_of(&items),
             max_keywords: args.max_keywords,
+            keyword_free: args.keyword_free,
         }),
         false => None,
     };
     let base = match &args.base {
-        Some(base) => resolve_model_dir(home, base)?,
-        None => default_out(&home.models()),
+        Some(base) => infiller_dir(home, base)?,
+        None => {
+            let pretrained = default_out(&home.models());
+            match is_finished_t5(&pretrained) {
+                true => pretrained,
+                false => shipped_infiller(home)?,
+            }
+        }
     };
     let run = InfillTrainRun {
         items,
@@ -297,10 +316,11 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
         .collect();
     if let Some(guidance) = &report.guidance {
         println!(
-            "keywords    retrieved from {} for {} of {} examples",
+            "keywords    retrieved from {} for {} of {} examples ({} drawn to go without)",
             guidance.corpus.display(),
             guidance.with_keywords,
-            report.with_rationale
+            report.with_rationale,
+            guidance.keyword_free
         );
     }
     println!(

@@ -12,6 +12,7 @@ use super::llm::LlmArgs;
 use super::values::method_prompt;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
+use crate::infiller::T5_TOKENIZER_ASSET;
 use crate::infiller::rationales::RationaleSettings;
 use crate::llm::{DEFAULT_EDITOR_MODEL, LlmClient};
 use crate::methods::InfillerSetup;
@@ -116,8 +117,8 @@ pub struct ServeArgs {
     /// [default: imdb-400, trained on first run; imdb-2000 with --full]
     #[arg(long, value_name = "MODEL")]
     pub classifier: Option<String>,
-    /// The T5 infiller AutoCAD edits with in jobs and the demo [default: HOME/models/infiller,
-    /// when it exists; without one the autocad method is refused]
+    /// The T5 infiller AutoCAD edits with in jobs and the demo [default: HOME/models/infiller
+    /// when it exists, else the one Flipside ships]
     #[arg(long, value_name = "DIR")]
     pub infiller: Option<String>,
     /// Corpus to retrieve helpers from [default: rt (Rotten Tomatoes sentences), built and
@@ -267,12 +268,11 @@ fn prepare(
             classifier_dir,
             llm,
             settings,
-            infiller: InfillerSetup::resolve(
+            infiller: Some(InfillerSetup::resolve(
                 home,
                 args.infiller.as_deref(),
-                false,
                 RationaleSettings::default(),
-            )?,
+            )?),
             dis_ae,
             fluency,
         },
@@ -295,7 +295,13 @@ fn prepare_defaults(
     step: impl Fn(usize),
 ) -> Result<Defaults> {
     step(0);
-    let mut assets = vec!["minilm", "movie-reviews", "lexicons", "pos-lexicon"];
+    let mut assets = vec![
+        "minilm",
+        "movie-reviews",
+        "lexicons",
+        "pos-lexicon",
+        T5_TOKENIZER_ASSET,
+    ];
     if !args.llm.remote() && args.llm.model == DEFAULT_EDITOR_MODEL {
         assets.push(DEFAULT_EDITOR_MODEL);
     }

@@ -6,6 +6,7 @@
 
 pub mod pretrain;
 pub mod rationales;
+pub mod shipped;
 pub mod train;
 
 use std::fs;
@@ -156,6 +157,8 @@ pub trait Infill: Send + Sync {
     /// Whether it was trained with retrieved keywords in its inputs (`infiller train
     /// --retrieval`).
     fn guided(&self) -> bool;
+    /// The label words it was trained to fill for (`None` for a T5 not trained here).
+    fn labels(&self) -> Option<&[String]>;
 }
 
 /// An [`Infiller`] shared by the pipeline's workers.
@@ -163,6 +166,7 @@ pub struct SharedInfiller<B: Backend> {
     pub name: String,
     pub infiller: std::sync::Mutex<Infiller<B>>,
     pub guided: bool,
+    pub labels: Option<Vec<String>>,
 }
 
 impl<B: Backend> Infill for SharedInfiller<B> {
@@ -172,6 +176,10 @@ impl<B: Backend> Infill for SharedInfiller<B> {
 
     fn guided(&self) -> bool {
         self.guided
+    }
+
+    fn labels(&self) -> Option<&[String]> {
+        self.labels.as_deref()
     }
 
     fn fill(&self, input: &str, spans: usize, banned: &[String], seed: u64) -> Result<Fill> {

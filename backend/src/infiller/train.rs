@@ -80,6 +80,9 @@ pub struct KeywordGuidance {
     pub task: Task,
     /// Most keywords in an input (`generate`'s `--max-keywords` should match).
     pub max_keywords: usize,
+    /// The share of examples trained without keywords (drawn by a seeded hash of the item id),
+    /// so that the infiller also fills inputs without them (the plain autocad method).
+    pub keyword_free: f64,
 }
 
 /// How a retrieval-guided infiller's keywords were found, recorded in `infill.json`.
@@ -92,6 +95,9 @@ pub struct GuidanceReport {
     pub max_keywords: usize,
     /// Examples whose own-label retrieval found at least one keyword.
     pub with_keywords: usize,
+    /// Examples trained without keywords ([`KeywordGuidance::keyword_free`]).
+    #[serde(default)]
+    pub keyword_free: usize,
 }
 
 /// What infill training saw, saved as `infill.json` beside the model.
@@ -327,9 +333,14 @@ fn guidance_keywords<B: Backend>(
     let bar = progress::items(with_rationale as u64, "retrieving keywords");
     let mut keywords = Vec::with_capacity(run.items.len());
     let mut with_keywords = 0;
+    let mut keyword_free = 0;
     for (item, rationale) in run.items.iter().zip(rationales) {
         let mut by_label = BTreeMap::new();
-        if rationale.is_ok() {
+        let draw = stable_hash(run.train.seed, &format!("keyword-free {}", item.id)) % 1000;
+        if rationale.is_ok() && (draw as f64 / 1000.0) < guidance.keyword_free {
+            keyword_free += 1;
+            bar.inc(1);
+        } else if rationale.is_ok() {
             for label in labels {
                 let query = Item {
                     target: label.clone(),
@@ -354,6 +365,7 @@ fn guidance_keywords<B: Backend>(
         max_queries: setup.max_queries,
         max_keywords: guidance.max_keywords,
         with_keywords,
+        keyword_free,
     };
     Ok((keywords, report))
 }

@@ -101,10 +101,10 @@ impl Method for AutocadRetrieval {
 
 /// The rationale stage and the infilling editor over `models`' infiller.
 fn infill_stages(models: &Models, with_keywords: bool) -> Result<(RationaleStage, InfillEditor)> {
-    let infiller = models.infiller.clone().context(
-        "AutoCAD needs an infiller: train one with `flipside infiller train` and pass \
-         --infiller DIR",
-    )?;
+    let infiller = models
+        .infiller
+        .clone()
+        .context("AutoCAD needs an infiller (--infiller DIR)")?;
     let finder = models
         .rationales
         .clone()

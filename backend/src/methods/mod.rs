@@ -28,12 +28,12 @@ use crate::editing::prompts::Task;
 use crate::editing::retrieve::{RetrievalSetup, Retrieve, Retriever};
 use crate::home::Home;
 use crate::infiller::rationales::{FindRationale, RationaleFinder, RationaleSettings};
+use crate::infiller::shipped::{infiller_dir, is_finished_t5, shipped_infiller};
 use crate::infiller::train::InfillReport;
 use crate::infiller::{Infill, Infiller, SharedInfiller};
 use crate::lass::model::{Reproduce, SharedReproducer};
 use crate::llm::{Fluency, LlmClient, Sampling};
 use crate::model_dirs::load_classifier;
-use crate::model_dirs::resolve_model_dir;
 use crate::pipeline::judge::{Classify, FlipCheck};
 use crate::pipeline::{ContextStage, Editor, Item, Pipeline};
 use lass::ReproductionSettings;
@@ -214,30 +214,25 @@ pub struct InfillerSetup {
 
 impl InfillerSetup {
     /// The infiller named `name` (a directory or a name under HOME/models), else
-    /// HOME/models/infiller when `required` or when it exists; `None` when there is none.
-    pub fn resolve(
-        home: &Home,
-        name: Option<&str>,
-        required: bool,
-        rationales: RationaleSettings,
-    ) -> Result<Option<Self>> {
+    /// HOME/models/infiller when it exists (`infiller train`'s default output), else the one
+    /// Flipside ships ([`shipped_infiller`]).
+    pub fn resolve(home: &Home, name: Option<&str>, rationales: RationaleSettings) -> Result<Self> {
         let dir = match name {
-            Some(name) => resolve_model_dir(home, name)?,
-            None => home.models().join("infiller"),
+            Some(name) => infiller_dir(home, name)?,
+            None => {
+                let trained = home.models().join("infiller");
+                match is_finished_t5(&trained) {
+                    true => trained,
+                    false => shipped_infiller(home)?,
+                }
+            }
         };
-        if name.is_none() && !required && !dir.is_dir() {
-            return Ok(None);
-        }
-        Ok(Some(Self {
-            tokenizer_json: crate::infiller::read_tokenizer(home, &dir).with_context(|| {
-                format!(
-                    "no infiller at {}: train one with `flipside infiller train`",
-                    dir.display()
-                )
-            })?,
+        Ok(Self {
+            tokenizer_json: crate::infiller::read_tokenizer(home, &dir)
+                .with_context(|| format!("the infiller {}", dir.display()))?,
             dir,
             rationales,
-        }))
+        })
     }
 }
 
@@ -288,11 +283,16 @@ fn load_infiller_setup<B: Backend>(
     let infiller = Infiller::<B>::from_dir(&setup.dir, setup.tokenizer_json, device)
         .with_context(|| format!("loading the infiller {}", setup.dir.display()))?;
     let classifier = load_classifier::<Autodiff<B>>(classifier_dir, device)?;
-    let guided = InfillReport::read(&setup.dir)?.is_some_and(|r| r.guidance.is_some());
+    let report = InfillReport::read(&setup.dir)?;
+    let guided = report
+        .as_ref()
+        .and_then(|r| r.guidance.as_ref())
+        .is_some_and(|g| g.with_keywords > 0);
     let infiller: Arc<dyn Infill> = Arc::new(SharedInfiller {
         name: setup.dir.display().to_string(),
         infiller: Mutex::new(infiller),
         guided,
+        labels: report.map(|r| r.labels),
     });
     let finder: Arc<dyn FindRationale> = Arc::new(Mutex::new(RationaleFinder {
         classifier,
@@ -309,12 +309,24 @@ pub fn check_models(method: &dyn Method, models: &Models) -> Result<()> {
     if method.retrieves() && models.retriever.is_none() {
         bail!("the {} method needs an index to retrieve from", method.id());
     }
-    if method.card().infills && models.infiller.is_none() {
-        bail!(
-            "the {} method needs an infiller: train one with `flipside infiller train` (the \
-             server: --infiller DIR)",
-            method.id()
-        );
+    if method.card().infills {
+        let Some(infiller) = &models.infiller else {
+            bail!(
+                "the {} method needs an infiller (--infiller DIR)",
+                method.id()
+            );
+        };
+        let labels = models.classifier.labels();
+        if let Some(trained) = infiller.labels()
+            && trained != labels.as_slice()
+        {
+            bail!(
+                "the infiller {} fills for the labels {trained:?}, the classifier {} has \
+                 {labels:?}: train one for them with `flipside infiller train --classifier`",
+                infiller.name(),
+                models.classifier_name
+            );
+        }
     }
     if method.card().reproduces && models.reproducer.is_none() {
         bail!(

@@ -84,7 +84,8 @@ pub struct CfBenchArgs {
     /// Score what earlier runs generated, without generating more
     #[arg(long)]
     pub score_only: bool,
-    /// AutoCAD's infiller [default: HOME/models/infiller, when it exists]
+    /// AutoCAD's infiller [default: HOME/models/infiller when it exists, else the one Flipside
+    /// ships]
     #[arg(long, value_name = "DIR")]
     pub infiller: Option<String>,
     #[arg(long, value_enum, default_value_t)]
@@ -372,7 +373,11 @@ fn generate_all(
                 seed: args.seed,
                 ..RationaleSettings::default()
             };
-            InfillerSetup::resolve(home, args.infiller.as_deref(), false, rationales)?
+            Some(InfillerSetup::resolve(
+                home,
+                args.infiller.as_deref(),
+                rationales,
+            )?)
         }
         false => None,
     };
