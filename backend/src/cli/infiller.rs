@@ -83,9 +83,9 @@ pub struct TrainArgs {
     pub out: Option<PathBuf>,
     #[command(flatten)]
     pub run: ResumableArgs,
-    /// Retrieval-guided infilling (for `generate --method autocad-retrieval`): each input also
-    /// gets the keywords of corpus sentences retrieved for the example with its own label (the
-    /// options under Retrieval say how)
+    /// Retrieval-guided infilling (for `generate --method autocad-retrieval`): an input also
+    /// gets the keywords of corpus sentences retrieved for the example with its own label (all
+    /// but --keyword-free of them; the options under Retrieval say how)
     #[arg(long)]
     pub retrieval: bool,
     /// Most keywords in an input (with --retrieval; keep `generate --max-keywords` the same)

@@ -268,11 +268,20 @@ fn prepare(
             classifier_dir,
             llm,
             settings,
-            infiller: Some(InfillerSetup::resolve(
+            infiller: match InfillerSetup::resolve(
                 home,
                 args.infiller.as_deref(),
                 RationaleSettings::default(),
-            )?),
+            ) {
+                Ok(setup) => Some(setup),
+                // The shipped one could not be written (a full disk, say): AutoCAD is off, the
+                // rest runs.
+                Err(error) if args.infiller.is_none() => {
+                    tracing::warn!("no infiller, so no AutoCAD: {error:#}");
+                    None
+                }
+                Err(error) => return Err(error),
+            },
             dis_ae,
             fluency,
         },

@@ -5,10 +5,11 @@
 //! α·UL, the unlikelihood on span words only. Validation loss (MLE on held-out examples) picks
 //! the best epoch; resumable like every training here.
 //!
-//! With [`KeywordGuidance`] (retrieval-guided infilling, beyond the paper) each input also
+//! With [`KeywordGuidance`] (retrieval-guided infilling, beyond the paper) an input also
 //! carries the keywords of corpus sentences retrieved for the example with its own label, and
-//! each unlikelihood row those retrieved for the other label: the infiller learns to write
+//! its unlikelihood rows those retrieved for the other label: the infiller learns to write
 //! fills in the spirit of the keywords it is given, which at generation are the target label's.
+//! A seeded share of the examples goes without keywords, so that it also fills inputs without.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -58,7 +59,8 @@ pub struct InfillTrainRun {
     /// Training items (their `label` is the gold label; `target` is ignored).
     pub items: Vec<Item>,
     pub classifier_dir: PathBuf,
-    /// The T5 to start from (`infiller pretrain`'s output or any HF T5), and its tokenizer.
+    /// The T5 to start from (`infiller pretrain`'s output, the shipped infiller or any HF T5),
+    /// and its tokenizer.
     pub base: PathBuf,
     pub tokenizer_json: Vec<u8>,
     pub rationales: RationaleSettings,
@@ -69,7 +71,7 @@ pub struct InfillTrainRun {
     pub train: TrainConfig,
     pub out: PathBuf,
     pub pause_after: Option<usize>,
-    /// Retrieval-guided infilling: keywords of retrieved sentences in every input.
+    /// Retrieval-guided infilling: keywords of retrieved sentences in the inputs.
     pub guidance: Option<KeywordGuidance>,
 }
 
