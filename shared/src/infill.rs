@@ -17,6 +17,11 @@ use crate::models::search::SentinelOrder;
 use crate::random::SplitMix64;
 use crate::tokenize::TokenizeError;
 
+/// The most tokens one span's fill takes when the infiller samples (a rationale span is a few
+/// words): the next sentinel is then forced, so that a fill that runs on cannot use up the
+/// reply's length limit and cost the spans after it.
+pub const MAX_FILL_TOKENS: usize = 10;
+
 /// A T5 `tokenizer.json` without padding or truncation, and its sentinels.
 #[derive(Debug, Clone)]
 pub struct T5Tokenizer {
@@ -113,13 +118,15 @@ impl T5Tokenizer {
         self.sentinels as usize
     }
 
-    /// The span format of a fill of `spans` masked spans, for constrained decoding.
+    /// The span format of a fill of `spans` masked spans, for constrained decoding, with at most
+    /// [`MAX_FILL_TOKENS`] tokens a fill.
     pub fn sentinel_order(&self, spans: usize) -> SentinelOrder {
         SentinelOrder {
             due: (0..spans).filter_map(|k| self.sentinel(k)).collect(),
             all: (0..self.sentinel_count())
                 .filter_map(|k| self.sentinel(k))
                 .collect(),
+            max_fill: MAX_FILL_TOKENS,
         }
     }
 

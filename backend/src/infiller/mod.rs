@@ -16,7 +16,7 @@ use anyhow::{Context, Result, bail};
 use burn::module::AutodiffModule;
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
-use flipside_shared::infill::{T5Tokenizer, parse_fills, unlikelihood_mask};
+use flipside_shared::infill::{MAX_FILL_TOKENS, T5Tokenizer, parse_fills, unlikelihood_mask};
 use flipside_shared::models::checkpoint::save_safetensors;
 use flipside_shared::models::t5::decode::{DecodeSettings, Search, generate};
 use flipside_shared::models::t5::loss::{cross_entropy, unlikelihood};
@@ -217,7 +217,8 @@ impl<B: Backend> Infiller<B> {
                 temperature: FILL_TEMPERATURE,
                 seed,
             },
-            max_tokens: (12 * spans + 8).min(512),
+            // Room for every fill at its longest, its sentinel, and the end.
+            max_tokens: (spans * (MAX_FILL_TOKENS + 2) + 8).min(512),
             banned: banned_ids,
             sentinels: Some(self.tokenizer.sentinel_order(spans)),
         };

@@ -4,8 +4,10 @@
 //!
 //! Each attempt samples the infiller once (nucleus p 0.9, temperature 0.7, the label words
 //! banned, seeded by the attempt), constrained to the span format (every sentinel in order, each
-//! with a fill); a reply cut off before its last fill is a failed attempt with its reason. For NLI the rationale is found over premise and hypothesis jointly, the
-//! premise is given unmasked and only the hypothesis is rewritten (Flipside edits hypotheses).
+//! with a fill of at most [`MAX_FILL_TOKENS`](flipside_shared::infill::MAX_FILL_TOKENS) tokens),
+//! so every reply is well formed. For NLI the rationale is found over premise and hypothesis
+//! jointly, the premise is given unmasked and only the hypothesis is rewritten (Flipside edits
+//! hypotheses).
 //!
 //! [`AutocadRetrieval`] goes beyond the paper: CORE's retrieval finds sentences with the target
 //! label for the item, and their keywords go into the infiller's input (an infiller trained with

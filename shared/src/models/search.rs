@@ -45,13 +45,18 @@ pub struct DecodeSettings {
 }
 
 /// T5's span format: `<s₀> fill₀ <s₁> fill₁ … </s>` with every sentinel due, in order, each fill
-/// at least one token, no other sentinel, and no end before the last fill.
+/// at least one and at most `max_fill` tokens, no other sentinel, and no end before the last
+/// fill.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SentinelOrder {
     /// The sentinels due, in order (one per masked span; each one of `all`).
     pub due: Vec<u32>,
     /// Every sentinel of the vocabulary: those not due are never generated.
     pub all: Vec<u32>,
+    /// The most tokens one fill takes: then the next sentinel (or, after the last fill, the
+    /// end) is forced, so that a fill running on (a loop of punctuation, say) cannot use up
+    /// the length limit. With `max_tokens` ≥ due × (`max_fill` + 1) + 1 every output finishes.
+    pub max_fill: usize,
 }
 
 impl SentinelOrder {
@@ -63,12 +68,18 @@ impl SentinelOrder {
         let next = self.due.get(emitted).copied();
         let after_sentinel = prefix.last().is_some_and(|t| self.due.contains(t));
         if prefix.is_empty()
-            && let Some(first) = next.map(|t| t as usize).filter(|&t| t < log_probs.len())
+            && let Some(first) = next
         {
-            let kept = log_probs[first];
-            log_probs.fill(f32::NEG_INFINITY);
-            // Forced: finite even if the model (or a ban) rules it out.
-            log_probs[first] = if kept.is_finite() { kept } else { 0.0 };
+            force(first, log_probs);
+            return;
+        }
+        let fill = prefix
+            .iter()
+            .rev()
+            .take_while(|t| !self.due.contains(t))
+            .count();
+        if !prefix.is_empty() && fill >= self.max_fill {
+            force(next.unwrap_or(end), log_probs);
             return;
         }
         let mut forbid = |token: u32| {
@@ -85,6 +96,15 @@ impl SentinelOrder {
             forbid(end);
         }
     }
+}
+
+/// Leaves `token` the only possible one: finite even if the model (or a ban) rules it out.
+fn force(token: u32, log_probs: &mut [f32]) {
+    let Some(&kept) = log_probs.get(token as usize) else {
+        return;
+    };
+    log_probs.fill(f32::NEG_INFINITY);
+    log_probs[token as usize] = if kept.is_finite() { kept } else { 0.0 };
 }
 
 /// One generated output.
@@ -607,6 +627,7 @@ mod tests {
         let order = SentinelOrder {
             due: vec![2, 3],
             all: vec![2, 3, 4, 5],
+            max_fill: 20,
         };
         let settings = |search: Search, sentinels: Option<SentinelOrder>| DecodeSettings {
             search,
@@ -614,13 +635,14 @@ mod tests {
             banned: vec![0],
             sentinels,
         };
-        let run = |settings: &DecodeSettings, rows: usize| {
+        let run_on = |logits: &[f32], settings: &DecodeSettings, rows: usize| {
             let mut decoder = Fixed {
                 rows,
-                logits: logits.clone(),
+                logits: logits.to_vec(),
             };
             generate(&mut decoder, settings)
         };
+        let run = |settings: &DecodeSettings, rows: usize| run_on(&logits, settings, rows);
         assert_eq!(
             run(&settings(Search::Greedy, None), 1)[0].tokens,
             Vec::<u32>::new()
@@ -640,7 +662,7 @@ mod tests {
             temperature: 1.0,
             seed: 5,
         };
-        for decoded in run(&settings(nucleus, Some(order)), 64) {
+        for decoded in run(&settings(nucleus, Some(order.clone())), 64) {
             let t = &decoded.tokens;
             let second = t.iter().position(|&x| x == 3).expect("<s1> came");
             assert!(decoded.finished && t[0] == 2 && second >= 2, "{t:?}");
@@ -648,6 +670,16 @@ mod tests {
             let words = |part: &[u32]| part.iter().all(|&x| x >= 6);
             assert!(words(&t[1..second]) && words(&t[second + 1..]), "{t:?}");
         }
+        // A model that would write word 6 forever: each fill stops at `max_fill` tokens, and
+        // the output finishes well within the length limit.
+        let looping = vec![0.0, -5.0, 0.0, -5.0, -5.0, -5.0, 5.0, 0.0];
+        let capped = SentinelOrder {
+            max_fill: 2,
+            ..order
+        };
+        let decoded = run_on(&looping, &settings(Search::Greedy, Some(capped)), 1).remove(0);
+        assert_eq!(decoded.tokens, [2, 6, 6, 3, 6, 6]);
+        assert!(decoded.finished);
     }
 
     #[test]
