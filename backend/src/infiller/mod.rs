@@ -217,8 +217,9 @@ impl<B: Backend> Infiller<B> {
                 temperature: FILL_TEMPERATURE,
                 seed,
             },
-            // Room for every fill at its longest, its sentinel, and the end.
-            max_tokens: (spans * (MAX_FILL_TOKENS + 2) + 8).min(512),
+            // Room for every fill at its longest, its sentinel, and the end: the limit never
+            // cuts a reply short.
+            max_tokens: spans * (MAX_FILL_TOKENS + 1) + 1,
             banned: banned_ids,
             sentinels: Some(self.tokenizer.sentinel_order(spans)),
         };

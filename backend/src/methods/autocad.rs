@@ -5,7 +5,7 @@
 //! Each attempt samples the infiller once (nucleus p 0.9, temperature 0.7, the label words
 //! banned, seeded by the attempt), constrained to the span format (every sentinel in order, each
 //! with a fill of at most [`MAX_FILL_TOKENS`](flipside_shared::infill::MAX_FILL_TOKENS) tokens),
-//! so every reply is well formed. For NLI the rationale is found over premise and hypothesis
+//! so every reply of up to 100 spans (T5's sentinels) is well formed. For NLI the rationale is found over premise and hypothesis
 //! jointly, the premise is given unmasked and only the hypothesis is rewritten (Flipside edits
 //! hypotheses).
 //!

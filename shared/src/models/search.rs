@@ -69,8 +69,8 @@ impl SentinelOrder {
         let after_sentinel = prefix.last().is_some_and(|t| self.due.contains(t));
         if prefix.is_empty()
             && let Some(first) = next
+            && force(first, log_probs)
         {
-            force(first, log_probs);
             return;
         }
         let fill = prefix
@@ -78,8 +78,10 @@ impl SentinelOrder {
             .rev()
             .take_while(|t| !self.due.contains(t))
             .count();
-        if !prefix.is_empty() && fill >= self.max_fill {
-            force(next.unwrap_or(end), log_probs);
+        if !prefix.is_empty()
+            && fill >= self.max_fill.max(1)
+            && force(next.unwrap_or(end), log_probs)
+        {
             return;
         }
         let mut forbid = |token: u32| {
@@ -99,12 +101,14 @@ impl SentinelOrder {
 }
 
 /// Leaves `token` the only possible one: finite even if the model (or a ban) rules it out.
-fn force(token: u32, log_probs: &mut [f32]) {
+/// False (nothing changed) for a token outside the vocabulary.
+fn force(token: u32, log_probs: &mut [f32]) -> bool {
     let Some(&kept) = log_probs.get(token as usize) else {
-        return;
+        return false;
     };
     log_probs.fill(f32::NEG_INFINITY);
     log_probs[token as usize] = if kept.is_finite() { kept } else { 0.0 };
+    true
 }
 
 /// One generated output.
