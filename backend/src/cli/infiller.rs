@@ -16,7 +16,7 @@ use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::infiller::pretrain::{PretrainRun, default_model, default_out, default_train, pretrain};
 use crate::infiller::rationales::RationaleSettings;
-use crate::infiller::shipped::{infiller_dir, is_finished_t5, shipped_infiller};
+use crate::infiller::shipped::{infiller_dir, trained_or_shipped};
 use crate::infiller::train::{
     InfillTrainRun, KeywordGuidance, default_train as infill_defaults, train_infiller,
 };
@@ -270,13 +270,7 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
     };
     let base = match &args.base {
         Some(base) => infiller_dir(home, base)?,
-        None => {
-            let pretrained = default_out(&home.models());
-            match is_finished_t5(&pretrained) {
-                true => pretrained,
-                false => shipped_infiller(home)?,
-            }
-        }
+        None => trained_or_shipped(home, default_out(&home.models()))?,
     };
     let run = InfillTrainRun {
         items,

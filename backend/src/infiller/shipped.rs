@@ -71,6 +71,15 @@ pub fn is_finished_t5(dir: &Path) -> bool {
     dir.join("config.json").is_file() && dir.join(WEIGHTS_FILE).is_file()
 }
 
+/// `trained` (a default output under HOME/models) when it holds a finished T5, else the shipped
+/// infiller.
+pub fn trained_or_shipped(home: &Home, trained: PathBuf) -> Result<PathBuf> {
+    match is_finished_t5(&trained) {
+        true => Ok(trained),
+        false => shipped_infiller(home),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use flipside_shared::models::compact::is_compact;

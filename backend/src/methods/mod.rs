@@ -28,7 +28,7 @@ use crate::editing::prompts::Task;
 use crate::editing::retrieve::{RetrievalSetup, Retrieve, Retriever};
 use crate::home::Home;
 use crate::infiller::rationales::{FindRationale, RationaleFinder, RationaleSettings};
-use crate::infiller::shipped::{infiller_dir, is_finished_t5, shipped_infiller};
+use crate::infiller::shipped::{infiller_dir, trained_or_shipped};
 use crate::infiller::train::InfillReport;
 use crate::infiller::{Infill, Infiller, SharedInfiller};
 use crate::lass::model::{Reproduce, SharedReproducer};
@@ -215,17 +215,11 @@ pub struct InfillerSetup {
 impl InfillerSetup {
     /// The infiller named `name` (a directory or a name under HOME/models), else
     /// HOME/models/infiller when it exists (`infiller train`'s default output), else the one
-    /// Flipside ships ([`shipped_infiller`]).
+    /// Flipside ships ([`trained_or_shipped`]).
     pub fn resolve(home: &Home, name: Option<&str>, rationales: RationaleSettings) -> Result<Self> {
         let dir = match name {
             Some(name) => infiller_dir(home, name)?,
-            None => {
-                let trained = home.models().join("infiller");
-                match is_finished_t5(&trained) {
-                    true => trained,
-                    false => shipped_infiller(home)?,
-                }
-            }
+            None => trained_or_shipped(home, home.models().join("infiller"))?,
         };
         Ok(Self {
             tokenizer_json: crate::infiller::read_tokenizer(home, &dir)
