@@ -13,7 +13,7 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
-use crate::models::search::SentinelOrder;
+use crate::models::search::{FillPieces, SentinelOrder};
 use crate::random::SplitMix64;
 use crate::tokenize::TokenizeError;
 
@@ -32,6 +32,8 @@ pub struct T5Tokenizer {
     sentinels: u32,
     pub pad: u32,
     pub eos: u32,
+    /// Which pieces may start a fill and which are punctuation (special tokens are neither).
+    pieces: FillPieces,
 }
 
 impl T5Tokenizer {
@@ -49,11 +51,31 @@ impl T5Tokenizer {
         let sentinels = (0..)
             .take_while(|&k| id(&format!("<extra_id_{k}>")) == first_sentinel.checked_sub(k))
             .count() as u32;
+        let pad = id("<pad>").ok_or_else(|| missing("<pad>"))?;
+        let eos = id("</s>").ok_or_else(|| missing("</s>"))?;
+        let special: std::collections::HashSet<u32> = inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, token)| token.special)
+            .map(|(id, _)| id)
+            .chain([pad, eos])
+            .chain((0..sentinels).map(|k| first_sentinel - k))
+            .collect();
+        let vocabulary = inner.get_vocab_size(true) as u32;
+        let names: Vec<Option<String>> = (0..vocabulary)
+            .map(|id| {
+                (!special.contains(&id))
+                    .then(|| inner.id_to_token(id))
+                    .flatten()
+            })
+            .collect();
+        let pieces = FillPieces::new(names.iter().map(Option::as_deref));
         Ok(Self {
             first_sentinel,
             sentinels,
-            pad: id("<pad>").ok_or_else(|| missing("<pad>"))?,
-            eos: id("</s>").ok_or_else(|| missing("</s>"))?,
+            pad,
+            eos,
+            pieces,
             inner,
         })
     }
@@ -118,8 +140,9 @@ impl T5Tokenizer {
         self.sentinels as usize
     }
 
-    /// The span format of a fill of `spans` masked spans, for constrained decoding, with at most
-    /// [`MAX_FILL_TOKENS`] tokens a fill.
+    /// The span format of a fill of `spans` masked spans, for constrained decoding: at most
+    /// [`MAX_FILL_TOKENS`] tokens a fill, each starting with a word, no two punctuation
+    /// tokens in a row.
     pub fn sentinel_order(&self, spans: usize) -> SentinelOrder {
         SentinelOrder {
             due: (0..spans).filter_map(|k| self.sentinel(k)).collect(),
@@ -127,6 +150,7 @@ impl T5Tokenizer {
                 .filter_map(|k| self.sentinel(k))
                 .collect(),
             max_fill: MAX_FILL_TOKENS,
+            pieces: Some(self.pieces.clone()),
         }
     }
 

@@ -104,6 +104,10 @@ pub struct AutocadProvenance {
     pub unsure: Option<f32>,
     /// The infiller's generated ids decoded with sentinels, that the fills were read from.
     pub reply: String,
+    /// The weight of the label contrast that steered the fills away from the item's label
+    /// (none: sampled from the target label alone).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_contrast: Option<f32>,
     /// The retrieved keywords in the infiller's input (retrieval-guided infilling only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub keywords: Vec<String>,

@@ -1,5 +1,5 @@
 //! The argument groups several commands share: the default classifier, where helpers are
-//! retrieved from, how LASS reproduces, the optimiser's settings, and a resumable run's
+//! retrieved from, AutoCAD's infiller, how LASS reproduces, the optimiser's settings, and a resumable run's
 //! `--pause-after` and `--device`. Commands flatten them into their own arguments.
 
 use std::path::PathBuf;
@@ -14,7 +14,10 @@ use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
+use crate::infiller::FILL_CONTRAST;
+use crate::infiller::rationales::RationaleSettings;
 use crate::llm::Fluency;
+use crate::methods::InfillerSetup;
 use crate::methods::lass::{DEFAULT_MAX_PERPLEXITY, ReproductionSettings, SentimentSource};
 use crate::model_dirs::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::retrieval::encoders::RetrieverEncoders;
@@ -29,6 +32,45 @@ pub const DEFAULT_CLASSIFIER: &str = "imdb-400";
 pub const DEFAULT_DIS_AE: &str = "dis-ae";
 /// The fluency filter's model: small like the paper's GPT-2.
 pub const DEFAULT_FLUENCY_MODEL: &str = "smollm2-135m";
+
+/// AutoCAD's infiller and how it samples.
+#[derive(Debug, Clone, Args, Serialize)]
+pub struct InfillerArgs {
+    /// The T5 infiller AutoCAD edits with (`flipside infiller train`'s output)
+    /// [default: HOME/models/infiller when it exists, else the one Flipside ships]
+    #[arg(long = "infiller", value_name = "DIR")]
+    pub name: Option<String>,
+    /// Label contrast: each token of a fill scored by (1 + W)·log p(target label)
+    /// − W·log p(the item's label); 0 samples from the target label alone, as AutoCAD does.
+    /// W = 1 makes fills more fluent but fewer of them flip
+    #[arg(long, value_name = "W", default_value_t = FILL_CONTRAST.weight)]
+    pub label_contrast: f32,
+    /// The most words AutoCAD masks in an item, the most salient first, for closer edits
+    /// (AutoCAD's 30 % of a 40-word sentence is 12 words) [default: no cap, as in the paper]
+    #[arg(long, value_name = "N")]
+    pub max_masked: Option<usize>,
+}
+
+impl InfillerArgs {
+    /// The infiller these arguments name, finding rationales by `rationales`.
+    pub fn setup(&self, home: &Home, mut rationales: RationaleSettings) -> Result<InfillerSetup> {
+        if !(self.label_contrast.is_finite() && self.label_contrast >= 0.0) {
+            bail!(
+                "--label-contrast must be 0 or more, not {}",
+                self.label_contrast
+            );
+        }
+        if let Some(cap) = self.max_masked {
+            if cap == 0 {
+                bail!("--max-masked must be at least 1");
+            }
+            rationales.max_words = Some(cap);
+        }
+        let mut setup = InfillerSetup::resolve(home, self.name.as_deref(), rationales)?;
+        setup.label_contrast.weight = self.label_contrast;
+        Ok(setup)
+    }
+}
 
 /// Where helpers are retrieved from.
 #[derive(Debug, Clone, Args, Serialize)]

@@ -7,7 +7,7 @@ use anyhow::{Context as _, Result, bail};
 use clap::Args;
 use serde::Serialize;
 
-use super::args::{DEFAULT_CLASSIFIER, LassArgs, RetrievalArgs};
+use super::args::{DEFAULT_CLASSIFIER, InfillerArgs, LassArgs, RetrievalArgs};
 use super::data::ReadArgs;
 use super::llm::LlmArgs;
 use super::values::Rationales;
@@ -17,9 +17,7 @@ use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::infiller::rationales::RationaleSettings;
 use crate::llm::Sampling;
-use crate::methods::{
-    self, EditSettings, GenerationPlan, InfillerSetup, ModelsConfig, load_models,
-};
+use crate::methods::{self, EditSettings, GenerationPlan, ModelsConfig, load_models};
 use crate::model_dirs::{resolve_model_dir, write_atomic};
 use crate::pipeline::batch::{BatchRun, generate};
 use crate::pipeline::store::config_path;
@@ -69,10 +67,8 @@ pub struct GenerateArgs {
     /// also takes its rationales from it
     #[arg(long, default_value = DEFAULT_CLASSIFIER, value_name = "MODEL")]
     pub classifier: String,
-    /// The T5 infiller AutoCAD edits with (`flipside infiller train`'s output)
-    /// [default: HOME/models/infiller when it exists, else the one Flipside ships]
-    #[arg(long, value_name = "DIR")]
-    pub infiller: Option<String>,
+    #[command(flatten)]
+    pub infiller: InfillerArgs,
     /// How AutoCAD picks the words it rewrites
     #[arg(long, value_enum, default_value_t = Rationales::Saliency)]
     pub rationales: Rationales,
@@ -196,11 +192,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
             seed: args.seed,
             ..RationaleSettings::default()
         };
-        Some(InfillerSetup::resolve(
-            home,
-            args.infiller.as_deref(),
-            rationales,
-        )?)
+        Some(args.infiller.setup(home, rationales)?)
     } else {
         None
     };

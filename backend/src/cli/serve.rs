@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::Args;
 
-use super::args::LassArgs;
+use super::args::{InfillerArgs, LassArgs};
 use super::llm::LlmArgs;
 use super::values::method_prompt;
 use crate::editing::retrieve::RetrievalSetup;
@@ -15,7 +15,6 @@ use crate::home::Home;
 use crate::infiller::T5_TOKENIZER_ASSET;
 use crate::infiller::rationales::RationaleSettings;
 use crate::llm::{DEFAULT_EDITOR_MODEL, LlmClient};
-use crate::methods::InfillerSetup;
 use crate::methods::{EditSettings, METHODS};
 use crate::model_dirs::{DEFAULT_ENCODER, resolve_model_dir};
 use crate::prepare::{SMALL_CORPUS, corpus_with_index, fetch_assets, imdb_classifier};
@@ -117,10 +116,9 @@ pub struct ServeArgs {
     /// [default: imdb-400, trained on first run; imdb-2000 with --full]
     #[arg(long, value_name = "MODEL")]
     pub classifier: Option<String>,
-    /// The T5 infiller AutoCAD edits with in jobs and the demo [default: HOME/models/infiller
-    /// when it exists, else the one Flipside ships]
-    #[arg(long, value_name = "DIR")]
-    pub infiller: Option<String>,
+    /// AutoCAD's infiller in jobs and the demo
+    #[command(flatten)]
+    pub infiller: InfillerArgs,
     /// Corpus to retrieve helpers from [default: rt (Rotten Tomatoes sentences), built and
     /// indexed on first run; movies with --full]
     #[arg(long, value_name = "NAME")]
@@ -268,15 +266,11 @@ fn prepare(
             classifier_dir,
             llm,
             settings,
-            infiller: match InfillerSetup::resolve(
-                home,
-                args.infiller.as_deref(),
-                RationaleSettings::default(),
-            ) {
+            infiller: match args.infiller.setup(home, RationaleSettings::default()) {
                 Ok(setup) => Some(setup),
                 // The shipped one could not be written (a full disk, say): AutoCAD is off, the
                 // rest runs.
-                Err(error) if args.infiller.is_none() => {
+                Err(error) if args.infiller.name.is_none() => {
                     tracing::warn!("no infiller, so no AutoCAD: {error:#}");
                     None
                 }

@@ -28,6 +28,9 @@ pub struct RationaleSettings {
     pub top_fraction: f64,
     pub min_relative: f64,
     pub min_confidence: f32,
+    /// The most words masked in one text (the most salient first); `None`: no cap.
+    #[serde(default)]
+    pub max_words: Option<usize>,
     pub seed: u64,
 }
 
@@ -38,6 +41,7 @@ impl Default for RationaleSettings {
             top_fraction: 0.3,
             min_relative: 0.3,
             min_confidence: 0.8,
+            max_words: None,
             seed: 0,
         }
     }
@@ -200,14 +204,16 @@ impl<B: Backend> FindRationale for std::sync::Mutex<RationaleFinder<B>> {
     }
 }
 
-/// Indices into `words` of the rationale: the top `top_fraction` by score, those scoring at
-/// least `min_relative` × the best; in text order.
+/// Indices into `words` of the rationale: the top `top_fraction` by score (at most
+/// `max_words`), those scoring at least `min_relative` × the best; in text order.
 pub fn salient_words(words: &[WordSaliency], settings: &RationaleSettings) -> Vec<usize> {
     if words.is_empty() {
         return Vec::new();
     }
     let best = words.iter().map(|w| w.score).fold(0.0f32, f32::max);
-    let top = ((words.len() as f64 * settings.top_fraction).ceil() as usize).max(1);
+    let top = ((words.len() as f64 * settings.top_fraction).ceil() as usize)
+        .min(settings.max_words.unwrap_or(usize::MAX))
+        .max(1);
     let mut order: Vec<usize> = (0..words.len()).collect();
     order.sort_by(|&a, &b| words[b].score.total_cmp(&words[a].score).then(a.cmp(&b)));
     let mut chosen: Vec<usize> = order
@@ -273,7 +279,17 @@ mod tests {
             .map(|(i, &s)| word(0, &format!("w{i}"), s))
             .collect();
         // Top 3 of 10: 0.40, 0.30, 0.10; 0.10 < 0.3 × 0.40 drops.
-        assert_eq!(salient_words(&words, &RationaleSettings::default()), [1, 4]);
+        let paper = RationaleSettings {
+            max_words: None,
+            ..RationaleSettings::default()
+        };
+        assert_eq!(salient_words(&words, &paper), [1, 4]);
+        // Capped at one word: the most salient.
+        let one = RationaleSettings {
+            max_words: Some(1),
+            ..paper
+        };
+        assert_eq!(salient_words(&words, &one), [1]);
     }
 
     #[test]

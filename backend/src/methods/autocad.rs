@@ -3,9 +3,11 @@
 //! target label (the editor); the pipeline's flip check is AutoCAD's consistency filter.
 //!
 //! Each attempt samples the infiller once (nucleus p 0.9, temperature 0.7, the label words
-//! banned, seeded by the attempt), constrained to the span format (every sentinel in order, each
-//! with a fill of at most [`MAX_FILL_TOKENS`](flipside_shared::infill::MAX_FILL_TOKENS) tokens),
-//! so every reply of up to 100 spans (T5's sentinels) is well formed. For NLI the rationale is found over premise and hypothesis
+//! banned, seeded by the attempt), optionally steered away from the item's own label
+//! ([`LabelContrast`](flipside_shared::models::contrast::LabelContrast); beyond the paper,
+//! `--label-contrast W`, off by default) and constrained to the span format (every sentinel in order, each with
+//! a fill of at most [`MAX_FILL_TOKENS`](flipside_shared::infill::MAX_FILL_TOKENS) tokens that
+//! starts with a word), so every reply of up to 100 spans (T5's sentinels) is well formed. For NLI the rationale is found over premise and hypothesis
 //! jointly, the premise is given unmasked and only the hypothesis is rewritten (Flipside edits
 //! hypotheses).
 //!
@@ -22,8 +24,8 @@ use flipside_shared::records::{AutocadProvenance, Provenance};
 
 use super::core::RetrievalContext;
 use super::{EditSettings, Method, MethodCard, Models, Stages};
-use crate::infiller::Infill;
 use crate::infiller::rationales::FindRationale;
+use crate::infiller::{FillRequest, Infill};
 use crate::pipeline::{Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit};
 use flipside_shared::infill::{Rationale, RationaleSource};
 
@@ -194,12 +196,15 @@ impl Editor for InfillEditor {
             Some(retrieval) if self.with_keywords => retrieval.clone(),
             _ => Default::default(),
         };
-        let input = infill_input(
-            &rationale.text,
-            rationale.premise.as_ref(),
-            &retrieval.keywords,
-            &item.target,
-        );
+        let input_for = |label: &str| {
+            infill_input(
+                &rationale.text,
+                rationale.premise.as_ref(),
+                &retrieval.keywords,
+                label,
+            )
+        };
+        let (input, contrast) = (input_for(&item.target), input_for(&item.label));
         let spans = rationale.text.spans.len();
         if spans == 0 {
             // NLI: every salient word is in the premise, which Flipside does not rewrite.
@@ -208,9 +213,13 @@ impl Editor for InfillEditor {
                 None,
             )));
         }
-        let fill = self
-            .infiller
-            .fill(&input, spans, &self.labels, attempt.seed)?;
+        let fill = self.infiller.fill(FillRequest {
+            input: &input,
+            contrast: Some(&contrast),
+            spans,
+            banned: &self.labels,
+            seed: attempt.seed,
+        })?;
         let fills = match fill.fills {
             Ok(fills) => fills,
             Err(reason) => return Ok(Err(NoEdit::new(reason, Some(fill.reply)))),
@@ -234,6 +243,7 @@ impl Editor for InfillEditor {
                 },
                 unsure: rationale.unsure,
                 reply: fill.reply,
+                label_contrast: Some(self.infiller.label_contrast().weight).filter(|&w| w > 0.0),
                 keywords: retrieval.keywords,
                 retrieved: retrieval.excerpts,
             }),

@@ -30,12 +30,13 @@ use crate::home::Home;
 use crate::infiller::rationales::{FindRationale, RationaleFinder, RationaleSettings};
 use crate::infiller::shipped::{infiller_dir, trained_or_shipped};
 use crate::infiller::train::InfillReport;
-use crate::infiller::{Infill, Infiller, SharedInfiller};
+use crate::infiller::{FILL_CONTRAST, Infill, Infiller, SharedInfiller};
 use crate::lass::model::{Reproduce, SharedReproducer};
 use crate::llm::{Fluency, LlmClient, Sampling};
 use crate::model_dirs::load_classifier;
 use crate::pipeline::judge::{Classify, FlipCheck};
 use crate::pipeline::{ContextStage, Editor, Item, Pipeline};
+use flipside_shared::models::contrast::LabelContrast;
 use lass::ReproductionSettings;
 
 /// Every method, the default first.
@@ -210,6 +211,8 @@ pub struct InfillerSetup {
     /// Its `tokenizer.json` (its own, or the `t5-tokenizer` asset's).
     pub tokenizer_json: Vec<u8>,
     pub rationales: RationaleSettings,
+    /// How each fill is steered away from the item's own label.
+    pub label_contrast: LabelContrast,
 }
 
 impl InfillerSetup {
@@ -226,6 +229,7 @@ impl InfillerSetup {
                 .with_context(|| format!("the infiller {}", dir.display()))?,
             dir,
             rationales,
+            label_contrast: FILL_CONTRAST,
         })
     }
 }
@@ -287,6 +291,7 @@ fn load_infiller_setup<B: Backend>(
         infiller: Mutex::new(infiller),
         guided,
         labels: report.map(|r| r.labels),
+        label_contrast: setup.label_contrast,
     });
     let finder: Arc<dyn FindRationale> = Arc::new(Mutex::new(RationaleFinder {
         classifier,

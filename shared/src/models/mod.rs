@@ -7,6 +7,7 @@ pub mod biencoder;
 pub mod checkpoint;
 pub mod classifier;
 pub mod compact;
+pub mod contrast;
 pub mod dis_ae;
 pub mod encoder;
 pub mod lstm;

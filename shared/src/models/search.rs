@@ -11,6 +11,8 @@
 //! order, each followed by a fill, nothing after the last fill but the end): tokens the format
 //! forbids get −∞ like banned ones, so an infill is well formed by construction.
 
+use std::sync::Arc;
+
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
@@ -57,6 +59,72 @@ pub struct SentinelOrder {
     /// end) is forced, so that a fill running on (a loop of punctuation, say) cannot use up
     /// the length limit. With `max_tokens` ≥ due × (`max_fill` + 1) + 1 every output finishes.
     pub max_fill: usize,
+    /// Which tokens may start a fill and which are punctuation, when fills must be worded: each
+    /// fill then starts with a word, and no punctuation token follows another ("so .)..!" is
+    /// not a fill).
+    pub pieces: Option<FillPieces>,
+}
+
+/// What each token of a vocabulary is to a fill.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FillPieces {
+    /// `starts[id]`: the token begins a word with a letter or a digit (`▁good`, `▁10`).
+    pub starts: Arc<[bool]>,
+    /// `punctuation[id]`: the token has no letter or digit (`.`, `▁(`, a bare `▁`).
+    pub punctuation: Arc<[bool]>,
+}
+
+impl FillPieces {
+    /// The classes of `pieces` (a vocabulary's entries by id; `None` for an id that is no
+    /// piece, such as a special token: neither class). In a SentencePiece vocabulary `▁` marks
+    /// the pieces that start a word; in one without it (a word-level vocabulary) every piece
+    /// is a whole word.
+    pub fn new<'a>(pieces: impl IntoIterator<Item = Option<&'a str>>) -> Self {
+        const MARK: char = '\u{2581}';
+        let pieces: Vec<Option<&str>> = pieces.into_iter().collect();
+        let marked = pieces.iter().flatten().any(|piece| piece.starts_with(MARK));
+        let (starts, punctuation): (Vec<bool>, Vec<bool>) = pieces
+            .iter()
+            .map(|piece| match piece {
+                None => (false, false),
+                Some(piece) => {
+                    let word = match marked {
+                        true => piece.strip_prefix(MARK),
+                        false => Some(*piece),
+                    };
+                    let starts = word
+                        .and_then(|w| w.chars().next())
+                        .is_some_and(char::is_alphanumeric);
+                    (starts, !piece.chars().any(char::is_alphanumeric))
+                }
+            })
+            .unzip();
+        Self {
+            starts: starts.into(),
+            punctuation: punctuation.into(),
+        }
+    }
+
+    /// Rules out what cannot come next in a fill: anything but a word start right after a
+    /// sentinel, punctuation right after punctuation.
+    fn constrain(&self, after_sentinel: bool, last: Option<u32>, log_probs: &mut [f32]) {
+        let class = |table: &[bool], id: usize| table.get(id).copied().unwrap_or(false);
+        if after_sentinel {
+            for (id, value) in log_probs.iter_mut().enumerate() {
+                if !class(&self.starts, id) {
+                    *value = f32::NEG_INFINITY;
+                }
+            }
+        } else if let Some(last) = last
+            && class(&self.punctuation, last as usize)
+        {
+            for (id, value) in log_probs.iter_mut().enumerate() {
+                if class(&self.punctuation, id) {
+                    *value = f32::NEG_INFINITY;
+                }
+            }
+        }
+    }
 }
 
 impl SentinelOrder {
@@ -96,6 +164,9 @@ impl SentinelOrder {
         }
         if after_sentinel || next.is_some() {
             forbid(end);
+        }
+        if let Some(pieces) = &self.pieces {
+            pieces.constrain(after_sentinel, prefix.last().copied(), log_probs);
         }
     }
 }
@@ -158,34 +229,37 @@ pub fn generate(decoder: &mut impl StepDecoder, settings: &DecodeSettings) -> Ve
     }
 }
 
-/// One step for every row: the next-token log-probabilities (bans applied), per row.
-fn step(decoder: &mut impl StepDecoder, last: &[u32], banned: &[u32]) -> Vec<Vec<f32>> {
-    decoder
+/// One step for every row: the next-token log-probabilities, with what `settings` rule out
+/// given each row's output so far (`prefix(row)`) at −∞.
+fn step<'a>(
+    decoder: &mut impl StepDecoder,
+    last: &[u32],
+    settings: &DecodeSettings,
+    prefix: impl Fn(usize) -> &'a [u32],
+) -> Vec<Vec<f32>> {
+    let end = decoder.special_tokens().end;
+    let mut rows: Vec<Vec<f32>> = decoder
         .step(last)
         .iter()
-        .map(|row| {
-            let mut row = log_softmax(row);
-            for &token in banned {
-                if let Some(value) = row.get_mut(token as usize) {
-                    *value = f32::NEG_INFINITY;
-                }
-            }
-            row
-        })
-        .collect()
+        .map(|row| log_softmax(row))
+        .collect();
+    for (row, log_probs) in rows.iter_mut().enumerate() {
+        settings.restrict(prefix(row), end, log_probs);
+    }
+    rows
 }
 
-/// Applies `settings`' span format, if any, to each row's log-probabilities given its output so
-/// far (`prefix(row)`).
-fn constrain<'a>(
-    settings: &DecodeSettings,
-    end: u32,
-    log_probs: &mut [Vec<f32>],
-    prefix: impl Fn(usize) -> &'a [u32],
-) {
-    if let Some(order) = &settings.sentinels {
-        for (row, row_log_probs) in log_probs.iter_mut().enumerate() {
-            order.constrain(prefix(row), end, row_log_probs);
+impl DecodeSettings {
+    /// Sets to −∞ in `log_probs` the banned tokens and those the span format (if any) rules out
+    /// after `prefix`; `end` is the token that ends an output.
+    pub fn restrict(&self, prefix: &[u32], end: u32, log_probs: &mut [f32]) {
+        for &token in &self.banned {
+            if let Some(value) = log_probs.get_mut(token as usize) {
+                *value = f32::NEG_INFINITY;
+            }
+        }
+        if let Some(order) = &self.sentinels {
+            order.constrain(prefix, end, log_probs);
         }
     }
 }
@@ -203,7 +277,8 @@ pub fn logit_rows<B: Backend>(logits: Tensor<B, 3>) -> Vec<Vec<f32>> {
         .collect()
 }
 
-fn log_softmax(logits: &[f32]) -> Vec<f32> {
+/// Log-probabilities of `logits`.
+pub(crate) fn log_softmax(logits: &[f32]) -> Vec<f32> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f32 = logits.iter().map(|&x| (x - max).exp()).sum();
     let log_sum = max + sum.ln();
@@ -342,8 +417,7 @@ fn token_by_token(decoder: &mut impl StepDecoder, settings: &DecodeSettings) -> 
     ];
     let mut last = vec![tokens.start; rows];
     for _ in 0..settings.max_tokens {
-        let mut log_probs = step(decoder, &last, &settings.banned);
-        constrain(settings, tokens.end, &mut log_probs, |row| &out[row].tokens);
+        let log_probs = step(decoder, &last, settings, |row| &out[row].tokens);
         for (row, log_probs) in log_probs.iter().enumerate() {
             let decoded = &mut out[row];
             if decoded.finished {
@@ -402,8 +476,7 @@ fn beam_search(
     let mut done = vec![false; inputs];
     let mut last = vec![tokens.start; inputs * beams];
     for _ in 0..settings.max_tokens {
-        let mut log_probs = step(decoder, &last, &settings.banned);
-        constrain(settings, tokens.end, &mut log_probs, |row| &sequences[row]);
+        let log_probs = step(decoder, &last, settings, |row| &sequences[row]);
         let mut parents = Vec::with_capacity(inputs * beams);
         let (mut next_sums, mut next_sequences, mut next_last) =
             (Vec::new(), Vec::new(), Vec::new());
@@ -632,6 +705,7 @@ mod tests {
             due: vec![2, 3],
             all: vec![2, 3, 4, 5],
             max_fill: 20,
+            pieces: None,
         };
         let settings = |search: Search, sentinels: Option<SentinelOrder>| DecodeSettings {
             search,
@@ -684,6 +758,68 @@ mod tests {
         let decoded = run_on(&looping, &settings(Search::Greedy, Some(capped)), 1).remove(0);
         assert_eq!(decoded.tokens, [2, 6, 6, 3, 6, 6]);
         assert!(decoded.finished);
+    }
+
+    #[test]
+    fn worded_fills_start_with_a_word_and_never_run_punctuation_together() {
+        // Tokens: 0 pad, 1 end, 2 and 3 the sentinels <s0> and <s1>, 4 "." and 5 ")" (the
+        // model's favourites), 6 "▁good", 7 "s" (a word piece that starts no word).
+        let pieces = FillPieces::new([
+            None,
+            None,
+            None,
+            None,
+            Some("."),
+            Some(")"),
+            Some("\u{2581}good"),
+            Some("s"),
+        ]);
+        assert_eq!(
+            (&*pieces.starts, &*pieces.punctuation),
+            (
+                &[false, false, false, false, false, false, true, false][..],
+                &[false, false, false, false, true, true, false, false][..]
+            )
+        );
+        let logits = vec![0.0, 0.0, 0.0, 1.0, 6.0, 5.0, 2.0, 3.0];
+        let order = SentinelOrder {
+            due: vec![2, 3],
+            all: vec![2, 3],
+            max_fill: 4,
+            pieces: Some(pieces),
+        };
+        let settings = |search: Search| DecodeSettings {
+            search,
+            max_tokens: 11,
+            banned: vec![0],
+            sentinels: Some(order.clone()),
+        };
+        let mut decoder = Fixed {
+            rows: 1,
+            logits: logits.clone(),
+        };
+        // A word first, then punctuation and a word piece in turn, never two in a row.
+        let decoded = generate(&mut decoder, &settings(Search::Greedy)).remove(0);
+        assert_eq!(decoded.tokens, [2, 6, 4, 7, 4, 3, 6, 4, 7, 4]);
+        let nucleus = Search::Nucleus {
+            top_p: 1.0,
+            temperature: 1.0,
+            seed: 3,
+        };
+        let mut decoder = Fixed { rows: 64, logits };
+        for decoded in generate(&mut decoder, &settings(nucleus)) {
+            let t = &decoded.tokens;
+            assert!(decoded.finished, "{t:?}");
+            for (i, pair) in t.windows(2).enumerate() {
+                if pair[0] == 2 || pair[0] == 3 {
+                    assert_eq!(pair[1], 6, "a fill starts with a word: {t:?} at {i}");
+                }
+                assert!(
+                    !(pair[0] >= 4 && pair[0] <= 5 && pair[1] >= 4 && pair[1] <= 5),
+                    "{t:?}"
+                );
+            }
+        }
     }
 
     #[test]

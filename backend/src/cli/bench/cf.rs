@@ -21,7 +21,7 @@ use flipside_shared::records::{Counterfactual, FailedAttempt};
 use serde::{Deserialize, Serialize};
 
 use super::cpu_features;
-use crate::cli::args::{DEFAULT_CLASSIFIER, FluencyArgs, LassArgs, RetrievalArgs};
+use crate::cli::args::{DEFAULT_CLASSIFIER, FluencyArgs, InfillerArgs, LassArgs, RetrievalArgs};
 use crate::cli::data::ReadArgs;
 use crate::cli::llm::LlmArgs;
 use crate::cli::values::method_parser;
@@ -34,8 +34,7 @@ use crate::home::Home;
 use crate::infiller::rationales::RationaleSettings;
 use crate::llm::Sampling;
 use crate::methods::{
-    self, EditSettings, GenerationPlan, InfillerSetup, METHODS, Method, ModelsConfig, check_models,
-    load_models,
+    self, EditSettings, GenerationPlan, METHODS, Method, ModelsConfig, check_models, load_models,
 };
 use crate::model_dirs::{resolve_model_dir, write_atomic};
 use crate::pipeline::Item;
@@ -84,10 +83,8 @@ pub struct CfBenchArgs {
     /// Score what earlier runs generated, without generating more
     #[arg(long)]
     pub score_only: bool,
-    /// AutoCAD's infiller [default: HOME/models/infiller when it exists, else the one Flipside
-    /// ships]
-    #[arg(long, value_name = "DIR")]
-    pub infiller: Option<String>,
+    #[command(flatten)]
+    pub infiller: InfillerArgs,
     #[arg(long, value_enum, default_value_t)]
     pub device: DeviceChoice,
     #[command(flatten)]
@@ -373,11 +370,7 @@ fn generate_all(
                 seed: args.seed,
                 ..RationaleSettings::default()
             };
-            Some(InfillerSetup::resolve(
-                home,
-                args.infiller.as_deref(),
-                rationales,
-            )?)
+            Some(args.infiller.setup(home, rationales)?)
         }
         false => None,
     };

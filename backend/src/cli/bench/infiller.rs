@@ -18,7 +18,9 @@ use crate::cli::data::ReadArgs;
 use crate::compute::Compute;
 use crate::home::Home;
 use crate::infiller::pretrain::{PretrainRun, corrupted_examples, default_model, default_train};
-use crate::infiller::{Infiller, Seq2SeqExample, T5_TOKENIZER_ASSET, save_t5, seq2seq_loss};
+use crate::infiller::{
+    FILL_CONTRAST, FillRequest, Infiller, Seq2SeqExample, T5_TOKENIZER_ASSET, save_t5, seq2seq_loss,
+};
 use crate::with_backend;
 
 const REFERENCE_SCRIPT: &str = include_str!("../../../bench/transformers_t5_speed.py");
@@ -221,7 +223,14 @@ fn time_flipside<B: Backend>(compute: Compute<B>, work: &Workload) -> Result<Mea
     let started = Instant::now();
     for (i, ids) in generate.iter().enumerate() {
         let input = tokenizer.decode_with_sentinels(ids)?;
-        infiller.fill(&input, 1, &[], i as u64)?;
+        let request = FillRequest {
+            input: &input,
+            contrast: None,
+            spans: 1,
+            banned: &[],
+            seed: i as u64,
+        };
+        infiller.fill(request, FILL_CONTRAST)?;
     }
     Ok(Measured {
         seconds,

@@ -5,6 +5,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 
 use super::{DecoderCache, Encoded, T5Model};
+use crate::models::contrast::{ContrastDecoder, LabelContrast};
 pub use crate::models::search::{DecodeSettings, Decoded, Search};
 use crate::models::search::{SpecialTokens, StepDecoder, logit_rows};
 
@@ -20,6 +21,25 @@ pub fn generate<B: Backend>(
         cache: DecoderCache::new(),
     };
     crate::models::search::generate(&mut steps, settings)
+}
+
+/// Generates one output per input of `encoded`, whose rows are the inputs then as many
+/// contrasting inputs, steered by `label_contrast` ([`ContrastDecoder`]).
+pub fn generate_contrasted<B: Backend>(
+    model: &T5Model<B>,
+    encoded: &Encoded<B>,
+    label_contrast: LabelContrast,
+    settings: &DecodeSettings,
+) -> Vec<Decoded> {
+    let steps = T5Steps {
+        model,
+        encoded: encoded.clone(),
+        cache: DecoderCache::new(),
+    };
+    crate::models::search::generate(
+        &mut ContrastDecoder::new(steps, label_contrast, settings),
+        settings,
+    )
 }
 
 /// T5's decoder over an encoder output, one token per call.
