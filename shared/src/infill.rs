@@ -124,6 +124,11 @@ impl T5Tokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// The id of the vocabulary entry `piece`, if it has one.
+    pub fn piece_id(&self, piece: &str) -> Option<u32> {
+        self.inner.token_to_id(piece)
+    }
+
     /// The id of `<extra_id_k>`, if the vocabulary has it.
     pub fn sentinel(&self, k: usize) -> Option<u32> {
         (k < self.sentinels as usize).then(|| self.first_sentinel - k as u32)

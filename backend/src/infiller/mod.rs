@@ -236,8 +236,11 @@ impl<B: Backend> Infiller<B> {
         }
         let (input_ids, mask) = padded_inputs::<B>(&inputs, self.tokenizer.pad, &device);
         let encoded = self.model.encode(input_ids, mask);
-        // Padding is no fill token: a span "filled" with it would come back empty.
+        // No fill token: padding (a span "filled" with it would come back empty), `<unk>`, and
+        // the model's rows beyond the vocabulary (they decode to nothing).
         let mut banned_ids = vec![self.tokenizer.pad];
+        banned_ids.extend(self.tokenizer.piece_id("<unk>"));
+        banned_ids.extend(self.tokenizer.vocab_size() as u32..self.config.vocab_size as u32);
         for word in request.banned {
             // The word's first real piece (not a bare word-start marker `▁`).
             let pieces = self.tokenizer.encode_plain(word)?;
