@@ -45,7 +45,7 @@ impl<D: StepDecoder> ContrastDecoder<D> {
     /// the settings it is decoded with.
     pub fn new(inner: D, label_contrast: LabelContrast, rules: &DecodeSettings) -> Self {
         assert!(
-            inner.rows() % 2 == 0,
+            inner.rows().is_multiple_of(2),
             "a contrast for every input: {} rows",
             inner.rows()
         );
