@@ -160,11 +160,7 @@ mod tests {
             self.logits.len()
         }
         fn special_tokens(&self) -> SpecialTokens {
-            SpecialTokens {
-                start: 0,
-                end: 1,
-                pad: 0,
-            }
+            crate::models::search::tests::TEST_TOKENS
         }
         fn step(&mut self, last: &[u32]) -> Vec<Vec<f32>> {
             self.fed.push(last.to_vec());

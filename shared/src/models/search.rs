@@ -65,63 +65,85 @@ pub struct SentinelOrder {
     pub pieces: Option<FillPieces>,
 }
 
-/// What each token of a vocabulary is to a fill.
+/// What a token is to a fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PieceKind {
+    /// Not a piece of text: a special token, a sentinel, an unused id.
+    Special,
+    /// Begins a word with a letter or a digit (`▁good`, `▁10`).
+    WordStart,
+    /// Goes on with a word (`s`, `ing`): letters or digits, no word start.
+    WordPart,
+    /// Joins two parts of a word: only apostrophes and hyphens (`'`, `-`).
+    Joiner,
+    /// No letter or digit (`.`, `▁(`, a bare `▁`).
+    Punctuation,
+}
+
+/// What each token of a vocabulary is to a fill, for worded fills: a fill starts with a word
+/// start; after punctuation comes a word start (or the fill ends), after a joiner a word part
+/// or a word start ("so .)..!" and "film.era.s." are no fills, "film's" is).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FillPieces {
-    /// `starts[id]`: the token begins a word with a letter or a digit (`▁good`, `▁10`).
-    pub starts: Arc<[bool]>,
-    /// `punctuation[id]`: the token has no letter or digit (`.`, `▁(`, a bare `▁`).
-    pub punctuation: Arc<[bool]>,
+    /// Each id's kind.
+    pub kinds: Arc<[PieceKind]>,
 }
 
 impl FillPieces {
-    /// The classes of `pieces` (a vocabulary's entries by id; `None` for an id that is no
-    /// piece, such as a special token: neither class). In a SentencePiece vocabulary `▁` marks
-    /// the pieces that start a word; in one without it (a word-level vocabulary) every piece
-    /// is a whole word.
+    /// The kinds of `pieces` (a vocabulary's entries by id; `None` for an id that is no piece,
+    /// such as a special token). In a SentencePiece vocabulary `▁` marks the pieces that
+    /// start a word; in one without it (a word-level vocabulary) every piece is a whole word.
     pub fn new<'a>(pieces: impl IntoIterator<Item = Option<&'a str>>) -> Self {
         const MARK: char = '\u{2581}';
         let pieces: Vec<Option<&str>> = pieces.into_iter().collect();
         let marked = pieces.iter().flatten().any(|piece| piece.starts_with(MARK));
-        let (starts, punctuation): (Vec<bool>, Vec<bool>) = pieces
-            .iter()
-            .map(|piece| match piece {
-                None => (false, false),
-                Some(piece) => {
-                    let word = match marked {
-                        true => piece.strip_prefix(MARK),
-                        false => Some(*piece),
-                    };
-                    let starts = word
-                        .and_then(|w| w.chars().next())
-                        .is_some_and(char::is_alphanumeric);
-                    (starts, !piece.chars().any(char::is_alphanumeric))
+        let kind = |piece: &str| {
+            let (start, word) = match piece.strip_prefix(MARK) {
+                Some(word) => (true, word),
+                None => (!marked, piece),
+            };
+            let only = |chars: &str| !word.is_empty() && word.chars().all(|c| chars.contains(c));
+            if !piece.chars().any(char::is_alphanumeric) {
+                match !start && only("'’-") {
+                    true => PieceKind::Joiner,
+                    false => PieceKind::Punctuation,
                 }
-            })
-            .unzip();
+            } else if start && word.chars().next().is_some_and(char::is_alphanumeric) {
+                PieceKind::WordStart
+            } else {
+                PieceKind::WordPart
+            }
+        };
         Self {
-            starts: starts.into(),
-            punctuation: punctuation.into(),
+            kinds: pieces
+                .iter()
+                .map(|piece| piece.map_or(PieceKind::Special, kind))
+                .collect(),
         }
     }
 
+    /// The kind of `id` ([`PieceKind::Special`] beyond the vocabulary).
+    pub fn kind(&self, id: u32) -> PieceKind {
+        self.kinds
+            .get(id as usize)
+            .copied()
+            .unwrap_or(PieceKind::Special)
+    }
+
     /// Rules out what cannot come next in a fill: anything but a word start right after a
-    /// sentinel, punctuation right after punctuation.
+    /// sentinel; after punctuation, any piece but a word start; after a joiner, punctuation and
+    /// another joiner.
     fn constrain(&self, after_sentinel: bool, last: Option<u32>, log_probs: &mut [f32]) {
-        let class = |table: &[bool], id: usize| table.get(id).copied().unwrap_or(false);
-        if after_sentinel {
-            for (id, value) in log_probs.iter_mut().enumerate() {
-                if !class(&self.starts, id) {
-                    *value = f32::NEG_INFINITY;
-                }
-            }
-        } else if let Some(last) = last
-            && class(&self.punctuation, last as usize)
-        {
-            for (id, value) in log_probs.iter_mut().enumerate() {
-                if class(&self.punctuation, id) {
-                    *value = f32::NEG_INFINITY;
-                }
+        use PieceKind::*;
+        let allowed = |kind: PieceKind| match (after_sentinel, last.map(|id| self.kind(id))) {
+            (true, _) => kind == WordStart,
+            (false, Some(Punctuation)) => matches!(kind, WordStart | Special),
+            (false, Some(Joiner)) => !matches!(kind, Punctuation | Joiner),
+            _ => true,
+        };
+        for (id, value) in log_probs.iter_mut().enumerate() {
+            if !allowed(self.kind(id as u32)) {
+                *value = f32::NEG_INFINITY;
             }
         }
     }
@@ -588,7 +610,7 @@ fn beam_search(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -668,6 +690,13 @@ mod tests {
         assert_eq!(pairs, expected);
     }
 
+    /// The special tokens of the test decoders: start and padding 0, end 1.
+    pub(crate) const TEST_TOKENS: SpecialTokens = SpecialTokens {
+        start: 0,
+        end: 1,
+        pad: 0,
+    };
+
     /// The same next-token logits for every row at every step.
     struct Fixed {
         rows: usize,
@@ -679,11 +708,7 @@ mod tests {
             self.rows
         }
         fn special_tokens(&self) -> SpecialTokens {
-            SpecialTokens {
-                start: 0,
-                end: 1,
-                pad: 0,
-            }
+            TEST_TOKENS
         }
         fn step(&mut self, last: &[u32]) -> Vec<Vec<f32>> {
             vec![self.logits.clone(); last.len()]
@@ -761,32 +786,41 @@ mod tests {
     }
 
     #[test]
-    fn worded_fills_start_with_a_word_and_never_run_punctuation_together() {
-        // Tokens: 0 pad, 1 end, 2 and 3 the sentinels <s0> and <s1>, 4 "." and 5 ")" (the
-        // model's favourites), 6 "▁good", 7 "s" (a word piece that starts no word).
+    fn worded_fills_start_with_a_word_and_go_on_from_punctuation_with_a_word() {
+        use PieceKind::*;
+        // Tokens: 0 pad, 1 end, 2 and 3 the sentinels <s0> and <s1>, 4 "," and 5 ")" (the
+        // model's favourites), 6 "▁good", 7 "s" (a word part), 8 "'" (a joiner).
         let pieces = FillPieces::new([
             None,
             None,
             None,
             None,
-            Some("."),
+            Some(","),
             Some(")"),
             Some("\u{2581}good"),
             Some("s"),
+            Some("'"),
         ]);
         assert_eq!(
-            (&*pieces.starts, &*pieces.punctuation),
-            (
-                &[false, false, false, false, false, false, true, false][..],
-                &[false, false, false, false, true, true, false, false][..]
-            )
+            &*pieces.kinds,
+            [
+                Special,
+                Special,
+                Special,
+                Special,
+                Punctuation,
+                Punctuation,
+                WordStart,
+                WordPart,
+                Joiner
+            ]
         );
-        let logits = vec![0.0, 0.0, 0.0, 1.0, 6.0, 5.0, 2.0, 3.0];
+        let logits = vec![0.0, 0.0, 0.0, 1.0, 6.0, 5.0, 2.0, 3.0, 2.5];
         let order = SentinelOrder {
             due: vec![2, 3],
             all: vec![2, 3],
             max_fill: 4,
-            pieces: Some(pieces),
+            pieces: Some(pieces.clone()),
         };
         let settings = |search: Search| DecodeSettings {
             search,
@@ -798,28 +832,33 @@ mod tests {
             rows: 1,
             logits: logits.clone(),
         };
-        // A word first, then punctuation and a word piece in turn, never two in a row.
+        // A word first; after its "," only a word start (or the next sentinel) may come.
         let decoded = generate(&mut decoder, &settings(Search::Greedy)).remove(0);
-        assert_eq!(decoded.tokens, [2, 6, 4, 7, 4, 3, 6, 4, 7, 4]);
+        assert_eq!(decoded.tokens, [2, 6, 4, 6, 4, 3, 6, 4, 6, 4]);
         let nucleus = Search::Nucleus {
             top_p: 1.0,
             temperature: 1.0,
             seed: 3,
         };
         let mut decoder = Fixed { rows: 64, logits };
+        let mut joined = 0;
         for decoded in generate(&mut decoder, &settings(nucleus)) {
             let t = &decoded.tokens;
             assert!(decoded.finished, "{t:?}");
-            for (i, pair) in t.windows(2).enumerate() {
-                if pair[0] == 2 || pair[0] == 3 {
-                    assert_eq!(pair[1], 6, "a fill starts with a word: {t:?} at {i}");
+            for pair in t.windows(2) {
+                let next = pieces.kind(pair[1]);
+                match pieces.kind(pair[0]) {
+                    Special => assert_eq!(next, WordStart, "{t:?}"),
+                    Punctuation => assert!(matches!(next, WordStart | Special), "{t:?}"),
+                    Joiner => {
+                        joined += 1;
+                        assert!(!matches!(next, Punctuation | Joiner), "{t:?}");
+                    }
+                    _ => {}
                 }
-                assert!(
-                    !(pair[0] >= 4 && pair[0] <= 5 && pair[1] >= 4 && pair[1] <= 5),
-                    "{t:?}"
-                );
             }
         }
+        assert!(joined > 0, "a joiner was drawn and followed");
     }
 
     #[test]
