@@ -128,8 +128,10 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
                 .args(extra),
         )
     };
-    let generate = |method: &str, infiller: &str| {
+    // `generate --verify` of 20 toy items into METHOD-INFILLER[-LABEL_CONTRAST].jsonl.
+    let generate_with = |method: &str, infiller: &str, label_contrast: Option<&str>| {
         let mut command = flipside();
+        let suffix = label_contrast.map_or(String::new(), |w| format!("-{w}"));
         command
             .args(["generate", "--method", method, "--verify", "--limit", "20"])
             .arg("--data")
@@ -141,9 +143,13 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
             .arg("--corpus")
             .arg(&corpus)
             .arg("--out")
-            .arg(root.join(format!("{method}-{infiller}.jsonl")));
+            .arg(root.join(format!("{method}-{infiller}{suffix}.jsonl")));
+        if let Some(weight) = label_contrast {
+            command.args(["--label-contrast", weight]);
+        }
         command
     };
+    let generate = |method: &str, infiller: &str| generate_with(method, infiller, None);
     let trained = train("infiller", &[]);
     assert!(
         trained.contains("48 of 48 items had rationales"),
@@ -159,6 +165,15 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
     let out = root.join("autocad-infiller.jsonl");
     for record in verified_autocad_records(&out, "autocad") {
         assert!(record["provenance"].get("keywords").is_none(), "{record}");
+        assert!(
+            record["provenance"].get("label_contrast").is_none(),
+            "{record}"
+        );
+    }
+    // Label contrast decodes each input beside its contrast: as well formed, and recorded.
+    success(&mut generate_with("autocad", "infiller", Some("1")));
+    for record in verified_autocad_records(&root.join("autocad-infiller-1.jsonl"), "autocad") {
+        assert_eq!(record["provenance"]["label_contrast"], 1.0, "{record}");
     }
     let evaluated = success(
         flipside()
@@ -253,6 +268,9 @@ fn verified_autocad_records(out: &Path, method: &str) -> Vec<Value> {
         assert_eq!(fills.len(), provenance["spans"].as_array().unwrap().len());
         let mut rebuilt = masked.to_string();
         for (k, fill) in fills.iter().enumerate() {
+            // Worded fills: each starts with a word.
+            let first = fill.as_str().unwrap().chars().next();
+            assert!(first.is_some_and(char::is_alphanumeric), "{record}");
             rebuilt = rebuilt.replace(&format!("<extra_id_{k}>"), fill.as_str().unwrap());
         }
         let words = |text: &str| {

@@ -815,7 +815,7 @@ pub(crate) mod tests {
                 Joiner
             ]
         );
-        let logits = vec![0.0, 0.0, 0.0, 1.0, 6.0, 5.0, 2.0, 3.0, 2.5];
+        let logits = vec![0.0, 0.0, 0.0, 1.0, 6.0, 5.0, 2.0, 3.0, 4.5];
         let order = SentinelOrder {
             due: vec![2, 3],
             all: vec![2, 3],
