@@ -145,7 +145,8 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
             .arg("--out")
             .arg(root.join(format!("{method}-{infiller}{suffix}.jsonl")));
         if let Some(weight) = label_contrast {
-            command.args(["--label-contrast", weight]);
+            // With the paper's rationales, the classifier's salient words only.
+            command.args(["--label-contrast", weight, "--no-opinion-words"]);
         }
         command
     };
@@ -164,6 +165,33 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
     success(&mut generate("autocad", "infiller"));
     let out = root.join("autocad-infiller.jsonl");
     for record in verified_autocad_records(&out, "autocad") {
+        let provenance = &record["provenance"];
+        // The item's own opinion words are masked, and none is written back.
+        assert_eq!(provenance["rationales"], "saliency+opinions", "{record}");
+        // The toy task's words in Liu & Hu's lexicon ("moving" is not).
+        let own: &[&str] = match record["label"].as_str().unwrap() {
+            "positive" => &[
+                "wonderful",
+                "superb",
+                "delightful",
+                "brilliant",
+                "excellent",
+            ],
+            _ => &["dreadful", "awful", "boring", "terrible", "dull", "painful"],
+        };
+        let original = record["original"].as_str().unwrap();
+        assert!(
+            !own.iter()
+                .any(|w| original.contains(w) && provenance["masked"].as_str().unwrap().contains(w)),
+            "{record}"
+        );
+        for fill in provenance["fills"].as_array().unwrap() {
+            let fill = fill.as_str().unwrap().to_lowercase();
+            assert!(
+                !own.iter().any(|w| fill.split_whitespace().any(|f| f == *w)),
+                "{record}"
+            );
+        }
         assert!(record["provenance"].get("keywords").is_none(), "{record}");
         assert!(
             record["provenance"].get("label_contrast").is_none(),
@@ -174,6 +202,7 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
     success(&mut generate_with("autocad", "infiller", Some("1")));
     for record in verified_autocad_records(&root.join("autocad-infiller-1.jsonl"), "autocad") {
         assert_eq!(record["provenance"]["label_contrast"], 1.0, "{record}");
+        assert_eq!(record["provenance"]["rationales"], "saliency", "{record}");
     }
     let evaluated = success(
         flipside()
@@ -260,7 +289,6 @@ fn verified_autocad_records(out: &Path, method: &str) -> Vec<Value> {
         );
         let provenance = &record["provenance"];
         assert_eq!(provenance["kind"], "autocad");
-        assert_eq!(provenance["rationales"], "saliency");
         let (masked, fills) = (
             provenance["masked"].as_str().unwrap(),
             provenance["fills"].as_array().unwrap(),

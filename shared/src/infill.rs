@@ -8,12 +8,13 @@
 //! `<extra_id_0> fill <extra_id_1> fill … </s>`, with no trailing sentinel (AutoCAD's format,
 //! used for pretraining too so that both stages speak the same language).
 
+use std::collections::HashSet;
 use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
 
-use crate::models::search::{FillPieces, SentinelOrder};
+use crate::models::search::{FillPieces, PieceKind, SentinelOrder};
 use crate::random::SplitMix64;
 use crate::tokenize::TokenizeError;
 
@@ -122,6 +123,19 @@ impl T5Tokenizer {
     /// The vocabulary entry of `id` (`▁word` for a word-initial piece).
     pub fn piece(&self, id: u32) -> Option<String> {
         self.inner.id_to_token(id)
+    }
+
+    /// The ids of the word-start pieces (`▁good`, `▁Good`) that are, lower-cased, one of
+    /// `words` (lower-case words): what bans those words when they are written as one piece.
+    pub fn whole_word_ids(&self, words: &HashSet<String>) -> Vec<u32> {
+        (0..self.vocab_size() as u32)
+            .filter(|&id| self.pieces.kind(id) == PieceKind::WordStart)
+            .filter(|&id| {
+                self.piece(id).is_some_and(|piece| {
+                    words.contains(&piece.trim_start_matches('\u{2581}').to_lowercase())
+                })
+            })
+            .collect()
     }
 
     /// The id of the vocabulary entry `piece`, if it has one.
@@ -494,6 +508,16 @@ mod tests {
             "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}
         });
         T5Tokenizer::from_json(json.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn whole_word_ids_are_the_pieces_that_are_those_words() {
+        let tokenizer = tiny_tokenizer();
+        let words: HashSet<String> = ["great", "fun", "superb"].map(String::from).into();
+        assert_eq!(tokenizer.whole_word_ids(&words), [6, 9]);
+        // Special tokens and sentinels are no words.
+        let specials: HashSet<String> = ["<pad>", "</s>", "<extra_id_0>"].map(String::from).into();
+        assert!(tokenizer.whole_word_ids(&specials).is_empty());
     }
 
     #[test]

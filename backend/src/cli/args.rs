@@ -49,6 +49,12 @@ pub struct InfillerArgs {
     /// (AutoCAD's 30 % of a 40-word sentence is 12 words) [default: no cap, as in the paper]
     #[arg(long, value_name = "N")]
     pub max_masked: Option<usize>,
+    /// Mask the classifier's salient words only, as the paper does. By default AutoCAD also
+    /// masks every opinion word of the item's own polarity (Liu & Hu's lexicon; sentiment data
+    /// only) and never writes one back: on `bench cf` that raised the yield from 140 to 160 of
+    /// 200 items and the judge's flip rate before the filter from 0.34 to 0.51
+    #[arg(long)]
+    pub no_opinion_words: bool,
 }
 
 impl InfillerArgs {
@@ -66,6 +72,7 @@ impl InfillerArgs {
             }
             rationales.max_words = Some(cap);
         }
+        rationales.opinion_words = !self.no_opinion_words;
         let mut setup = InfillerSetup::resolve(home, self.name.as_deref(), rationales)?;
         setup.label_contrast.weight = self.label_contrast;
         Ok(setup)

@@ -261,7 +261,6 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
     let guidance = match args.retrieval {
         true => Some(KeywordGuidance {
             retrieval: args.retrieval_options.setup(home)?,
-            lexicons,
             task: task_of(&items),
             max_keywords: args.max_keywords,
             keyword_free: args.keyword_free,
@@ -282,6 +281,7 @@ fn run_train(home: &Home, args: TrainArgs) -> Result<()> {
             seed: train.seed,
             ..RationaleSettings::default()
         },
+        lexicons,
         alpha: args.alpha,
         validation: args.validation,
         train,

@@ -47,6 +47,15 @@ impl Lexicons {
         })
     }
 
+    /// The opinion words of a sentiment label, `positive` or `negative` (`None` for another).
+    pub fn of_polarity(&self, label: &str) -> Option<&HashSet<String>> {
+        match label {
+            "positive" => Some(&self.positive),
+            "negative" => Some(&self.negative),
+            _ => None,
+        }
+    }
+
     /// Number of opinion words in `text`, positive or negative.
     pub fn polarity(&self, text: &str) -> usize {
         let (positive, negative) = self.opinion_counts(text);

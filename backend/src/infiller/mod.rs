@@ -9,6 +9,7 @@ pub mod rationales;
 pub mod shipped;
 pub mod train;
 
+use std::collections::HashSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -162,6 +163,9 @@ pub struct FillRequest<'a> {
     pub spans: usize,
     /// Words never written.
     pub banned: &'a [String],
+    /// Lower-case words never written as one piece (any case): the opinion words of the
+    /// item's own polarity, when AutoCAD's rationales mask them (its default).
+    pub avoided: Option<&'a HashSet<String>>,
     pub seed: u64,
 }
 
@@ -248,6 +252,9 @@ impl<B: Backend> Infiller<B> {
                 .iter()
                 .find(|&&id| self.tokenizer.piece(id).is_some_and(|p| p != "\u{2581}"));
             banned_ids.extend(first);
+        }
+        if let Some(words) = request.avoided {
+            banned_ids.extend(self.tokenizer.whole_word_ids(words));
         }
         let spans = request.spans;
         let settings = DecodeSettings {

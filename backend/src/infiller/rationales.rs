@@ -10,6 +10,8 @@
 //! the classifier was wrong or unsure ([`Rationale::unsure`]). `--rationales random` masks as many words chosen
 //! uniformly (seeded per text) on the same examples: AutoCAD's ablation.
 
+use std::sync::Arc;
+
 use anyhow::Result;
 use burn::backend::Autodiff;
 use burn::tensor::backend::Backend;
@@ -19,7 +21,10 @@ use flipside_shared::infill::{MaskedText, Rationale, RationaleSource};
 use flipside_shared::models::classifier::TextClassifier;
 use flipside_shared::random::SplitMix64;
 use flipside_shared::saliency::{WordSaliency, word_saliency};
+use flipside_shared::words::word_tokens;
 use serde::{Deserialize, Serialize};
+
+use crate::editing::keywords::Lexicons;
 
 /// How rationales are chosen.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -31,6 +36,10 @@ pub struct RationaleSettings {
     /// The most words masked in one text (the most salient first); `None`: no cap.
     #[serde(default)]
     pub max_words: Option<usize>,
+    /// Also mask every opinion word of the example's own polarity (sentiment labelled
+    /// negative/positive only), so that no word carrying the old label is left unrewritten.
+    #[serde(default)]
+    pub opinion_words: bool,
     pub seed: u64,
 }
 
@@ -42,7 +51,22 @@ impl Default for RationaleSettings {
             min_relative: 0.3,
             min_confidence: 0.8,
             max_words: None,
+            opinion_words: false,
             seed: 0,
+        }
+    }
+}
+
+impl RationaleSettings {
+    /// The rule's name, as records give it: `saliency`, `random`, `saliency+opinions`.
+    pub fn rule(&self) -> String {
+        let source = match self.source {
+            RationaleSource::Saliency => "saliency",
+            RationaleSource::Random => "random",
+        };
+        match self.opinion_words {
+            true => format!("{source}+opinions"),
+            false => source.into(),
         }
     }
 }
@@ -63,6 +87,8 @@ pub type NoRationale = String;
 pub struct RationaleFinder<B: Backend> {
     pub classifier: TextClassifier<Autodiff<B>>,
     pub settings: RationaleSettings,
+    /// The opinion words `settings.opinion_words` adds to the rationales.
+    pub lexicons: Arc<Lexicons>,
 }
 
 impl<B: Backend> RationaleFinder<B> {
@@ -94,7 +120,8 @@ impl<B: Backend> RationaleFinder<B> {
             .classifier
             .tokenizer
             .input_batch_lengths(&refs, batch_size)?;
-        let width = self.classifier.config.labels.len();
+        let label_names = &self.classifier.config.labels;
+        let width = label_names.len();
         map_batches(&lengths, batch_size, &Sequential, |batch| {
             let batch_refs: Vec<&Input> = batch.iter().map(|&i| refs[i]).collect();
             let probabilities = self.classifier.predict_batch(&batch_refs)?;
@@ -112,7 +139,16 @@ impl<B: Backend> RationaleFinder<B> {
                 .zip(saliencies)
                 .zip(probabilities.chunks(width))
                 .map(|((&i, words), probs)| {
-                    choose(&self.settings, rule, &requests[i], &words, probs)
+                    let request = &requests[i];
+                    let rationale = choose(&self.settings, rule, request, &words, probs)?;
+                    Ok(match self.settings.opinion_words {
+                        true => with_opinion_words(
+                            rationale,
+                            &label_names[request.label],
+                            &self.lexicons,
+                        ),
+                        false => rationale,
+                    })
                 })
                 .collect())
         })
@@ -160,6 +196,37 @@ fn choose(
         unsure: (!confident).then_some(gold),
         ..mask_words(request, words, &chosen)
     })
+}
+
+/// `rationale` with every opinion word of `label`'s polarity in its text also masked (as
+/// [`Lexicons::sentiment`] reads words), and of its salient words only as many as keep the mask
+/// within half the text (a short review is not rewritten whole); unchanged for a label other
+/// than negative/positive.
+fn with_opinion_words(rationale: Rationale, label: &str, lexicons: &Lexicons) -> Rationale {
+    let Some(opinions) = lexicons.of_polarity(label) else {
+        return rationale;
+    };
+    let text = &rationale.text;
+    let mut masked: Vec<usize> = (0..text.words.len())
+        .filter(|&i| {
+            word_tokens(&text.words[i])
+                .iter()
+                .any(|token| opinions.contains(&token.to_lowercase()))
+        })
+        .collect();
+    let room = (text.words.len() / 2).max(masked.len());
+    for i in text.spans.iter().flat_map(Clone::clone) {
+        if masked.len() < room && !masked.contains(&i) {
+            masked.push(i);
+        }
+    }
+    if masked.is_empty() {
+        return rationale;
+    }
+    Rationale {
+        text: MaskedText::new(&text.words.join(" "), &masked),
+        ..rationale
+    }
 }
 
 /// Finds one example's rationale: a [`RationaleFinder`] behind a lock, for the pipeline.
@@ -318,6 +385,47 @@ mod tests {
             let paper = choose(&settings, Rule::Confident, &request, &words, &probabilities);
             assert_eq!(paper.is_ok(), unsure.is_none(), "{probabilities:?}");
         }
+    }
+
+    #[test]
+    fn opinion_words_of_the_items_own_polarity_join_the_rationale() {
+        let lexicons = Lexicons::of_opinions(&["superb", "moving", "great"], &["dull"]);
+        let rationale = Rationale {
+            text: MaskedText::new("A superb cast, a Moving plot, a dull end.", &[2]),
+            premise: None,
+            unsure: Some(0.6),
+        };
+        let positive = with_opinion_words(rationale.clone(), "positive", &lexicons);
+        // "cast," was salient; "superb" joins its span, "Moving" (any case) gets its own; the
+        // negative "dull" stays.
+        assert_eq!(
+            positive.text.masked(0),
+            "A <extra_id_0> a <extra_id_1> plot, a dull end."
+        );
+        assert_eq!(positive.unsure, Some(0.6));
+        let negative = with_opinion_words(rationale.clone(), "negative", &lexicons);
+        assert_eq!(
+            negative.text.masked(0),
+            "A superb <extra_id_0> a Moving plot, a <extra_id_1> end."
+        );
+        assert_eq!(
+            with_opinion_words(rationale.clone(), "entailment", &lexicons),
+            rationale
+        );
+        // Salient words beyond half the text give way to the opinion words.
+        let short = Rationale {
+            text: MaskedText::new("Great phone.", &[1]),
+            premise: None,
+            unsure: None,
+        };
+        let short = with_opinion_words(short, "positive", &lexicons);
+        assert_eq!(short.text.masked(0), "<extra_id_0> phone.");
+        let rule = RationaleSettings {
+            opinion_words: true,
+            ..RationaleSettings::default()
+        };
+        assert_eq!(rule.rule(), "saliency+opinions");
+        assert_eq!(RationaleSettings::default().rule(), "saliency");
     }
 
     #[test]

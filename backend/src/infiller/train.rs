@@ -64,6 +64,8 @@ pub struct InfillTrainRun {
     pub base: PathBuf,
     pub tokenizer_json: Vec<u8>,
     pub rationales: RationaleSettings,
+    /// Opinion words (for `rationales.opinion_words`) and, with `guidance`, keyword lists.
+    pub lexicons: Arc<Lexicons>,
     /// Weight of the unlikelihood term (0: MLE only).
     pub alpha: f64,
     /// Fraction of the examples held out for validation.
@@ -78,7 +80,6 @@ pub struct InfillTrainRun {
 /// Where retrieval-guided infilling's keywords come from.
 pub struct KeywordGuidance {
     pub retrieval: RetrievalSetup,
-    pub lexicons: Arc<Lexicons>,
     pub task: Task,
     /// Most keywords in an input (`generate`'s `--max-keywords` should match).
     pub max_keywords: usize,
@@ -179,6 +180,7 @@ pub fn train_infiller<B: Backend>(
     let finder = RationaleFinder {
         classifier,
         settings: run.rationales.clone(),
+        lexicons: run.lexicons.clone(),
     };
     let mut requests = Vec::with_capacity(run.items.len());
     for item in &run.items {
@@ -323,11 +325,11 @@ fn guidance_keywords<B: Backend>(
     labels: &[String],
 ) -> Result<(Vec<KeywordsByLabel>, GuidanceReport)> {
     let setup = &guidance.retrieval;
-    let retriever = Retriever::open(compute.clone(), setup.clone(), guidance.lexicons.clone())
+    let retriever = Retriever::open(compute.clone(), setup.clone(), run.lexicons.clone())
         .context("loading the retrieval index for keyword guidance")?;
     let context = RetrievalContext::over(
         Arc::new(Mutex::new(retriever)),
-        guidance.lexicons.clone(),
+        run.lexicons.clone(),
         guidance.task,
         guidance.max_keywords,
     );

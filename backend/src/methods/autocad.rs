@@ -24,10 +24,11 @@ use flipside_shared::records::{AutocadProvenance, Provenance};
 
 use super::core::RetrievalContext;
 use super::{EditSettings, Method, MethodCard, Models, Stages};
+use crate::editing::keywords::Lexicons;
 use crate::infiller::rationales::FindRationale;
 use crate::infiller::{FillRequest, Infill};
 use crate::pipeline::{Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit};
-use flipside_shared::infill::{Rationale, RationaleSource};
+use flipside_shared::infill::Rationale;
 
 /// AutoCAD.
 pub struct Autocad;
@@ -113,12 +114,17 @@ fn infill_stages(models: &Models, with_keywords: bool) -> Result<(RationaleStage
         .rationales
         .clone()
         .context("AutoCAD needs the classifier's rationales")?;
+    let opinions = finder
+        .settings()
+        .opinion_words
+        .then(|| models.lexicons.clone());
     Ok((
         RationaleStage { finder },
         InfillEditor {
             infiller,
             labels: models.classifier.labels(),
             with_keywords,
+            opinions,
         },
     ))
 }
@@ -142,7 +148,7 @@ impl ContextStage for RationaleStage {
                 ..rationale
             });
         Ok(Context {
-            rationale: Some((found, self.finder.settings().source)),
+            rationale: Some((found, self.finder.settings().rule())),
             millis: started.elapsed().as_secs_f64() * 1000.0,
             ..Context::default()
         })
@@ -174,6 +180,9 @@ struct InfillEditor {
     labels: Vec<String>,
     /// Whether the input carries the context's retrieved keywords.
     with_keywords: bool,
+    /// The opinion words of each polarity, never written back into a fill of an item of that
+    /// polarity (when the rationales mask them).
+    opinions: Option<Arc<Lexicons>>,
 }
 
 impl Editor for InfillEditor {
@@ -187,8 +196,8 @@ impl Editor for InfillEditor {
         context: &Context,
         attempt: Attempt,
     ) -> Result<std::result::Result<Candidate, NoEdit>> {
-        let (rationale, source) = match &context.rationale {
-            Some((Ok(rationale), source)) => (rationale, *source),
+        let (rationale, rule) = match &context.rationale {
+            Some((Ok(rationale), rule)) => (rationale, rule),
             Some((Err(reason), _)) => return Ok(Err(NoEdit::new(reason.clone(), None))),
             None => return Ok(Err(NoEdit::new("no rationale was looked for", None))),
         };
@@ -218,6 +227,10 @@ impl Editor for InfillEditor {
             contrast: Some(&contrast),
             spans,
             banned: &self.labels,
+            avoided: self
+                .opinions
+                .as_deref()
+                .and_then(|lexicons| lexicons.of_polarity(&item.label)),
             seed: attempt.seed,
         })?;
         let fills = match fill.fills {
@@ -237,10 +250,7 @@ impl Editor for InfillEditor {
                 masked: rationale.text.masked(0),
                 spans: rationale.text.span_texts(),
                 fills,
-                rationales: match source {
-                    RationaleSource::Saliency => "saliency".into(),
-                    RationaleSource::Random => "random".into(),
-                },
+                rationales: rule.clone(),
                 unsure: rationale.unsure,
                 reply: fill.reply,
                 label_contrast: Some(self.infiller.label_contrast().weight).filter(|&w| w > 0.0),

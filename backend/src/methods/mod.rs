@@ -250,7 +250,7 @@ pub fn load_models<B: Backend>(compute: Compute<B>, config: ModelsConfig) -> Res
     let (infiller, rationales) = match config.infiller {
         Some(setup) => {
             let (infiller, finder) =
-                load_infiller_setup::<B>(&device, &config.classifier_dir, setup)?;
+                load_infiller_setup::<B>(&device, &config.classifier_dir, setup, &lexicons)?;
             (Some(infiller), Some(finder))
         }
         None => (None, None),
@@ -277,6 +277,7 @@ fn load_infiller_setup<B: Backend>(
     device: &B::Device,
     classifier_dir: &std::path::Path,
     setup: InfillerSetup,
+    lexicons: &Arc<Lexicons>,
 ) -> Result<(Arc<dyn Infill>, Arc<dyn FindRationale>)> {
     let infiller = Infiller::<B>::from_dir(&setup.dir, setup.tokenizer_json, device)
         .with_context(|| format!("loading the infiller {}", setup.dir.display()))?;
@@ -296,6 +297,7 @@ fn load_infiller_setup<B: Backend>(
     let finder: Arc<dyn FindRationale> = Arc::new(Mutex::new(RationaleFinder {
         classifier,
         settings: setup.rationales,
+        lexicons: lexicons.clone(),
     }));
     Ok((infiller, finder))
 }

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use anyhow::{Result, ensure};
 use flipside_shared::data::{Input, stable_hash};
-use flipside_shared::infill::{Rationale, RationaleSource};
+use flipside_shared::infill::Rationale;
 use flipside_shared::records::{
     Counterfactual, FailedAttempt, PromptRef, Provenance, Retrieval, Timing,
 };
@@ -65,8 +65,9 @@ impl Item {
 pub struct Context {
     /// Retrieved helpers and their keywords (CORE, retrieve-only).
     pub retrieval: Option<Retrieval>,
-    /// The masked rationale, or why the item has none, and how it was chosen (AutoCAD).
-    pub rationale: Option<(std::result::Result<Rationale, String>, RationaleSource)>,
+    /// The masked rationale, or why the item has none, and the rule that chose it (AutoCAD:
+    /// `saliency`, `random`, `saliency+opinions`).
+    pub rationale: Option<(std::result::Result<Rationale, String>, String)>,
     pub millis: f64,
     /// Cancelled when the caller gives up on the item (a demo client that left or ran out of
     /// time): no further attempt starts, and an LLM editor stops at its next token.

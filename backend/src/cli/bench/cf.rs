@@ -525,7 +525,8 @@ fn score(
             let bar = crate::progress::items(records.len() as u64, "perplexity");
             let mut perplexities = Vec::with_capacity(edits.len());
             for edit in &edits {
-                perplexities.push(fluency.perplexity(edit)?);
+                // An edit the model cannot score (a single token) counts as the least fluent.
+                perplexities.push(fluency.perplexity(edit).unwrap_or(f64::INFINITY));
                 bar.inc(1);
             }
             bar.finish_and_clear();

@@ -228,6 +228,7 @@ fn time_flipside<B: Backend>(compute: Compute<B>, work: &Workload) -> Result<Mea
             contrast: None,
             spans: 1,
             banned: &[],
+            avoided: None,
             seed: i as u64,
         };
         infiller.fill(request, FILL_CONTRAST)?;
