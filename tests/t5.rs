@@ -130,6 +130,7 @@ fn t5_v1_0_and_v1_1_match_transformers() {
                 search,
                 max_tokens: 12,
                 banned: vec![0, 5, 7],
+                logit_bias: Vec::new(),
                 sentinels: None,
             };
             let ours: Vec<Vec<u32>> = generate(&model, &encoded, &settings)

@@ -14,8 +14,8 @@ use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
 use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
-use crate::infiller::FILL_CONTRAST;
 use crate::infiller::rationales::RationaleSettings;
+use crate::infiller::{FILL_CONTRAST, FILL_OPINION_BIAS};
 use crate::llm::Fluency;
 use crate::methods::InfillerSetup;
 use crate::methods::lass::{DEFAULT_MAX_PERPLEXITY, ReproductionSettings, SentimentSource};
@@ -55,6 +55,12 @@ pub struct InfillerArgs {
     /// 200 items and the judge's flip rate before the filter from 0.34 to 0.51
     #[arg(long)]
     pub no_opinion_words: bool,
+    /// Added to the log-probability of the target polarity's opinion words (those written as
+    /// one piece) in AutoCAD's fills; 0 leaves the infiller's choice alone. On `bench cf` 1
+    /// raised the judge's flip rate before the filter from 0.51 to 0.73 and the median
+    /// perplexity from 772 to 879
+    #[arg(long, value_name = "B", default_value_t = FILL_OPINION_BIAS)]
+    pub opinion_bias: f32,
 }
 
 impl InfillerArgs {
@@ -73,6 +79,10 @@ impl InfillerArgs {
             rationales.max_words = Some(cap);
         }
         rationales.opinion_words = !self.no_opinion_words;
+        if !self.opinion_bias.is_finite() {
+            bail!("--opinion-bias must be a number, not {}", self.opinion_bias);
+        }
+        rationales.opinion_bias = self.opinion_bias;
         let mut setup = InfillerSetup::resolve(home, self.name.as_deref(), rationales)?;
         setup.label_contrast.weight = self.label_contrast;
         Ok(setup)

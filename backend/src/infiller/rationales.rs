@@ -40,6 +40,10 @@ pub struct RationaleSettings {
     /// negative/positive only), so that no word carrying the old label is left unrewritten.
     #[serde(default)]
     pub opinion_words: bool,
+    /// With `opinion_words`, the logit bias of the target polarity's opinion words in the fills
+    /// (0: none).
+    #[serde(default)]
+    pub opinion_bias: f32,
     pub seed: u64,
 }
 
@@ -52,6 +56,7 @@ impl Default for RationaleSettings {
             min_confidence: 0.8,
             max_words: None,
             opinion_words: false,
+            opinion_bias: 0.0,
             seed: 0,
         }
     }

@@ -2,6 +2,11 @@
 //! (the context stage), a T5 trained for label-controlled infilling rewrites them for the
 //! target label (the editor); the pipeline's flip check is AutoCAD's consistency filter.
 //!
+//! Beyond the paper, for sentiment the rationale also masks every opinion word of the item's
+//! own polarity (Liu & Hu's lexicon), the fills never write one back, and the target
+//! polarity's opinion words get a logit bias in them (`--no-opinion-words` for the paper's
+//! saliency alone, `--opinion-bias`).
+//!
 //! Each attempt samples the infiller once (nucleus p 0.9, temperature 0.7, the label words
 //! banned, seeded by the attempt), optionally steered away from the item's own label
 //! ([`LabelContrast`](flipside_shared::models::contrast::LabelContrast); beyond the paper,
@@ -114,10 +119,8 @@ fn infill_stages(models: &Models, with_keywords: bool) -> Result<(RationaleStage
         .rationales
         .clone()
         .context("AutoCAD needs the classifier's rationales")?;
-    let opinions = finder
-        .settings()
-        .opinion_words
-        .then(|| models.lexicons.clone());
+    let settings = finder.settings();
+    let opinions = settings.opinion_words.then(|| models.lexicons.clone());
     Ok((
         RationaleStage { finder },
         InfillEditor {
@@ -125,6 +128,7 @@ fn infill_stages(models: &Models, with_keywords: bool) -> Result<(RationaleStage
             labels: models.classifier.labels(),
             with_keywords,
             opinions,
+            opinion_bias: settings.opinion_bias,
         },
     ))
 }
@@ -181,8 +185,9 @@ struct InfillEditor {
     /// Whether the input carries the context's retrieved keywords.
     with_keywords: bool,
     /// The opinion words of each polarity, never written back into a fill of an item of that
-    /// polarity (when the rationales mask them).
+    /// polarity (when the rationales mask them), and favoured by `opinion_bias` in a fill for it.
     opinions: Option<Arc<Lexicons>>,
+    opinion_bias: f32,
 }
 
 impl Editor for InfillEditor {
@@ -231,6 +236,11 @@ impl Editor for InfillEditor {
                 .opinions
                 .as_deref()
                 .and_then(|lexicons| lexicons.of_polarity(&item.label)),
+            favoured: self
+                .opinions
+                .as_deref()
+                .and_then(|lexicons| lexicons.of_polarity(&item.target))
+                .map(|words| (words, self.opinion_bias)),
             seed: attempt.seed,
         })?;
         let fills = match fill.fills {

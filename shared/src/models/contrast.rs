@@ -242,6 +242,7 @@ mod tests {
             search: Search::Greedy,
             max_tokens: 3,
             banned: Vec::new(),
+            logit_bias: Vec::new(),
             sentinels: None,
         };
         // Unguided, token 3 wins (0.1 > 0); guided, the contrast's love of it hands it to 2.
@@ -275,6 +276,7 @@ mod tests {
         let contrast = vec![f32::NEG_INFINITY, -9.0, 0.0, 0.0, -6.0];
         let banned = DecodeSettings {
             banned: vec![2],
+            logit_bias: Vec::new(),
             ..settings
         };
         let (_, tokens) = decode([target, contrast], setting, &banned);

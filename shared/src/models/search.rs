@@ -42,6 +42,9 @@ pub struct DecodeSettings {
     pub max_tokens: usize,
     /// Tokens never generated.
     pub banned: Vec<u32>,
+    /// Added to these tokens' log-probabilities before the search (and the temperature)
+    /// weighs them, as OpenAI's `logit_bias`: above 0 favours a token, below disfavours it.
+    pub logit_bias: Vec<(u32, f32)>,
     /// The span format every output must follow, if any.
     pub sentinels: Option<SentinelOrder>,
 }
@@ -272,9 +275,14 @@ fn step<'a>(
 }
 
 impl DecodeSettings {
-    /// Sets to −∞ in `log_probs` the banned tokens and those the span format (if any) rules out
-    /// after `prefix`; `end` is the token that ends an output.
+    /// Adds the logit biases to `log_probs`, then sets to −∞ the banned tokens and those the
+    /// span format (if any) rules out after `prefix`; `end` is the token that ends an output.
     pub fn restrict(&self, prefix: &[u32], end: u32, log_probs: &mut [f32]) {
+        for &(token, bias) in &self.logit_bias {
+            if let Some(value) = log_probs.get_mut(token as usize) {
+                *value += bias;
+            }
+        }
         for &token in &self.banned {
             if let Some(value) = log_probs.get_mut(token as usize) {
                 *value = f32::NEG_INFINITY;
@@ -614,6 +622,21 @@ pub(crate) mod tests {
     use super::*;
 
     #[test]
+    fn logit_biases_add_to_log_probabilities_and_bans_still_win() {
+        let settings = DecodeSettings {
+            search: Search::Greedy,
+            max_tokens: 4,
+            banned: vec![2],
+            logit_bias: vec![(1, 1.5), (2, 10.0), (3, -1.0), (9, 5.0)],
+            sentinels: None,
+        };
+        let mut log_probs = vec![-1.0f32, -2.0, -0.5, -3.0];
+        settings.restrict(&[], 0, &mut log_probs);
+        // Token 9 is beyond the vocabulary: ignored.
+        assert_eq!(log_probs, [-1.0, -0.5, f32::NEG_INFINITY, -4.0]);
+    }
+
+    #[test]
     fn nucleus_keeps_the_smallest_set_reaching_top_p() {
         // Probabilities 0.5, 0.3, 0.15, 0.05: top_p 0.7 keeps the first two only.
         let log_probs: Vec<f32> = [0.5f32, 0.3, 0.15, 0.05].iter().map(|p| p.ln()).collect();
@@ -736,6 +759,7 @@ pub(crate) mod tests {
             search,
             max_tokens: 20,
             banned: vec![0],
+            logit_bias: Vec::new(),
             sentinels,
         };
         let run_on = |logits: &[f32], settings: &DecodeSettings, rows: usize| {
@@ -826,6 +850,7 @@ pub(crate) mod tests {
             search,
             max_tokens: 11,
             banned: vec![0],
+            logit_bias: Vec::new(),
             sentinels: Some(order.clone()),
         };
         let mut decoder = Fixed {

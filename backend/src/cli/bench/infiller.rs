@@ -229,6 +229,7 @@ fn time_flipside<B: Backend>(compute: Compute<B>, work: &Workload) -> Result<Mea
             spans: 1,
             banned: &[],
             avoided: None,
+            favoured: None,
             seed: i as u64,
         };
         infiller.fill(request, FILL_CONTRAST)?;

@@ -564,6 +564,7 @@ mod tests {
             },
             max_tokens: 10,
             banned: Vec::new(),
+            logit_bias: Vec::new(),
             sentinels: None,
         };
         let decode = |sentiment: Sentiment<Flex>, content_of: &[Vec<u32>]| -> Vec<Vec<u32>> {

@@ -62,6 +62,7 @@ pub fn lass_decoding() -> DecodeSettings {
         },
         max_tokens: MAX_TOKENS,
         banned: vec![0, 3],
+        logit_bias: Vec::new(),
         sentinels: None,
     }
 }
