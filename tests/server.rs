@@ -16,6 +16,7 @@ use crate::accounts::{Account, api_token, first_admin, follow, items_dataset};
 use crate::common::{
     EditingSetup, ITEMS, editing_setup, serve_command, spawn_listening, spawn_server,
 };
+use flipside_backend::server::app_files;
 use flipside_shared::models::compact::is_compact;
 use reqwest::blocking::{Client, Response, multipart};
 use serde_json::{Value, json};
@@ -202,6 +203,7 @@ fn answers_while_preparing_and_stops_when_the_preparation_fails() {
         "{policy}"
     );
     assert!(built.text().unwrap().contains("alert(1)"));
+    check_app_files(&server, &app);
     let (_admin, team) = first_admin(&server, &data_dir, &[], "ada@lab.org", "lab");
     assert!(!team.is_empty());
     drop(server);
@@ -242,6 +244,79 @@ fn answers_while_preparing_and_stops_when_the_preparation_fails() {
     );
     assert!(stdout.ends_with("prepared\n"), "{stdout}");
     assert!(!stdout.contains("listening on"), "{stdout}");
+}
+
+/// The app's files in `app` (which has an `index.html`), as [`app_files`] serves them: a file
+/// named with Trunk's content hash is cacheable for a year, and sent gzipped from its `.gz` copy
+/// to a client that accepts gzip; `index.html` is revalidated (304 when unchanged).
+fn check_app_files(server: &Server, app: &Path) {
+    use std::io::Write;
+    let wasm = "flipside-frontend-0123456789abcdef_bg.wasm";
+    let bytes: Vec<u8> = (0..20_000u32).map(|i| (i % 7) as u8).collect();
+    std::fs::write(app.join(wasm), &bytes).unwrap();
+    let mut gzip = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gzip.write_all(&bytes).unwrap();
+    let gzipped = gzip.finish().unwrap();
+    std::fs::write(app.join(format!("{wasm}.gz")), &gzipped).unwrap();
+    let get = |path: &str, headers: &[(&str, &str)]| {
+        let mut request = server.http.get(format!("{}{path}", server.url));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send().unwrap()
+    };
+    let header = |response: &Response, name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|value| value.to_str().unwrap().to_string())
+    };
+
+    let compressed = get(wasm, &[("accept-encoding", "gzip, deflate")]);
+    assert_eq!(compressed.status(), 200);
+    assert_eq!(
+        header(&compressed, "content-encoding").as_deref(),
+        Some("gzip")
+    );
+    assert_eq!(
+        header(&compressed, "cache-control").as_deref(),
+        Some(app_files::IMMUTABLE)
+    );
+    assert_eq!(
+        header(&compressed, "vary").as_deref(),
+        Some("accept-encoding")
+    );
+    assert_eq!(
+        header(&compressed, "content-type").as_deref(),
+        Some("application/wasm")
+    );
+    assert!(gzipped.len() * 10 < bytes.len());
+    assert_eq!(compressed.bytes().unwrap().as_ref(), gzipped.as_slice());
+    let plain = get(wasm, &[]);
+    assert_eq!(header(&plain, "content-encoding"), None);
+    assert_eq!(
+        header(&plain, "cache-control").as_deref(),
+        Some(app_files::IMMUTABLE)
+    );
+    assert_eq!(plain.bytes().unwrap().as_ref(), bytes.as_slice());
+
+    let page = get("", &[("accept-encoding", "gzip")]);
+    assert_eq!(page.status(), 200);
+    assert_eq!(
+        header(&page, "cache-control").as_deref(),
+        Some(app_files::REVALIDATE)
+    );
+    let modified = header(&page, "last-modified").expect("a Last-Modified to revalidate by");
+    let again = get("", &[("if-modified-since", &modified)]);
+    assert_eq!(again.status(), 304);
+    assert_eq!(
+        header(&again, "cache-control").as_deref(),
+        Some(app_files::REVALIDATE)
+    );
+    // What is not a file is the server's JSON 404, with no cache headers of the app's.
+    let missing = get("flipside-frontend-fedcba9876543210.js", &[]);
+    assert_eq!(header(&missing, "cache-control"), None);
+    check_error(missing, 404, "not_found");
 }
 
 #[test]

@@ -3,9 +3,10 @@
 // playwright-core. Screenshots go to SCREENSHOT_DIR for review.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { launchChromium, screenshot, waitForScoring } from './chromium.mjs';
+import { launchChromium, launchChromiumProfile, measuredVisit, screenshot, waitForScoring } from './chromium.mjs';
 
 const URL = process.env.FLIPSIDE_URL;
 const SHOTS = process.env.SCREENSHOT_DIR ?? 'target/screenshots';
@@ -189,6 +190,33 @@ for (const [name, query, int8, tolerance] of [
     await page.close();
   });
 }
+
+test('a first visit gets the app\'s files gzipped, and a second takes them from the cache', { timeout: 600_000 }, async () => {
+  const profile = mkdtempSync(join(tmpdir(), 'flipside-profile-'));
+  const context = await launchChromiumProfile(profile);
+  try {
+    const ready = (page) => waitForScoring(page, LONG);
+    const first = await measuredVisit(context, URL, ready);
+    const second = await measuredVisit(context, URL, ready);
+    const kB = (bytes) => `${(bytes / 1024).toFixed(1)} kB`;
+    console.log(`# first visit: ${kB(first.bytes)} in ${first.requests} requests; second: ${kB(second.bytes)} in ${second.requests} (${second.fromCache} from the cache)`);
+    const hashed = first.responses.filter((r) => /-[0-9a-f]{12,16}(_bg)?\.(wasm|js|css)$/.test(r.url));
+    assert.ok(hashed.some((r) => r.url.endsWith('_bg.wasm')), JSON.stringify(first.responses));
+    for (const file of hashed) {
+      assert.equal(file.status, 200, file.url);
+      assert.equal(file.encoding, 'gzip', file.url);
+      assert.equal(file.cacheControl, 'public, max-age=31536000, immutable', file.url);
+    }
+    const wasm = hashed.find((r) => r.url.endsWith('_bg.wasm'));
+    const wasmAgain = second.responses.find((r) => r.url === wasm.url);
+    assert.ok(wasmAgain, 'the second visit loads the same wasm');
+    assert.equal(wasmAgain.bytes, 0, 'the wasm comes from the cache');
+    assert.ok(second.bytes * 20 < first.bytes, `second visit ${second.bytes} B, first ${first.bytes} B`);
+  } finally {
+    await context.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
+});
 
 test('the Dis-AE generates in the browser as it does natively; the page flips, highlights and downloads', { timeout: 600_000 }, async () => {
   assert.ok(NATIVE, 'NATIVE_REPRODUCTIONS is not set');

@@ -3,6 +3,7 @@
 //! database behind them.
 
 pub mod admission;
+pub mod app_files;
 pub mod body_pace;
 pub mod connections;
 pub mod datasets;
@@ -39,7 +40,6 @@ use axum::response::IntoResponse;
 use axum::routing::{any, get};
 use tokio_util::sync::CancellationToken;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::services::ServeDir;
 use utoipa::OpenApi;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
@@ -336,11 +336,7 @@ pub async fn serve(
         )
     };
     app = match &config.static_dir {
-        Some(dir) => app.fallback_service(
-            ServeDir::new(dir)
-                .call_fallback_on_method_not_allowed(true)
-                .fallback(no_file),
-        ),
+        Some(dir) => app.fallback_service(app_files::router(dir, no_file)),
         None => app.fallback_service(no_file),
     };
     let headers = security::SecurityHeaders::for_app(config.static_dir.as_deref());

@@ -1,6 +1,7 @@
 //! `flipside bench browser`: the classifier's latency on one text in headless Chromium, as the
 //! browser app runs it (burn on CPU wasm, or WebGPU), against the same model natively on the
-//! server's CPU backend, measured in the same run; with `--dis-ae`, also LASS's generation
+//! server's CPU backend, measured in the same run, and the bytes a first and a second visit to
+//! the page transfer; with `--dis-ae`, also LASS's generation
 //! (samples/s) in the page against native. Both sides run the compact int8 weights the page
 //! downloads.
 
@@ -126,6 +127,19 @@ struct BrowserResult {
     int8: Option<Kernel>,
     browser: String,
     load_ms: f64,
+    /// A first visit to the page in a new profile, then a second, each until the classifier is
+    /// loaded.
+    visits: [Visit; 2],
+}
+
+/// What crossed the network during one visit to the page (Chromium's count).
+#[derive(Deserialize)]
+struct Visit {
+    /// Headers and bodies as received (compressed where they were sent so).
+    bytes: u64,
+    requests: usize,
+    /// Requests the browser's cache answered.
+    from_cache: usize,
 }
 
 pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
@@ -284,6 +298,16 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         in_browser.median / native.median,
         in_browser.median / one_thread.median,
         browser.load_ms / 1e3
+    );
+    let [first, second] = &browser.visits;
+    println!(
+        "page load until the classifier is ready: first visit {:.2} MB in {} requests, second \
+         visit {:.1} kB in {} requests ({} from the browser's cache)",
+        first.bytes as f64 / 1e6,
+        first.requests,
+        second.bytes as f64 / 1e3,
+        second.requests,
+        second.from_cache
     );
     if let Some((kernel, all, one)) = &native_int8 {
         println!(
