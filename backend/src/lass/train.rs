@@ -122,6 +122,12 @@ impl<B: AutodiffBackend> Objective<B> for DisAeObjective {
         self.config.init(device)
     }
 
+    /// Every term is a mean over the batch's texts or pairs but `L_r` (the label vectors'),
+    /// and nothing is random.
+    fn splits_batches(&self) -> bool {
+        true
+    }
+
     fn lengths(&self) -> Result<Option<Vec<usize>>> {
         Ok(Some(match &self.data {
             DisAeData::Texts(texts) => texts.iter().map(|t| t.ids.len()).collect(),
