@@ -2,6 +2,7 @@
 
 mod browser;
 mod cf;
+mod dis_ae;
 mod encode;
 mod infiller;
 mod llm;
@@ -26,6 +27,9 @@ pub enum BenchCommand {
     /// The classifier's latency on one 64-token text in headless Chromium (the browser app's
     /// CPU wasm or WebGPU backend) vs natively on the server's CPU backend
     Browser(browser::BrowserBenchArgs),
+    /// Dis-AE training steps per second vs the same architecture in PyTorch (same initial
+    /// weights, batches and threads), and the cores each side keeps busy
+    DisAe(dis_ae::DisAeBenchArgs),
     /// Every method's counterfactuals of the same held-out items, with the same attempts and
     /// filter: yield, flips judged by an independent classifier before and after the filter,
     /// closeness, perplexity, diversity and CPU-seconds per accepted counterfactual
@@ -56,6 +60,7 @@ pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Browser(args) => browser::bench_browser(home, args),
         BenchCommand::Cf(args) => cf::bench_cf(home, *args),
+        BenchCommand::DisAe(args) => dis_ae::bench_dis_ae(home, args),
         BenchCommand::Encode(args) => encode::bench_encode(home, args),
         BenchCommand::Infiller(args) => infiller::bench_infiller(home, args),
         BenchCommand::Llm(args) => llm::bench_llm(home, args),
@@ -64,6 +69,18 @@ pub fn run(home: &Home, command: BenchCommand) -> Result<()> {
         BenchCommand::Portal(args) => portal::bench_portal(args),
         BenchCommand::Train(args) => train::bench_train(home, args),
     }
+}
+
+/// CPU seconds this process has used so far, all threads, user and system.
+pub fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
 /// The options of the benches whose reference runs on PyTorch (`encode`, `train`, `infiller`).
