@@ -575,6 +575,59 @@ mod tests {
         );
     }
 
+    /// A batch trained as two parallel parts (two threads) takes the steps it takes in one
+    /// piece: the same losses, up to the order of the sums, and the parts' gradients were used
+    /// (the losses fall).
+    #[test]
+    fn batches_split_across_threads_train_as_in_one_piece() {
+        // Full loss weights from the first step, so that the losses are of one function.
+        let objective = DisAeObjective {
+            annealing: Annealing {
+                ramp_steps: 0,
+                ..Annealing::default()
+            },
+            ..objective(pairs())
+        };
+        let losses = |threads: usize| {
+            let dir = tempfile::tempdir().unwrap();
+            let config = TrainConfig {
+                epochs: 20,
+                batch_size: 3,
+                lr: 1e-2,
+                weight_decay: 0.0,
+                ..TrainConfig::default()
+            };
+            let fresh = TrainRecord::new(
+                &config,
+                dir.path(),
+                "pairs",
+                "f".into(),
+                Vec::new(),
+                3,
+                "flex",
+            );
+            let _alone = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let device = Default::default();
+            let (_, record) = pool
+                .install(|| optimise::<A, _>(&objective, &device, fresh, dir.path(), None))
+                .unwrap();
+            record.losses
+        };
+        let (whole, parts) = (losses(1), losses(2));
+        assert_eq!(whole.len(), 20);
+        for (a, b) in whole.iter().zip(&parts) {
+            assert!(
+                (a - b).abs() <= 1e-4 * a.abs(),
+                "{whole:?} against {parts:?}"
+            );
+        }
+        assert!(parts[19] < parts[0] * 0.8, "{parts:?}");
+    }
+
     #[test]
     fn texts_train_and_bad_data_is_refused() {
         let texts = DisAeData::Texts(vec![
