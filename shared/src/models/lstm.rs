@@ -37,8 +37,57 @@ impl<B: Backend> FusedLstm<B> {
     }
 
     /// Runs over `inputs` (`[batch, seq, d_input]`) from `state` (zeros when none): the hidden
-    /// state of every step `[batch, seq, d_hidden]` and the state after the last step.
+    /// state of every step `[batch, seq, d_hidden]` and the state after the last step. When
+    /// training on burn's CPU backend the recurrence is one op with its own backward
+    /// ([`crate::ops::lstm`]).
     pub fn forward(
+        &self,
+        inputs: Tensor<B, 3>,
+        state: Option<LstmState<B, 2>>,
+    ) -> (Tensor<B, 3>, LstmState<B, 2>) {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            type Ad = burn::backend::Autodiff<burn::backend::Flex>;
+            let [batch, seq, _] = inputs.dims();
+            let is_f32 = inputs.dtype() == burn::tensor::DType::F32;
+            if let Some(lstm) = (self as &dyn std::any::Any).downcast_ref::<FusedLstm<Ad>>()
+                && is_f32
+                && seq > 0
+            {
+                let inputs: Tensor<Ad, 3> = crate::ops::same_type(inputs);
+                let state: Option<LstmState<Ad, 2>> = crate::ops::same_type(state);
+                let d = lstm.d_hidden();
+                let device = inputs.device();
+                let (cell, hidden) = match state {
+                    Some(state) => (state.cell, state.hidden),
+                    None => (
+                        Tensor::zeros([batch, d], &device),
+                        Tensor::zeros([batch, d], &device),
+                    ),
+                };
+                let steps = crate::ops::lstm::lstm_recurrence(
+                    lstm.input.forward(inputs),
+                    lstm.hidden.weight.val(),
+                    cell,
+                    hidden,
+                );
+                let hiddens = steps.clone().slice([0..batch, 0..seq, 0..d]);
+                let last = |range: std::ops::Range<usize>| {
+                    steps
+                        .clone()
+                        .slice([0..batch, seq - 1..seq, range])
+                        .reshape([batch, d])
+                };
+                let state = LstmState::new(last(d..2 * d), last(0..d));
+                return crate::ops::same_type((hiddens, state));
+            }
+        }
+        self.forward_with_burn_ops(inputs, state)
+    }
+
+    /// [`FusedLstm::forward`] in burn's ops, a few a step (what every backend but training on
+    /// the CPU runs).
+    pub fn forward_with_burn_ops(
         &self,
         inputs: Tensor<B, 3>,
         state: Option<LstmState<B, 2>>,

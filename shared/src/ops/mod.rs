@@ -19,6 +19,8 @@ pub mod gelu;
 pub mod heads;
 pub mod int8;
 pub mod layer_norm;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod lstm;
 pub mod portable;
 pub mod products;
 pub mod softmax;
