@@ -42,11 +42,16 @@ pub fn router(dir: &Path, fallback: MethodRouter) -> Router {
 async fn cache_headers(request: Request, next: Next) -> Response {
     let immutable = carries_content_hash(request.uri().path());
     let mut response = next.run(request).await;
-    let found = matches!(
-        response.status(),
-        StatusCode::OK | StatusCode::PARTIAL_CONTENT | StatusCode::NOT_MODIFIED
-    );
-    if found && response.headers().contains_key(header::LAST_MODIFIED) {
+    // A file found (the fallback's answers carry no Last-Modified), or unchanged since the
+    // client's copy.
+    let found = match response.status() {
+        StatusCode::OK | StatusCode::PARTIAL_CONTENT => {
+            response.headers().contains_key(header::LAST_MODIFIED)
+        }
+        StatusCode::NOT_MODIFIED => true,
+        _ => false,
+    };
+    if found {
         let headers = response.headers_mut();
         let cache = if immutable { IMMUTABLE } else { REVALIDATE };
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));

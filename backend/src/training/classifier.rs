@@ -421,7 +421,9 @@ struct Trainable(HashSet<ParamId>);
 
 impl<B: Backend> ModuleVisitor<B> for Trainable {
     fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        if param.is_require_grad() {
+        // The tensor's flag: a parameter loaded from a checkpoint trains though its own flag
+        // may say otherwise.
+        if param.val().is_require_grad() {
             self.0.insert(param.id);
         }
     }
