@@ -122,12 +122,6 @@ impl<B: AutodiffBackend> Objective<B> for DisAeObjective {
         self.config.init(device)
     }
 
-    /// Every term is a mean over the batch's texts or pairs but `L_r` (the label vectors'),
-    /// and nothing is random.
-    fn splits_batches(&self) -> bool {
-        true
-    }
-
     fn lengths(&self) -> Result<Option<Vec<usize>>> {
         Ok(Some(match &self.data {
             DisAeData::Texts(texts) => texts.iter().map(|t| t.ids.len()).collect(),
@@ -573,59 +567,6 @@ mod tests {
             run(&objective, once.path(), None),
             run(&objective, twice.path(), Some(3))
         );
-    }
-
-    /// A batch trained as two parallel parts (two threads) takes the steps it takes in one
-    /// piece: the same losses, up to the order of the sums, and the parts' gradients were used
-    /// (the losses fall).
-    #[test]
-    fn batches_split_across_threads_train_as_in_one_piece() {
-        // Full loss weights from the first step, so that the losses are of one function.
-        let objective = DisAeObjective {
-            annealing: Annealing {
-                ramp_steps: 0,
-                ..Annealing::default()
-            },
-            ..objective(pairs())
-        };
-        let losses = |threads: usize| {
-            let dir = tempfile::tempdir().unwrap();
-            let config = TrainConfig {
-                epochs: 20,
-                batch_size: 3,
-                lr: 1e-2,
-                weight_decay: 0.0,
-                ..TrainConfig::default()
-            };
-            let fresh = TrainRecord::new(
-                &config,
-                dir.path(),
-                "pairs",
-                "f".into(),
-                Vec::new(),
-                3,
-                "flex",
-            );
-            let _alone = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
-            let device = Default::default();
-            let (_, record) = pool
-                .install(|| optimise::<A, _>(&objective, &device, fresh, dir.path(), None))
-                .unwrap();
-            record.losses
-        };
-        let (whole, parts) = (losses(1), losses(2));
-        assert_eq!(whole.len(), 20);
-        for (a, b) in whole.iter().zip(&parts) {
-            assert!(
-                (a - b).abs() <= 1e-4 * a.abs(),
-                "{whole:?} against {parts:?}"
-            );
-        }
-        assert!(parts[19] < parts[0] * 0.95, "{parts:?}");
     }
 
     #[test]

@@ -5,7 +5,6 @@
 //! and the backend RNG (dropout) is reseeded with `(seed, step)` before every step, so a run
 //! resumed from a checkpoint takes the same steps as one that was never interrupted.
 
-use std::collections::HashSet;
 use std::fs;
 use std::io::IsTerminal as _;
 use std::path::{Path, PathBuf};
@@ -13,9 +12,9 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use burn::backend::Autodiff;
-use burn::module::{AutodiffModule, Module, ModuleMapper, ModuleVisitor, Param, ParamId};
+use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::optim::{GradientsAccumulator, GradientsParams, Optimizer};
+use burn::optim::{GradientsParams, Optimizer};
 use burn::record::{FullPrecisionSettings, NamedMpkFileRecorder, Recorder};
 use burn::tensor::backend::{AutodiffBackend, Backend};
 use burn::tensor::{ElementConversion, Int, Tensor, TensorData};
@@ -29,7 +28,6 @@ use flipside_shared::ops::int8::Kernel;
 use flipside_shared::tokenize::TextTokenizer;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::compute::{Batches, Compute};
@@ -308,7 +306,7 @@ const STATE_DIR: &str = "train-state";
 const RECORD_FILE: &str = "training.json";
 
 /// What a training loop optimises: a model and the loss of a batch of training items.
-pub trait Objective<B: AutodiffBackend>: Sync {
+pub trait Objective<B: AutodiffBackend> {
     type Model: AutodiffModule<B>;
     /// The number of training items; a batch is a list of item indices.
     fn items(&self) -> usize;
@@ -336,19 +334,12 @@ pub trait Objective<B: AutodiffBackend>: Sync {
     fn lengths(&self) -> Result<Option<Vec<usize>>> {
         Ok(None)
     }
-    /// Whether a batch's loss is the mean of its items' (terms that do not depend on the items
-    /// counted once) and draws no random numbers: then [`optimise`] computes a batch as parallel
-    /// parts on the CPU's threads, each on its own copy of the model, and sums their
-    /// gradients weighted by their share of the items, which is the whole batch's gradient.
-    fn splits_batches(&self) -> bool {
-        false
-    }
 }
 
 /// The model a fresh run starts from: `objective`'s, with the backend seeded by `seed` and every
 /// lazily initialised parameter drawn at once, in the module's order, so that the starting
-/// weights do not depend on which computation touches each first (one piece or parallel parts,
-/// or a benchmark's reference that reads them all).
+/// weights do not depend on which computation touches each first (or on a benchmark's reference
+/// reading them all).
 pub fn initial_model<B: AutodiffBackend, O: Objective<B>>(
     objective: &O,
     device: &B::Device,
@@ -358,87 +349,6 @@ pub fn initial_model<B: AutodiffBackend, O: Objective<B>>(
     let model = objective.init(device)?;
     let _ = model.valid();
     Ok(model)
-}
-
-/// The loss and gradients of `batch` on `model`: in one piece, or (when the objective
-/// [`Objective::splits_batches`]) in as many parts as rayon has threads, each its own autodiff
-/// graph on its own copy of the model (graphs sharing parameters would take turns), their
-/// losses weighted by their share of the items and their gradients summed in a fixed order.
-fn batch_gradients<B: AutodiffBackend, O: Objective<B>>(
-    objective: &O,
-    model: &O::Model,
-    batch: &[usize],
-    step: usize,
-    device: &B::Device,
-) -> Result<(f64, GradientsParams)> {
-    let parts = match objective.splits_batches() {
-        true => rayon::current_num_threads().min(batch.len()).max(1),
-        false => 1,
-    };
-    if parts == 1 {
-        let loss = objective.loss(model, batch, step, device)?;
-        let value = loss.clone().into_scalar().elem::<f32>() as f64;
-        return Ok((value, GradientsParams::from_grads(loss.backward(), model)));
-    }
-    // A copy's parameters are new leaves of its own graph, needing their gradients as the
-    // model's do (`from_inner` alone would leave them without).
-    let mut trainable = Trainable(HashSet::new());
-    model.visit(&mut trainable);
-    let inner = model.valid();
-    let pieces: Vec<(&[usize], O::Model)> = batch
-        .chunks(batch.len().div_ceil(parts))
-        .map(|piece| {
-            let copy = O::Model::from_inner(inner.clone()).map(&mut RequireGrad(&trainable.0));
-            (piece, copy)
-        })
-        .collect();
-    let computed: Vec<Result<(f64, GradientsParams)>> = pieces
-        .into_par_iter()
-        .map(|(piece, replica)| {
-            let share = piece.len() as f64 / batch.len() as f64;
-            let loss = objective
-                .loss(&replica, piece, step, device)?
-                .mul_scalar(share);
-            let value = loss.clone().into_scalar().elem::<f32>() as f64;
-            Ok((
-                value,
-                GradientsParams::from_grads(loss.backward(), &replica),
-            ))
-        })
-        .collect();
-    let mut summed = GradientsAccumulator::<O::Model>::new();
-    let mut total = 0.0;
-    for part in computed {
-        let (value, grads) = part?;
-        total += value;
-        summed.accumulate(model, grads);
-    }
-    Ok((total, summed.grads()))
-}
-
-/// Collects the ids of the parameters that need their gradient.
-struct Trainable(HashSet<ParamId>);
-
-impl<B: Backend> ModuleVisitor<B> for Trainable {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<B, D>>) {
-        // The tensor's flag: a parameter loaded from a checkpoint trains though its own flag
-        // may say otherwise.
-        if param.val().is_require_grad() {
-            self.0.insert(param.id);
-        }
-    }
-}
-
-/// Makes the parameters of the given ids need their gradient.
-struct RequireGrad<'a>(&'a HashSet<ParamId>);
-
-impl<B: Backend> ModuleMapper<B> for RequireGrad<'_> {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<B, D>>) -> Param<Tensor<B, D>> {
-        match self.0.contains(&param.id) {
-            true => param.set_require_grad(true),
-            false => param,
-        }
-    }
 }
 
 /// Runs the optimisation described by `fresh` (its config and total steps), resuming from the
@@ -517,14 +427,15 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
 
         let step_started = Instant::now();
         B::seed(device, mix(config.seed, record.step as u64 + 1));
-        let (loss_value, mut grads) =
-            batch_gradients(objective, &model, batch, record.step, device)?;
+        let loss = objective.loss(&model, batch, record.step, device)?;
+        let loss_value = loss.clone().into_scalar().elem::<f32>() as f64;
         if !loss_value.is_finite() {
             bail!(
                 "the loss became {loss_value} at step {}; lower --lr",
                 record.step
             );
         }
+        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         clip_global_norm(&model, &mut grads, config.max_grad_norm);
         model = optimizer.step(learning_rate(&config, record.step, total), model, grads);
 
