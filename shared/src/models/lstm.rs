@@ -57,14 +57,7 @@ impl<B: Backend> FusedLstm<B> {
                 let inputs: Tensor<Ad, 3> = crate::ops::same_type(inputs);
                 let state: Option<LstmState<Ad, 2>> = crate::ops::same_type(state);
                 let d = lstm.d_hidden();
-                let device = inputs.device();
-                let (cell, hidden) = match state {
-                    Some(state) => (state.cell, state.hidden),
-                    None => (
-                        Tensor::zeros([batch, d], &device),
-                        Tensor::zeros([batch, d], &device),
-                    ),
-                };
+                let (cell, hidden) = lstm.state_or_zeros(state, batch, &inputs.device());
                 let steps = crate::ops::lstm::lstm_recurrence(
                     lstm.input.forward(inputs),
                     lstm.hidden.weight.val(),
@@ -85,6 +78,22 @@ impl<B: Backend> FusedLstm<B> {
         self.forward_with_burn_ops(inputs, state)
     }
 
+    /// The cell and hidden state of `state`, or zeros for `batch` rows when there is none.
+    fn state_or_zeros(
+        &self,
+        state: Option<LstmState<B, 2>>,
+        batch: usize,
+        device: &B::Device,
+    ) -> (Tensor<B, 2>, Tensor<B, 2>) {
+        match state {
+            Some(state) => (state.cell, state.hidden),
+            None => {
+                let zeros = Tensor::zeros([batch, self.d_hidden()], device);
+                (zeros.clone(), zeros)
+            }
+        }
+    }
+
     /// [`FusedLstm::forward`] in burn's ops, a few a step (what every backend but training on
     /// the CPU runs).
     pub fn forward_with_burn_ops(
@@ -95,13 +104,7 @@ impl<B: Backend> FusedLstm<B> {
         let [batch, seq, _] = inputs.dims();
         let d = self.d_hidden();
         let device = inputs.device();
-        let (mut cell, mut hidden) = match state {
-            Some(state) => (state.cell, state.hidden),
-            None => (
-                Tensor::zeros([batch, d], &device),
-                Tensor::zeros([batch, d], &device),
-            ),
-        };
+        let (mut cell, mut hidden) = self.state_or_zeros(state, batch, &device);
         let transformed = self.input.forward(inputs);
         let mut outputs = Vec::with_capacity(seq);
         for t in 0..seq {

@@ -167,13 +167,17 @@ fn forward(saved: &mut Saved, transformed: &[f32]) -> Vec<f32> {
             let pre = &transformed[(b * seq + t) * four..][..four];
             let recurrent = &recurrent[b * four..][..four];
             let gates = &mut saved.gates[(t * batch + b) * four..][..four];
-            for (k, gate) in gates.iter_mut().enumerate() {
-                let x = pre[k] + recurrent[k];
-                *gate = if (2 * h..3 * h).contains(&k) {
-                    tanh(x)
+            // The cell gate (the third block) through tanh, the others through the logistic.
+            for (block, gates) in gates.chunks_exact_mut(h).enumerate() {
+                let inputs = pre[block * h..][..h]
+                    .iter()
+                    .zip(&recurrent[block * h..][..h]);
+                let gates = gates.iter_mut().zip(inputs);
+                if block == 2 {
+                    gates.for_each(|(gate, (&x, &r))| *gate = tanh(x + r));
                 } else {
-                    sigmoid(x)
-                };
+                    gates.for_each(|(gate, (&x, &r))| *gate = sigmoid(x + r));
+                }
             }
             let out = &mut output[(b * seq + t) * 2 * h..][..2 * h];
             for j in 0..h {
