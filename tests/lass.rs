@@ -2,8 +2,8 @@
 //! corpus-first stage, pairs stage) resumes to identical weights; `generate --method lass`
 //! rewrites toy sentences with the other sentiment in both directions, keeping only what the
 //! classifier flips; the perplexity filter (SmolLM2) drops what is above its threshold; sentiment
-//! parents are texts of the target label; `eval cf` reads the records; `lass evaluate` scores
-//! the rewrites of pairs.
+//! parents are texts of the target label; outputs keep the items' casing; `eval cf` reads the
+//! records; `lass evaluate` scores the rewrites of pairs.
 
 use std::path::Path;
 
@@ -96,11 +96,11 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
         "a resumed run must end with the same weights"
     );
 
-    let generate = |out: &str, extra: &[&str]| {
+    let generate_from = |data: &Path, out: &str, extra: &[&str]| {
         let mut command = flipside();
         command
             .args(["generate", "--method", "lass", "--data"])
-            .arg(&data)
+            .arg(data)
             .arg("--classifier")
             .arg(&classifier)
             .arg("--dis-ae")
@@ -110,6 +110,7 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
             .args(extra);
         command
     };
+    let generate = |out: &str, extra: &[&str]| generate_from(&data, out, extra);
     // Without the fluency filter: every record is a flip (LASS always verifies), made by beam
     // search from the item's content and the target label's vector.
     success(&mut generate("label.jsonl", &["--max-perplexity", "0"]));
@@ -129,6 +130,33 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
         }
         assert!(provenance.get("perplexity").is_none(), "{record}");
     }
+    // The Dis-AE writes lowercased text; the outputs take back the item's casing where they
+    // copy it ("The … Day 3 …").
+    let cased = root.join("cased.csv");
+    let mut csv = String::from("text,label\n");
+    for line in toy_sentiment_csv().lines().skip(1).step_by(5) {
+        csv.push_str(&format!("T{}\n", line[1..].replace(" day ", " Day ")));
+    }
+    std::fs::write(&cased, &csv).unwrap();
+    success(&mut generate_from(
+        &cased,
+        "cased.jsonl",
+        &["--max-perplexity", "0"],
+    ));
+    let cased_made = records(&root.join("cased.jsonl"));
+    assert!(!cased_made.is_empty(), "{csv}");
+    for record in &cased_made {
+        let edited = record["edited"].as_str().unwrap();
+        assert!(edited.starts_with("The "), "{record}");
+        assert!(!edited.contains(" day "), "{record}");
+    }
+    assert!(
+        cased_made
+            .iter()
+            .any(|r| r["edited"].as_str().unwrap().contains(" Day ")),
+        "{cased_made:?}"
+    );
+
     let evaluated = success(
         flipside()
             .args(["eval", "cf", "--no-ppl"])

@@ -22,6 +22,7 @@ pub mod random;
 pub mod records;
 pub mod saliency;
 pub mod sentences;
+pub mod surface;
 pub mod svg;
 pub mod tokenize;
 pub mod words;

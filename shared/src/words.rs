@@ -5,9 +5,19 @@
 //! Treebank, a final "n't" is its own token ("wasn't" → "was", "n't"). Case is kept; metrics
 //! lower-case the tokens themselves.
 
+use std::ops::Range;
+
 /// The word and punctuation tokens of `text`, in order.
 pub fn word_tokens(text: &str) -> Vec<&str> {
-    let mut tokens = Vec::new();
+    word_spans(text)
+        .into_iter()
+        .map(|span| &text[span])
+        .collect()
+}
+
+/// The byte ranges of [`word_tokens`] in `text`.
+pub fn word_spans(text: &str) -> Vec<Range<usize>> {
+    let mut spans = Vec::new();
     let mut start: Option<usize> = None;
     let chars: Vec<(usize, char)> = text.char_indices().collect();
     for (i, &(at, c)) in chars.iter().enumerate() {
@@ -22,28 +32,28 @@ pub fn word_tokens(text: &str) -> Vec<&str> {
             continue;
         }
         if let Some(s) = start.take() {
-            push_word(&mut tokens, &text[s..at]);
+            push_word(&mut spans, text, s..at);
         }
         if !c.is_whitespace() {
-            tokens.push(&text[at..at + c.len_utf8()]);
+            spans.push(at..at + c.len_utf8());
         }
     }
     if let Some(s) = start {
-        push_word(&mut tokens, &text[s..]);
+        push_word(&mut spans, text, s..text.len());
     }
-    tokens
+    spans
 }
 
-/// Pushes a word, splitting off a final "n't".
-fn push_word<'a>(tokens: &mut Vec<&'a str>, word: &'a str) {
+/// Pushes a word's range, splitting off a final "n't".
+fn push_word(spans: &mut Vec<Range<usize>>, text: &str, word: Range<usize>) {
     let split = word.len() > 3
-        && word.is_char_boundary(word.len() - 3)
-        && word[word.len() - 3..].eq_ignore_ascii_case("n't");
+        && text.is_char_boundary(word.end - 3)
+        && text[word.end - 3..word.end].eq_ignore_ascii_case("n't");
     if split {
-        tokens.push(&word[..word.len() - 3]);
-        tokens.push(&word[word.len() - 3..]);
+        spans.push(word.start..word.end - 3);
+        spans.push(word.end - 3..word.end);
     } else {
-        tokens.push(word);
+        spans.push(word);
     }
 }
 

@@ -8,6 +8,7 @@ use super::vocabulary::Vocabulary;
 use super::{DisAe, DisAeConfig, PaddedIds, Sentiment};
 use crate::models::checkpoint::CheckpointError;
 use crate::models::search::{DecodeSettings, Search};
+use crate::surface::copy_surface;
 use crate::tokenize::TokenizeError;
 
 /// Most ids of an encoded parent text (LASS decodes at most 70 tokens; parents are cut to the
@@ -43,6 +44,7 @@ pub enum TargetSentiment<'a> {
 /// One reproduced text.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reproduction {
+    /// The decoded text, in the content parent's surface form where it copies it.
     pub text: String,
     /// Generated ids, without `<s>` and `</s>`.
     pub tokens: usize,
@@ -122,7 +124,8 @@ impl<B: Backend> Reproducer<B> {
     }
 
     /// One output per text of `contents`: its content vector with `sentiment`, decoded with
-    /// `settings` ([`lass_decoding`] is the paper's).
+    /// `settings` ([`lass_decoding`] is the paper's), in its content text's casing and
+    /// punctuation where it copies it ([`copy_surface`]).
     pub fn reproduce(
         &self,
         contents: &[&str],
@@ -149,9 +152,11 @@ impl<B: Backend> Reproducer<B> {
         self.model
             .generate(latent, self.config.special_tokens(), settings)
             .into_iter()
-            .map(|decoded| {
+            .zip(contents)
+            .map(|(decoded, content)| {
+                let text = self.vocabulary.decode(&decoded.tokens)?;
                 Ok(Reproduction {
-                    text: self.vocabulary.decode(&decoded.tokens)?,
+                    text: copy_surface(content, &text),
                     tokens: decoded.tokens.len(),
                     log_prob: decoded.log_prob,
                     finished: decoded.finished,
