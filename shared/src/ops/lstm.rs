@@ -6,7 +6,8 @@
 //! training step and libm's scalar `tanhf` and `expm1f` 6 %. Here a step forward is one product
 //! (`h · W_h`) and one loop over the gates; the backward walks the steps back with one product
 //! a step (`dgates · W_hᵀ`) and finishes with one product for `W_h`'s gradient over all steps.
-//! The gates are PyTorch's (input, forget, cell, output).
+//! The batch's rows run in one part per thread (a row's steps need no other row's). The gates
+//! are PyTorch's (input, forget, cell, output).
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -16,6 +17,7 @@ use burn::backend::flex::FlexTensor;
 use burn::backend::{Autodiff, Flex};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
+use rayon::prelude::*;
 
 use super::bf16::Strided;
 use super::cpu_products::Products;
@@ -23,19 +25,25 @@ use super::gelu::exp_non_positive;
 
 type Ad = Autodiff<Flex>;
 
-/// What the backward step needs, every sequence time-major (`[seq][batch][·]`).
+/// What the backward step needs: `W_h` and each part of the batch's steps.
 #[derive(Debug, Clone)]
 struct Saved {
-    batch: usize,
     seq: usize,
     hidden: usize,
     /// `W_h`, `[hidden, 4·hidden]`.
     weight: Vec<f32>,
-    /// The activated gates of every step, `[seq][batch][4·hidden]`.
+    parts: Vec<Part>,
+}
+
+/// The steps of a run of the batch's rows, every sequence time-major (`[seq][rows][·]`).
+#[derive(Debug, Clone, Default)]
+struct Part {
+    rows: usize,
+    /// The activated gates of every step, `[seq][rows][4·hidden]`.
     gates: Vec<f32>,
-    /// The cell states `c₋₁ … c_{T−1}`, `[seq + 1][batch][hidden]`.
+    /// The cell states `c₋₁ … c_{T−1}`, `[seq + 1][rows][hidden]`.
     cells: Vec<f32>,
-    /// The hidden states `h₋₁ … h_{T−1}`, `[seq + 1][batch][hidden]`.
+    /// The hidden states `h₋₁ … h_{T−1}`, `[seq + 1][rows][hidden]`.
     hiddens: Vec<f32>,
 }
 
@@ -51,7 +59,7 @@ impl Backward<Flex, 4> for LstmStep {
         let saved = ops.state;
         let [transformed, weight, cell, hidden] = ops.parents;
         let gradients = backward(&saved, grad);
-        let (b, s, h) = (saved.batch, saved.seq, saved.hidden);
+        let (b, s, h) = (gradients.cell.len() / saved.hidden, saved.seq, saved.hidden);
         let tensor = |values: Vec<f32>, shape: Vec<usize>| {
             FlexTensor::from_data(TensorData::new(values, shape))
         };
@@ -74,6 +82,11 @@ impl Backward<Flex, 4> for LstmStep {
 /// with `weight` (`W_h`, `[hidden, 4·hidden]`, as burn's `Linear` stores it: `h · W_h`) from the
 /// state `cell`, `hidden` (`[batch, hidden]`): every step's hidden state followed by its cell
 /// state, `[batch, seq, 2·hidden]`, recording [`LstmStep`] when any input needs its gradient.
+///
+/// A row's steps depend on no other row's, so the batch runs as one part of consecutive rows
+/// per rayon thread, forward and back, each part's products on its own thread; only `W_h`'s
+/// gradient sums over the parts, in their order. The parts depend on the thread count alone,
+/// so a run's numbers are the same each time.
 pub fn lstm_recurrence(
     transformed: Tensor<Ad, 3>,
     weight: Tensor<Ad, 2>,
@@ -105,16 +118,33 @@ pub fn lstm_recurrence(
             .into_vec::<f32>()
             .expect("f32 values")
     };
+    let rows = rows_per_part(batch);
+    let (cells, hiddens) = (values(&cell), values(&hidden));
     let mut saved = Saved {
-        batch,
         seq,
         hidden: size,
         weight: values(&weight),
-        gates: Vec::new(),
-        cells: values(&cell),
-        hiddens: values(&hidden),
+        parts: cells
+            .chunks(rows * size)
+            .zip(hiddens.chunks(rows * size))
+            .map(|(cells, hiddens)| Part {
+                rows: cells.len() / size,
+                gates: Vec::new(),
+                cells: cells.to_vec(),
+                hiddens: hiddens.to_vec(),
+            })
+            .collect(),
     };
-    let output = forward(&mut saved, &values(&transformed));
+    let mut output = vec![0.0f32; batch * seq * 2 * size];
+    let inputs = values(&transformed);
+    let (weight_values, parts) = (&saved.weight, &mut saved.parts);
+    parts
+        .par_iter_mut()
+        .zip(inputs.par_chunks(rows * seq * four))
+        .zip(output.par_chunks_mut(rows * seq * 2 * size))
+        .for_each(|((part, inputs), output)| {
+            forward(part, weight_values, seq, size, inputs, output)
+        });
     let output = FlexTensor::from_data(TensorData::new(output, [batch, seq, 2 * size]));
     let parents = [&transformed, &weight, &cell, &hidden].map(|t| t.node.clone());
     let output = match LstmStep
@@ -126,6 +156,11 @@ pub fn lstm_recurrence(
         OpsKind::UnTracked(prep) => prep.finish(output),
     };
     Tensor::from_primitive(TensorPrimitive::Float(output))
+}
+
+/// Rows a part: the batch over rayon's threads.
+fn rows_per_part(batch: usize) -> usize {
+    batch.div_ceil(rayon::current_num_threads().max(1)).max(1)
 }
 
 /// The logistic function, from one `e^(−|x|)` (branch-free).
@@ -142,31 +177,38 @@ fn tanh(x: f32) -> f32 {
     2.0 * sigmoid(2.0 * x) - 1.0
 }
 
-/// The steps forward from the state in `saved`, filling its gates, cells and hiddens; the
-/// output `[batch, seq, 2·hidden]`.
-fn forward(saved: &mut Saved, transformed: &[f32]) -> Vec<f32> {
-    let (batch, seq, h) = (saved.batch, saved.seq, saved.hidden);
+/// The steps of `part` forward from its state, filling its gates, cells and hiddens, given
+/// its rows' `transformed` inputs (`[rows, seq, 4·h]`); writes its rows' `output`
+/// (`[rows, seq, 2·h]`).
+fn forward(
+    part: &mut Part,
+    weight: &[f32],
+    seq: usize,
+    h: usize,
+    transformed: &[f32],
+    output: &mut [f32],
+) {
+    let batch = part.rows;
     let four = 4 * h;
-    saved.gates = vec![0.0; seq * batch * four];
-    saved.cells.resize((seq + 1) * batch * h, 0.0);
-    saved.hiddens.resize((seq + 1) * batch * h, 0.0);
-    let mut output = vec![0.0f32; batch * seq * 2 * h];
+    part.gates = vec![0.0; seq * batch * four];
+    part.cells.resize((seq + 1) * batch * h, 0.0);
+    part.hiddens.resize((seq + 1) * batch * h, 0.0);
     for t in 0..seq {
-        let previous = &saved.hiddens[t * batch * h..][..batch * h];
+        let previous = &part.hiddens[t * batch * h..][..batch * h];
         let recurrent = Products::F32.matmul(
             Strided::rows(previous, h),
-            Strided::rows(&saved.weight, four),
+            Strided::rows(weight, four),
             batch,
             h,
             four,
         );
-        let (cells_before, cells_after) = saved.cells.split_at_mut((t + 1) * batch * h);
+        let (cells_before, cells_after) = part.cells.split_at_mut((t + 1) * batch * h);
         let cells_before = &cells_before[t * batch * h..];
-        let hiddens_after = &mut saved.hiddens[(t + 1) * batch * h..][..batch * h];
+        let hiddens_after = &mut part.hiddens[(t + 1) * batch * h..][..batch * h];
         for b in 0..batch {
             let pre = &transformed[(b * seq + t) * four..][..four];
             let recurrent = &recurrent[b * four..][..four];
-            let gates = &mut saved.gates[(t * batch + b) * four..][..four];
+            let gates = &mut part.gates[(t * batch + b) * four..][..four];
             // The cell gate (the third block) through tanh, the others through the logistic.
             for (block, gates) in gates.chunks_exact_mut(h).enumerate() {
                 let inputs = pre[block * h..][..h]
@@ -191,7 +233,6 @@ fn forward(saved: &mut Saved, transformed: &[f32]) -> Vec<f32> {
             }
         }
     }
-    output
 }
 
 /// The gradients of the four inputs.
@@ -202,9 +243,49 @@ struct InputGradients {
     hidden: Vec<f32>,
 }
 
-/// Back through the steps, given the output's gradient `grad` (`[batch, seq, 2·hidden]`).
+/// Back through the steps, given the output's gradient `grad` (`[batch, seq, 2·hidden]`): each
+/// part on its own thread, then `W_h`'s gradients summed in the parts' order.
 fn backward(saved: &Saved, grad: &[f32]) -> InputGradients {
-    let (batch, seq, h) = (saved.batch, saved.seq, saved.hidden);
+    let (seq, h) = (saved.seq, saved.hidden);
+    let rows = saved.parts.first().map_or(1, |part| part.rows);
+    let parts: Vec<InputGradients> = saved
+        .parts
+        .par_iter()
+        .zip(grad.par_chunks(rows * seq * 2 * h))
+        .map(|(part, grad)| part_backward(part, &saved.weight, seq, h, grad))
+        .collect();
+    let mut parts = parts.into_iter();
+    let Some(mut total) = parts.next() else {
+        // An empty batch.
+        return InputGradients {
+            inputs: Vec::new(),
+            weight: vec![0.0; h * 4 * h],
+            cell: Vec::new(),
+            hidden: Vec::new(),
+        };
+    };
+    for part in parts {
+        total.inputs.extend(part.inputs);
+        total.cell.extend(part.cell);
+        total.hidden.extend(part.hidden);
+        total
+            .weight
+            .iter_mut()
+            .zip(part.weight)
+            .for_each(|(sum, w)| *sum += w);
+    }
+    total
+}
+
+/// Back through `part`'s steps, given its rows' output gradient `grad` (`[rows, seq, 2·h]`).
+fn part_backward(
+    part: &Part,
+    weight: &[f32],
+    seq: usize,
+    h: usize,
+    grad: &[f32],
+) -> InputGradients {
+    let batch = part.rows;
     let four = 4 * h;
     let mut d_hidden = vec![0.0f32; batch * h];
     let mut d_cell = vec![0.0f32; batch * h];
@@ -212,10 +293,10 @@ fn backward(saved: &Saved, grad: &[f32]) -> InputGradients {
     let mut d_gates = vec![0.0f32; seq * batch * four];
     let mut inputs = vec![0.0f32; batch * seq * four];
     for t in (0..seq).rev() {
-        let cells_before = &saved.cells[t * batch * h..][..batch * h];
-        let cells = &saved.cells[(t + 1) * batch * h..][..batch * h];
+        let cells_before = &part.cells[t * batch * h..][..batch * h];
+        let cells = &part.cells[(t + 1) * batch * h..][..batch * h];
         for b in 0..batch {
-            let gates = &saved.gates[(t * batch + b) * four..][..four];
+            let gates = &part.gates[(t * batch + b) * four..][..four];
             let incoming = &grad[(b * seq + t) * 2 * h..][..2 * h];
             let d = &mut d_gates[(t * batch + b) * four..][..four];
             for j in 0..h {
@@ -234,14 +315,14 @@ fn backward(saved: &Saved, grad: &[f32]) -> InputGradients {
         let step = &d_gates[t * batch * four..][..batch * four];
         d_hidden = Products::F32.matmul(
             Strided::rows(step, four),
-            Strided::transposed(&saved.weight, four),
+            Strided::transposed(weight, four),
             batch,
             four,
             h,
         );
     }
     // W_h's gradient over every step at once: [h₋₁ … h_{T−2}]ᵀ · dgates.
-    let previous = &saved.hiddens[..seq * batch * h];
+    let previous = &part.hiddens[..seq * batch * h];
     let weight = Products::F32.matmul(
         Strided::transposed(previous, h),
         Strided::rows(&d_gates, four),
@@ -264,9 +345,20 @@ mod tests {
 
     use crate::models::lstm::FusedLstm;
 
-    /// The op and burn's ops in `FusedLstm`'s loop compute the same outputs and gradients.
+    /// The op and burn's ops in `FusedLstm`'s loop compute the same outputs and gradients,
+    /// with the batch in one part and split over two or three threads.
     #[test]
     fn matches_the_loop_of_burn_ops_with_its_gradients() {
+        for threads in [1, 2, 3] {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(compare_with_burn_ops);
+        }
+    }
+
+    fn compare_with_burn_ops() {
         let device = Default::default();
         let (batch, seq, d_in, h) = (3, 5, 4, 6);
         let lstm = FusedLstm::<Ad>::new(d_in, h, &device);
