@@ -23,10 +23,11 @@ export async function waitForScoring(page, timeout) {
 /**
  * A full-page screenshot once the in-browser classifier is idle. Its loading and scoring run on
  * the page's main thread (unoptimised wasm in the tests, on cores shared with other tests), and a
- * screenshot waits for that thread: taken mid-scoring, it can time out.
+ * screenshot waits for that thread: taken mid-scoring, it can time out. Two portal pages scoring
+ * at once beside the qemu and AutoCAD tests stayed busy over 120 s on a 2-core AVX2 machine.
  */
 export async function screenshot(page, path) {
-  const idle = 120_000;
+  const idle = 300_000;
   await page.waitForFunction(() => !document.querySelector('[data-testid="browser-score"] .spinner'),
     null, { timeout: idle });
   await page.screenshot({ path, fullPage: true, timeout: idle });
