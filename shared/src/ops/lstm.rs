@@ -36,7 +36,7 @@ struct Saved {
 }
 
 /// The steps of a run of the batch's rows, every sequence time-major (`[seq][rows][·]`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Part {
     rows: usize,
     /// The activated gates of every step, `[seq][rows][4·hidden]`.
