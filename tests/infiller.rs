@@ -197,6 +197,17 @@ fn autocad_makes_verified_counterfactuals_end_to_end() {
             record["provenance"].get("label_contrast").is_none(),
             "{record}"
         );
+        // The most fluent flipped one of 4 candidates (AutoCAD's default), and the others
+        // kept for the record.
+        let chosen = &record["chosen"];
+        assert_eq!(chosen["candidates"], 4, "{record}");
+        let eligible = chosen["eligible"].as_u64().unwrap();
+        assert!((1..=4).contains(&eligible), "{record}");
+        assert!(chosen["perplexity"].as_f64().unwrap() > 1.0, "{record}");
+        assert!(
+            chosen["others"].as_array().map_or(0, Vec::len) <= 3,
+            "{record}"
+        );
     }
     // Label contrast decodes each input beside its contrast: as well formed, and recorded.
     success(&mut generate_with("autocad", "infiller", Some("1")));

@@ -42,6 +42,29 @@ pub struct Counterfactual {
     pub flipped: bool,
     /// What the method made the edit from.
     pub provenance: Provenance,
+    /// How the edit was chosen among several candidates of its attempt (`--candidates`), when
+    /// it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chosen: Option<FluencyChoice>,
+}
+
+/// The most fluent of an attempt's candidates: the one a language model found least perplexing
+/// (with `--verify`, among those the classifier flips).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FluencyChoice {
+    /// The language model that scored them.
+    pub model: String,
+    /// The kept edit's perplexity under it (none when it could not score it).
+    pub perplexity: Option<f64>,
+    /// Candidates the editor proposed in the attempt (including ones with no usable edit).
+    pub candidates: usize,
+    /// Of those, the usable edits it chose among (with `--verify`: the flipped ones).
+    pub eligible: usize,
+    /// Every other usable edit of the attempt (passed over, or refused by the classifier), in
+    /// the order proposed: what the editor wrote before any choice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<String>,
 }
 
 impl Counterfactual {
@@ -270,6 +293,10 @@ pub struct FailedAttempt {
     /// The model's raw reply (or the rejected edit), when there was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply: Option<String>,
+    /// The attempt's other usable edits the classifier refused, when it had several candidates
+    /// (`--candidates`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub others: Vec<String>,
 }
 
 /// Either shape of a stored record: today's, or the one before typed provenance.
@@ -295,6 +322,8 @@ struct StoredCounterfactual {
     flipped: bool,
     #[serde(default)]
     provenance: Option<Provenance>,
+    #[serde(default)]
+    chosen: Option<FluencyChoice>,
     // CORE's provenance at the top level, as records had it before `provenance`.
     #[serde(default)]
     queries: Vec<String>,
@@ -341,6 +370,7 @@ impl From<StoredCounterfactual> for Counterfactual {
             target_probability: stored.target_probability,
             flipped: stored.flipped,
             provenance,
+            chosen: stored.chosen,
         }
     }
 }

@@ -170,13 +170,32 @@ impl FluencyArgs {
         if self.max_perplexity <= 0.0 {
             return Ok(None);
         }
-        // The embedded engine as `--model` loads it (its threads, the FLIPSIDE_LLM_THREADS
-        // variable), with the fluency model instead.
+        self.model(home).map(Some)
+    }
+
+    /// The fluency model a run needs: to rank candidates (`candidates` > 1, whatever the
+    /// filter), else to filter LASS's outputs when it `reproduces`, else none.
+    pub fn for_run(
+        &self,
+        home: &Home,
+        reproduces: bool,
+        candidates: usize,
+    ) -> Result<Option<Arc<dyn Fluency>>> {
+        match (candidates > 1, reproduces) {
+            (true, _) => self.model(home).map(Some),
+            (false, true) => self.load(home),
+            (false, false) => Ok(None),
+        }
+    }
+
+    /// The fluency model, loaded by the embedded engine as `--model` loads it (its threads, the
+    /// FLIPSIDE_LLM_THREADS variable).
+    pub fn model(&self, home: &Home) -> Result<Arc<dyn Fluency>> {
         let llm = LlmArgs {
             model: self.fluency_model.clone(),
             ..super::defaults::<LlmArgs>()
         };
-        Ok(Some(Arc::new(llm.local(home)?)))
+        Ok(Arc::new(llm.local(home)?))
     }
 }
 

@@ -63,6 +63,12 @@ pub struct GenerateArgs {
     /// attempt, retried up to --max-attempts (by default edits are kept and marked `flipped`)
     #[arg(long)]
     pub verify: bool,
+    /// Candidates per attempt: the editor proposes N, and the one --fluency-model finds least
+    /// perplexing is kept (with --verify, among those the classifier flips). Worth it for the
+    /// cheap editors (AutoCAD's infiller); each candidate costs an LLM call with CORE
+    /// [default: 4 for AutoCAD, 1 for the other methods]
+    #[arg(long, value_name = "N")]
+    pub candidates: Option<usize>,
     /// Classifier that checks each edit (a model directory or a name under HOME/models); AutoCAD
     /// also takes its rationales from it
     #[arg(long, default_value = DEFAULT_CLASSIFIER, value_name = "MODEL")]
@@ -129,6 +135,10 @@ struct RunConfig {
     /// Left out for other methods, so that their earlier runs still resume.
     #[serde(skip_serializing_if = "Option::is_none")]
     lass: Option<LassArgs>,
+    /// Candidates per attempt and the model that ranks them; left out for one, so that earlier
+    /// runs still resume.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ranking: Option<(usize, String)>,
 }
 
 pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
@@ -158,6 +168,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         max_keywords: args.prompt.max_keywords,
         max_attempts: args.max_attempts,
         verify: args.verify,
+        candidates: args.candidates,
         reproduction: args.lass.settings(),
         ..EditSettings::default()
     };
@@ -197,10 +208,12 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         None
     };
     let reproduces = method.card().reproduces;
-    let (dis_ae, fluency) = match reproduces {
-        true => (args.lass.dir(home, true)?, args.lass.fluency(home)?),
-        false => (None, None),
+    let dis_ae = match reproduces {
+        true => args.lass.dir(home, true)?,
+        false => None,
     };
+    let candidates = plan.settings.candidates_for(method);
+    let fluency = args.lass.fluency.for_run(home, reproduces, candidates)?;
     let models = with_backend!(
         args.device,
         load_models(ModelsConfig {
@@ -230,6 +243,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         sampling: args.prompt.clone(),
         retrieval: method.retrieves().then(|| args.retrieval.clone()),
         lass: reproduces.then(|| args.lass.clone()),
+        ranking: (candidates > 1).then(|| (candidates, args.lass.fluency.fluency_model.clone())),
     };
     check_config(&output, &config)?;
 

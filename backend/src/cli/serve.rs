@@ -254,10 +254,10 @@ fn prepare(
     } else {
         Arc::new(args.llm.local(home)?)
     };
-    let fluency = match &dis_ae {
-        Some(_) => args.lass.fluency(home)?,
-        None => None,
-    };
+    let fluency = args
+        .lass
+        .fluency
+        .for_run(home, dis_ae.is_some(), most_candidates())?;
     Resources::load(
         home,
         ResourceConfig {
@@ -280,6 +280,16 @@ fn prepare(
             fluency,
         },
     )
+}
+
+/// The most candidates a method ranks an attempt by default (AutoCAD's; the server takes each
+/// method's own): the fluency model is loaded to rank them.
+fn most_candidates() -> usize {
+    METHODS
+        .iter()
+        .map(|m| m.card().candidates)
+        .max()
+        .unwrap_or(1)
 }
 
 /// What the first three steps of [`prepare`] leave ready to load.
@@ -312,7 +322,8 @@ fn prepare_defaults(
         .manifest()
         .get(&args.lass.fluency.fluency_model)
         .is_ok();
-    if dis_ae.is_some() && args.lass.fluency.max_perplexity > 0.0 && fluency_asset {
+    let filters = dis_ae.is_some() && args.lass.fluency.max_perplexity > 0.0;
+    if (filters || most_candidates() > 1) && fluency_asset {
         assets.push(args.lass.fluency.fluency_model.as_str());
     }
     fetch_assets(home, &assets)?;

@@ -38,6 +38,12 @@ use flipside_shared::infill::Rationale;
 /// AutoCAD.
 pub struct Autocad;
 
+/// Candidates per attempt AutoCAD samples by default, keeping the most fluent (beyond the
+/// paper): on `bench cf`'s items, 4 instead of 1 took the median perplexity of the accepted
+/// edits from 981 to 645 under SmolLM2-135M and from 1,245 to 799 under Qwen2.5-Coder-1.5B,
+/// for 0.8 CPU-seconds an accepted edit instead of 0.1 (see the results).
+pub const AUTOCAD_CANDIDATES: usize = 4;
+
 /// AutoCAD's infiller steered by the keywords of retrieved target-label sentences.
 pub struct AutocadRetrieval;
 
@@ -52,6 +58,7 @@ static AUTOCAD: MethodCard = MethodCard {
     infills: true,
     reproduces: false,
     always_verifies: false,
+    candidates: AUTOCAD_CANDIDATES,
 };
 
 static AUTOCAD_RETRIEVAL: MethodCard = MethodCard {
@@ -65,6 +72,7 @@ static AUTOCAD_RETRIEVAL: MethodCard = MethodCard {
     infills: true,
     reproduces: false,
     always_verifies: false,
+    candidates: AUTOCAD_CANDIDATES,
 };
 
 impl Method for Autocad {

@@ -39,6 +39,7 @@ impl Method for Core {
             infills: false,
             reproduces: false,
             always_verifies: false,
+            candidates: 1,
         }
     }
     fn check(&self, settings: &EditSettings) -> Result<()> {
@@ -65,6 +66,7 @@ impl Method for LlmOnly {
             infills: false,
             reproduces: false,
             always_verifies: false,
+            candidates: 1,
         }
     }
     fn check(&self, settings: &EditSettings) -> Result<()> {
@@ -90,6 +92,7 @@ impl Method for RetrieveOnly {
             infills: false,
             reproduces: false,
             always_verifies: false,
+            candidates: 1,
         }
     }
     fn stages(&self, models: &Models, settings: &EditSettings) -> Result<Stages> {

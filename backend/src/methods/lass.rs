@@ -36,6 +36,7 @@ static LASS: MethodCard = MethodCard {
     infills: false,
     reproduces: true,
     always_verifies: true,
+    candidates: 1,
 };
 
 /// Where a reproduced text's sentiment comes from.

@@ -35,7 +35,7 @@ use crate::lass::model::{Reproduce, SharedReproducer};
 use crate::llm::{Fluency, LlmClient, Sampling};
 use crate::model_dirs::load_classifier;
 use crate::pipeline::judge::{Classify, FlipCheck};
-use crate::pipeline::{ContextStage, Editor, Item, Pipeline};
+use crate::pipeline::{ContextStage, Editor, Item, Pipeline, Ranking};
 use flipside_shared::models::contrast::LabelContrast;
 use lass::ReproductionSettings;
 
@@ -70,6 +70,9 @@ pub struct MethodCard {
     pub reproduces: bool,
     /// Whether the classifier's flip check always filters its edits (as if `verify` were on).
     pub always_verifies: bool,
+    /// Candidates per attempt by default, the most fluent kept ([`EditSettings::candidates`]):
+    /// more than one for an editor cheap enough to sample several times.
+    pub candidates: usize,
 }
 
 /// A way of making counterfactuals.
@@ -153,8 +156,19 @@ pub struct EditSettings {
     pub max_attempts: usize,
     /// Keep only edits the classifier flips (others are failed attempts).
     pub verify: bool,
+    /// Candidates per attempt; with more than one, the one the fluency model finds least
+    /// perplexing is kept (with `verify`, among those that flip). None: the method's own
+    /// ([`MethodCard::candidates`]).
+    pub candidates: Option<usize>,
     /// How LASS reproduces.
     pub reproduction: ReproductionSettings,
+}
+
+impl EditSettings {
+    /// Candidates per attempt for `method`: the ones asked for, else the method's own.
+    pub fn candidates_for(&self, method: &dyn Method) -> usize {
+        self.candidates.unwrap_or(method.card().candidates)
+    }
 }
 
 impl Default for EditSettings {
@@ -166,6 +180,7 @@ impl Default for EditSettings {
             max_keywords: 12,
             max_attempts: 3,
             verify: false,
+            candidates: None,
             reproduction: ReproductionSettings::default(),
         }
     }
@@ -186,7 +201,8 @@ pub struct Models {
     /// The T5 infiller and the classifier's rationales (AutoCAD).
     pub infiller: Option<Arc<dyn Infill>>,
     pub rationales: Option<Arc<dyn FindRationale>>,
-    /// The Dis-AE (LASS) and the language model whose perplexity filters its outputs.
+    /// The Dis-AE (LASS), and the language model whose perplexity filters its outputs and
+    /// ranks candidates (`candidates`).
     pub reproducer: Option<Arc<dyn Reproduce>>,
     pub fluency: Option<Arc<dyn Fluency>>,
 }
@@ -346,6 +362,20 @@ pub fn pipeline(
     settings: &EditSettings,
 ) -> Result<Pipeline> {
     check_models(method, models)?;
+    let ranking = match settings.candidates_for(method) {
+        0 => bail!("candidates per attempt must be at least 1"),
+        1 => None,
+        candidates => Some(Ranking {
+            fluency: models.fluency.clone().with_context(|| {
+                format!(
+                    "{} keeps the most fluent of {candidates} candidates an attempt: that needs a \
+                     fluency model to rank them (or --candidates 1)",
+                    method.id()
+                )
+            })?,
+            candidates,
+        }),
+    };
     let Stages { context, editor } = method.stages(models, settings)?;
     Ok(Pipeline {
         method: method.id(),
@@ -357,6 +387,7 @@ pub fn pipeline(
         }),
         verify: settings.verify || method.card().always_verifies,
         max_attempts: settings.max_attempts,
+        ranking,
     })
 }
 

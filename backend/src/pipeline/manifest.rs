@@ -171,6 +171,7 @@ mod tests {
             attempt: 1,
             reason: "empty reply".into(),
             reply: None,
+            others: Vec::new(),
         };
         std::fs::write(
             failures_path(&out),

@@ -5,7 +5,9 @@
 //! 2. an [`Editor`] proposes an edit of the item toward its target label (an LLM prompt, a
 //!    retrieved sentence put in place, …), or says why it has none;
 //! 3. a [`Judge`] checks the proposal (the classifier's flip check; with `verify`, a proposal it
-//!    rejects is a failed attempt, retried with the next attempt's seed).
+//!    rejects is a failed attempt, retried with the next attempt's seed);
+//! 4. with a [`Ranking`], the editor proposes several candidates an attempt, each judged, and
+//!    of those the judge passes the one a language model finds least perplexing is kept.
 //!
 //! [`Pipeline::edit_one`] runs them for one item, returning the counterfactual with every
 //! intermediate and failed attempt: [`Pipeline::context_for`], then
@@ -25,11 +27,11 @@ use anyhow::{Result, ensure};
 use flipside_shared::data::{Input, stable_hash};
 use flipside_shared::infill::Rationale;
 use flipside_shared::records::{
-    Counterfactual, FailedAttempt, PromptRef, Provenance, Retrieval, Timing,
+    Counterfactual, FailedAttempt, FluencyChoice, PromptRef, Provenance, Retrieval, Timing,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::llm::Abandoned;
+use crate::llm::{Abandoned, Fluency};
 
 /// The item id of an output key ([`Item::key`]: `ITEM→TARGET`).
 pub fn item_of_key(key: &str) -> &str {
@@ -185,6 +187,8 @@ pub struct Pipeline {
     pub verify: bool,
     /// Tries per item.
     pub max_attempts: usize,
+    /// Several candidates per attempt, the most fluent kept (none: one per attempt).
+    pub ranking: Option<Ranking>,
 }
 
 /// Everything one item's editing produced.
@@ -245,95 +249,226 @@ impl Pipeline {
         for attempt in first_attempt..=self.max_attempts {
             ensure!(!outcome.context.cancel.is_cancelled(), Abandoned);
             let attempt_seed = attempt_seed(seed, item, attempt);
-            let started = Instant::now();
-            let proposal = self.editor.propose(
-                item,
-                &outcome.context,
-                Attempt {
-                    number: attempt,
-                    seed: attempt_seed,
-                },
-            )?;
-            let edit_ms = started.elapsed().as_secs_f64() * 1e3;
-            outcome.timing.edit_ms += edit_ms;
-            let failure = match proposal {
-                Err(no_edit) => {
-                    outcome.timing.prompt_tokens += no_edit.prompt_tokens;
-                    outcome.timing.completion_tokens += no_edit.completion_tokens;
-                    no_edit
+            let (tried, timing) = self.attempt(item, &outcome.context, attempt, attempt_seed)?;
+            outcome.timing.add(&Timing {
+                context_ms: 0.0,
+                ..timing.clone()
+            });
+            match tried {
+                Ok(kept) => {
+                    outcome.record = Some(self.record(item, &kept, attempt, timing));
+                    outcome.verdict = Some(kept.verdict);
+                    return Ok(outcome);
                 }
-                Ok(candidate) => {
-                    let verdict = self.judge.judge(item, &candidate.text)?;
-                    outcome.timing.judge_ms += verdict.millis;
-                    outcome.timing.prompt_tokens += candidate.prompt_tokens;
-                    outcome.timing.completion_tokens += candidate.completion_tokens;
-                    if verdict.passed || !self.verify {
-                        let timing = Timing {
-                            context_ms: outcome.context.millis,
-                            edit_ms,
-                            judge_ms: verdict.millis,
-                            prompt_tokens: candidate.prompt_tokens,
-                            completion_tokens: candidate.completion_tokens,
-                        };
-                        outcome.record = Some(self.record(
-                            item,
-                            candidate,
-                            &verdict,
-                            attempt_seed,
-                            attempt,
-                            timing,
-                        ));
-                        outcome.verdict = Some(verdict);
-                        return Ok(outcome);
-                    }
-                    NoEdit::new(
-                        format!(
-                            "did not flip: the classifier says {} (p({}) = {:.3})",
-                            verdict.label, item.target, verdict.target_probability
-                        ),
-                        Some(candidate.text),
-                    )
+                Err(Refused { failure, others }) => {
+                    let failure = FailedAttempt {
+                        key: item.key(),
+                        attempt,
+                        reason: failure.reason,
+                        reply: failure.reply,
+                        others,
+                    };
+                    on_failure(&failure)?;
+                    outcome.failures.push(failure);
                 }
-            };
-            let failure = FailedAttempt {
-                key: item.key(),
-                attempt,
-                reason: failure.reason,
-                reply: failure.reply,
-            };
-            on_failure(&failure)?;
-            outcome.failures.push(failure);
+            }
         }
         Ok(outcome)
     }
 
-    fn record(
+    /// One attempt: the editor's candidates (one, or [`Ranking::candidates`]), each judged, and
+    /// the edit it keeps (with `verify`, one the judge passes; with a ranking, the most fluent
+    /// of those), or why it keeps none and the other usable edits the judge refused. Also
+    /// returns the attempt's time and tokens.
+    fn attempt(
         &self,
         item: &Item,
-        candidate: Candidate,
-        verdict: &Verdict,
+        context: &Context,
+        number: usize,
         seed: u64,
-        attempt: usize,
-        timing: Timing,
-    ) -> Counterfactual {
+    ) -> Result<(std::result::Result<Kept, Refused>, Timing)> {
+        let count = self.ranking.as_ref().map_or(1, |r| r.candidates.max(1));
+        let mut timing = Timing {
+            context_ms: context.millis,
+            ..Timing::default()
+        };
+        let mut eligible: Vec<Kept> = Vec::new();
+        // Usable edits the judge refused, in the order proposed, and why it refused the first.
+        let mut refused: Vec<String> = Vec::new();
+        let mut first_refusal: Option<String> = None;
+        let mut first_unusable: Option<NoEdit> = None;
+        for index in 0..count {
+            ensure!(index == 0 || !context.cancel.is_cancelled(), Abandoned);
+            let seed = candidate_seed(seed, index);
+            let started = Instant::now();
+            let proposal = self
+                .editor
+                .propose(item, context, Attempt { number, seed })?;
+            timing.edit_ms += started.elapsed().as_secs_f64() * 1e3;
+            let candidate = match proposal {
+                Ok(candidate) => candidate,
+                Err(no_edit) => {
+                    timing.prompt_tokens += no_edit.prompt_tokens;
+                    timing.completion_tokens += no_edit.completion_tokens;
+                    first_unusable.get_or_insert(no_edit);
+                    continue;
+                }
+            };
+            let verdict = self.judge.judge(item, &candidate.text)?;
+            timing.judge_ms += verdict.millis;
+            timing.prompt_tokens += candidate.prompt_tokens;
+            timing.completion_tokens += candidate.completion_tokens;
+            if verdict.passed || !self.verify {
+                eligible.push(Kept {
+                    candidate,
+                    verdict,
+                    seed,
+                    chosen: None,
+                });
+            } else {
+                first_refusal.get_or_insert_with(|| {
+                    format!(
+                        "did not flip: the classifier says {} (p({}) = {:.3})",
+                        verdict.label, item.target, verdict.target_probability
+                    )
+                });
+                refused.push(candidate.text);
+            }
+        }
+        if eligible.is_empty() {
+            let failure = match first_refusal {
+                Some(reason) => {
+                    let reply = refused.remove(0);
+                    let reason = match count {
+                        1 => reason,
+                        _ => format!(
+                            "{reason} on the first of {} usable candidates of {count}",
+                            refused.len() + 1
+                        ),
+                    };
+                    Refused {
+                        failure: NoEdit::new(reason, Some(reply)),
+                        others: refused,
+                    }
+                }
+                None => {
+                    let no_edit = first_unusable.expect("an attempt with no edit has a failure");
+                    let no_edit = match count {
+                        1 => no_edit,
+                        _ => NoEdit {
+                            reason: format!(
+                                "none of {count} candidates is usable; the first: {}",
+                                no_edit.reason
+                            ),
+                            ..no_edit
+                        },
+                    };
+                    Refused {
+                        failure: no_edit,
+                        others: Vec::new(),
+                    }
+                }
+            };
+            return Ok((Err(failure), timing));
+        }
+        let kept = match &self.ranking {
+            None => eligible.swap_remove(0),
+            Some(ranking) => {
+                let started = Instant::now();
+                let (index, perplexity) = ranking.most_fluent(&eligible);
+                timing.judge_ms += started.elapsed().as_secs_f64() * 1e3;
+                let usable = eligible.len() + refused.len();
+                let mut kept = eligible.remove(index);
+                let others = eligible.into_iter().map(|k| k.candidate.text);
+                kept.chosen = Some(FluencyChoice {
+                    model: ranking.fluency.model().to_string(),
+                    perplexity,
+                    candidates: count,
+                    eligible: usable - refused.len(),
+                    others: others.chain(refused).collect(),
+                });
+                kept
+            }
+        };
+        Ok((Ok(kept), timing))
+    }
+
+    fn record(&self, item: &Item, kept: &Kept, attempt: usize, timing: Timing) -> Counterfactual {
         Counterfactual {
             key: item.key(),
             item: item.id.clone(),
             method: self.method.to_string(),
             premise: item.premise.clone(),
             original: item.text.clone(),
-            edited: candidate.text,
+            edited: kept.candidate.text.clone(),
             label: item.label.clone(),
             target: item.target.clone(),
             model: self.editor.model().map(str::to_string),
-            seed,
+            seed: kept.seed,
             attempt,
             timing,
-            prediction: verdict.label.clone(),
-            target_probability: verdict.target_probability,
-            flipped: verdict.passed,
-            provenance: candidate.provenance,
+            prediction: kept.verdict.label.clone(),
+            target_probability: kept.verdict.target_probability,
+            flipped: kept.verdict.passed,
+            provenance: kept.candidate.provenance.clone(),
+            chosen: kept.chosen.clone(),
         }
+    }
+}
+
+/// Why an attempt kept no edit, and its other usable edits the judge refused (beyond the one in
+/// `failure`'s reply).
+struct Refused {
+    failure: NoEdit,
+    others: Vec<String>,
+}
+
+/// An attempt's edit that may be kept, with its verdict.
+struct Kept {
+    candidate: Candidate,
+    verdict: Verdict,
+    /// The seed it was sampled with ([`candidate_seed`]).
+    seed: u64,
+    /// How it was chosen among the attempt's candidates, when it was.
+    chosen: Option<FluencyChoice>,
+}
+
+/// Several candidates per attempt, the one a language model finds least perplexing kept: a
+/// cheap editor (AutoCAD's infiller) samples a few and keeps its most fluent.
+#[derive(Clone)]
+pub struct Ranking {
+    pub fluency: Arc<dyn Fluency>,
+    /// Candidates per attempt.
+    pub candidates: usize,
+}
+
+impl Ranking {
+    /// Which of `eligible` (non-empty) is the most fluent (the first on ties; a text the model
+    /// cannot score ranks last), and its perplexity.
+    fn most_fluent(&self, eligible: &[Kept]) -> (usize, Option<f64>) {
+        let perplexities = eligible.iter().map(|kept| {
+            self.fluency
+                .perplexity(&kept.candidate.text)
+                .ok()
+                .filter(|p| p.is_finite())
+        });
+        let rank = |p: &Option<f64>| p.unwrap_or(f64::INFINITY);
+        perplexities
+            .enumerate()
+            .reduce(|best, next| match rank(&next.1) < rank(&best.1) {
+                true => next,
+                false => best,
+            })
+            .expect("at least one eligible edit")
+    }
+}
+
+/// The seed of an attempt's candidate `index`: the attempt's own seed for the first, so that one
+/// candidate per attempt samples what an attempt without a ranking samples.
+pub fn candidate_seed(attempt_seed: u64, index: usize) -> u64 {
+    match index {
+        0 => attempt_seed,
+        _ => stable_hash(attempt_seed, &format!("candidate {index}")) & 0xffff_ffff,
     }
 }
 
@@ -411,6 +546,7 @@ mod tests {
             judge: Arc::new(EvenJudge),
             verify,
             max_attempts: 12,
+            ranking: None,
         }
     }
 
@@ -445,6 +581,77 @@ mod tests {
             .unwrap();
         assert!(resumed.failures.is_empty());
         assert_eq!(resumed.record.unwrap().edited, record.edited);
+    }
+
+    /// Perplexity: the text's last number modulo 1,000.
+    struct SeedFluency;
+
+    impl Fluency for SeedFluency {
+        fn model(&self) -> &str {
+            "seed-fluency"
+        }
+
+        fn perplexity(&self, text: &str) -> Result<f64> {
+            let seed: u64 = text.rsplit(' ').next().unwrap().parse()?;
+            Ok((seed % 1000) as f64)
+        }
+    }
+
+    #[test]
+    fn a_ranking_keeps_the_most_fluent_candidate_that_flips() {
+        let item = item("7", "A wonderful film.");
+        let ranked = |verify: bool| Pipeline {
+            ranking: Some(Ranking {
+                fluency: Arc::new(SeedFluency),
+                candidates: 6,
+            }),
+            ..pipeline(verify)
+        };
+        let outcome = ranked(true).edit_one(&item, 3).unwrap();
+        let record = outcome.record.unwrap();
+        let seeds = |attempt: usize| -> Vec<u64> {
+            let seed = attempt_seed(3, &item, attempt);
+            (0..6).map(|index| candidate_seed(seed, index)).collect()
+        };
+        let flipped: Vec<u64> = seeds(record.attempt)
+            .into_iter()
+            .filter(|seed| seed.is_multiple_of(2))
+            .collect();
+        let best = *flipped.iter().min_by_key(|seed| *seed % 1000).unwrap();
+        assert_eq!(record.seed, best);
+        assert_eq!(record.edited, format!("A wonderful film. {best}"));
+        let chosen = record.chosen.unwrap();
+        assert_eq!(chosen.model, "seed-fluency");
+        assert_eq!(chosen.perplexity, Some((best % 1000) as f64));
+        assert_eq!((chosen.candidates, chosen.eligible), (6, flipped.len()));
+        // The other five, passed over or refused, are kept for the record.
+        let mut proposed: Vec<String> = chosen.others.clone();
+        proposed.push(record.edited.clone());
+        proposed.sort();
+        let mut all: Vec<String> = seeds(record.attempt)
+            .iter()
+            .map(|seed| format!("A wonderful film. {seed}"))
+            .collect();
+        all.sort();
+        assert_eq!(proposed, all);
+        // An attempt before it found none that flips: its refused edits are in its failure.
+        for failure in &outcome.failures {
+            assert!(failure.reason.starts_with("did not flip"), "{failure:?}");
+            assert!(
+                failure.reason.ends_with("of 6 usable candidates of 6"),
+                "{failure:?}"
+            );
+            assert_eq!(failure.others.len(), 5);
+        }
+        // Every candidate was proposed and judged: 10 prompt tokens each.
+        assert_eq!(record.timing.prompt_tokens, 60);
+
+        // Unverified, the most fluent of the first attempt's candidates, flipped or not.
+        let unverified = ranked(false).edit_one(&item, 3).unwrap().record.unwrap();
+        let best = seeds(1).into_iter().min_by_key(|seed| seed % 1000).unwrap();
+        assert_eq!((unverified.attempt, unverified.seed), (1, best));
+        // The first candidate is what an attempt without a ranking samples.
+        assert_eq!(seeds(1)[0], attempt_seed(3, &item, 1));
     }
 
     #[test]

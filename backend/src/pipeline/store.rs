@@ -173,6 +173,7 @@ mod tests {
             attempt: 1,
             reason: "empty reply".into(),
             reply: None,
+            others: Vec::new(),
         }
     }
 

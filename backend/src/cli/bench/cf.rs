@@ -21,7 +21,7 @@ use flipside_shared::records::{Counterfactual, FailedAttempt};
 use serde::{Deserialize, Serialize};
 
 use super::cpu_features;
-use crate::cli::args::{DEFAULT_CLASSIFIER, FluencyArgs, InfillerArgs, LassArgs, RetrievalArgs};
+use crate::cli::args::{DEFAULT_CLASSIFIER, InfillerArgs, LassArgs, RetrievalArgs};
 use crate::cli::data::ReadArgs;
 use crate::cli::llm::LlmArgs;
 use crate::cli::values::method_parser;
@@ -67,6 +67,10 @@ pub struct CfBenchArgs {
     /// Attempts per item, the same for every method
     #[arg(long, default_value_t = 3)]
     pub max_attempts: usize,
+    /// Candidates per attempt, the most fluent under --fluency-model kept (`generate
+    /// --candidates`) [default: each method's own: 4 for AutoCAD, 1 for the others]
+    #[arg(long, value_name = "N")]
+    pub candidates: Option<usize>,
     /// The classifier every method filters its edits with
     #[arg(long, default_value = DEFAULT_CLASSIFIER)]
     pub classifier: String,
@@ -126,6 +130,9 @@ pub struct MethodRow {
     /// Why it did not run (a model it needs is missing), if it did not.
     pub skipped: Option<String>,
     pub items: usize,
+    /// Candidates per attempt its records were chosen among (the most fluent kept when more
+    /// than one).
+    pub candidates: usize,
     /// Items with a counterfactual the filter accepted.
     pub accepted: usize,
     pub yield_rate: f64,
@@ -374,10 +381,27 @@ fn generate_all(
         }
         false => None,
     };
-    let (dis_ae, fluency) = match any(|m| m.card().reproduces) {
-        true => (args.lass.dir(home, false)?, args.lass.fluency(home)?),
-        false => (None, None),
+    let reproduces = any(|m| m.card().reproduces);
+    let dis_ae = match reproduces {
+        true => args.lass.dir(home, false)?,
+        false => None,
     };
+    let settings = EditSettings {
+        sampling: Sampling {
+            seed: args.seed,
+            ..Sampling::default()
+        },
+        max_attempts: args.max_attempts,
+        verify: true,
+        candidates: args.candidates,
+        reproduction: args.lass.settings(),
+        ..EditSettings::default()
+    };
+    let candidates = chosen.iter().map(|m| settings.candidates_for(*m)).max();
+    let fluency = args
+        .lass
+        .fluency
+        .for_run(home, reproduces, candidates.unwrap_or(1))?;
     let models = with_backend!(
         args.device,
         load_models(ModelsConfig {
@@ -390,16 +414,6 @@ fn generate_all(
             fluency,
         })
     )?;
-    let settings = EditSettings {
-        sampling: Sampling {
-            seed: args.seed,
-            ..Sampling::default()
-        },
-        max_attempts: args.max_attempts,
-        verify: true,
-        reproduction: args.lass.settings(),
-        ..EditSettings::default()
-    };
     let mut skipped = BTreeMap::new();
     for &method in chosen {
         if let Err(why) = check_models(method, &models) {
@@ -471,11 +485,26 @@ fn score(
             .filter(|r| r.flipped && by_key.contains_key(&r.key))
             .collect();
         let failed: Vec<FailedAttempt> = read_repairing(&failures_path(&output))?;
-        // Edits the filter refused: usable proposals, not accepted.
+        // Usable proposals not accepted: edits the filter refused, and an attempt's other
+        // candidates (`--candidates`), refused or passed over.
         let refused: Vec<(&Item, String)> = failed
             .into_iter()
-            .filter(|f| f.reason.starts_with("did not flip"))
-            .filter_map(|f| Some((*by_key.get(&f.key)?, f.reply?)))
+            .filter_map(|f| {
+                let item = *by_key.get(&f.key)?;
+                let reply = f.reply.filter(|_| f.reason.starts_with("did not flip"));
+                Some(
+                    reply
+                        .into_iter()
+                        .chain(f.others)
+                        .map(move |edit| (item, edit)),
+                )
+            })
+            .flatten()
+            .chain(records.iter().flat_map(|r| {
+                let item = by_key[&r.key];
+                let others = r.chosen.iter().flat_map(|c| c.others.iter());
+                others.map(move |edit| (item, edit.clone()))
+            }))
             .collect();
         let first = inputs.len();
         inputs.extend(
@@ -494,12 +523,7 @@ fn score(
         .count() as f64
         / items.len().max(1) as f64;
 
-    let fluency = FluencyArgs {
-        max_perplexity: 1.0,
-        fluency_model: args.lass.fluency.fluency_model.clone(),
-    }
-    .load(home)?
-    .context("the perplexity model did not load")?;
+    let fluency = args.lass.fluency.model(home)?;
     let mut rows = Vec::new();
     for (method, records, refused, first) in runs {
         let id = method.id();
@@ -548,6 +572,11 @@ fn score(
             method: id.to_string(),
             skipped: skipped.get(id).cloned(),
             items: items.len(),
+            candidates: records
+                .iter()
+                .filter_map(|r| r.chosen.as_ref().map(|c| c.candidates))
+                .max()
+                .unwrap_or(1),
             accepted: records.len(),
             yield_rate: records.len() as f64 / items.len().max(1) as f64,
             proposals,
@@ -635,16 +664,34 @@ fn hold_to_goals(rows: &mut [MethodRow]) {
     }
 }
 
+/// `, each the most fluent flipped one of N candidates (METHOD N, …)` for the rows whose
+/// records were chosen among candidates, else nothing.
+fn ranked_rows(rows: &[MethodRow]) -> String {
+    let ranked: Vec<String> = rows
+        .iter()
+        .filter(|row| row.candidates > 1)
+        .map(|row| format!("{} {}", row.method, row.candidates))
+        .collect();
+    match ranked.is_empty() {
+        true => String::new(),
+        false => format!(
+            ", each the most fluent flipped one of N candidates ({})",
+            ranked.join(", ")
+        ),
+    }
+}
+
 /// The report as a Markdown table, with the setting above it.
 fn markdown(report: &CfBenchReport) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "{} items from {}, target the other label, {} attempts each, filtered by `{}`; flips \
+        "{} items from {}, target the other label, {} attempts each{}, filtered by `{}`; flips \
          judged by `{}` (its accuracy on the originals: {:.3}); perplexity under {}; CPU: {}.\n",
         report.items,
         report.sets.join(" and "),
         report.max_attempts,
+        ranked_rows(&report.rows),
         report.classifier,
         report.judge,
         report.judge_accuracy,

@@ -229,6 +229,7 @@ fn reviewed_record(item: &Kept) -> Counterfactual {
         target_probability: 0.0,
         flipped: false,
         provenance: Provenance::Core(CoreProvenance::default()),
+        chosen: None,
     });
     record.edited = item.counterfactual.clone();
     record.target = item.outcome.label.clone();

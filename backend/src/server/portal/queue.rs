@@ -929,6 +929,7 @@ fn written_record(
             retrieved: request.excerpts.clone(),
             ..Default::default()
         }),
+        chosen: None,
     })
 }
 
