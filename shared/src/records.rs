@@ -49,7 +49,7 @@ pub struct Counterfactual {
 }
 
 /// The most fluent of an attempt's candidates: the one a language model found least perplexing
-/// (with `--verify`, among those the classifier flips).
+/// (with `--verify`, among those the classifier flips; those it flips surely first).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FluencyChoice {

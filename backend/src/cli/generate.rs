@@ -64,7 +64,8 @@ pub struct GenerateArgs {
     #[arg(long)]
     pub verify: bool,
     /// Candidates per attempt: the editor proposes N, and the one --fluency-model finds least
-    /// perplexing is kept (with --verify, among those the classifier flips). Worth it for the
+    /// perplexing is kept (with --verify, among those the classifier flips; those it flips with
+    /// p ≥ 0.7 first). Worth it for the
     /// cheap editors (AutoCAD's infiller); each candidate costs an LLM call with CORE
     /// [default: 4 for AutoCAD, 1 for the other methods]
     #[arg(long, value_name = "N")]

@@ -157,7 +157,8 @@ pub struct EditSettings {
     /// Keep only edits the classifier flips (others are failed attempts).
     pub verify: bool,
     /// Candidates per attempt; with more than one, the one the fluency model finds least
-    /// perplexing is kept (with `verify`, among those that flip). None: the method's own
+    /// perplexing is kept (with `verify`, among those that flip; those the classifier flips
+    /// surely first, [`crate::pipeline::CONFIDENT_FLIP`]). None: the method's own
     /// ([`MethodCard::candidates`]).
     pub candidates: Option<usize>,
     /// How LASS reproduces.

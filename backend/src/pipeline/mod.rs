@@ -7,7 +7,8 @@
 //! 3. a [`Judge`] checks the proposal (the classifier's flip check; with `verify`, a proposal it
 //!    rejects is a failed attempt, retried with the next attempt's seed);
 //! 4. with a [`Ranking`], the editor proposes several candidates an attempt, each judged, and
-//!    of those the judge passes the one a language model finds least perplexing is kept.
+//!    of those the judge passes (those it passes surely first) the one a language model finds
+//!    least perplexing is kept.
 //!
 //! [`Pipeline::edit_one`] runs them for one item, returning the counterfactual with every
 //! intermediate and failed attempt: [`Pipeline::context_for`], then
@@ -433,8 +434,9 @@ struct Kept {
     chosen: Option<FluencyChoice>,
 }
 
-/// Several candidates per attempt, the one a language model finds least perplexing kept: a
-/// cheap editor (AutoCAD's infiller) samples a few and keeps its most fluent.
+/// Several candidates per attempt, the one a language model finds least perplexing kept (of
+/// those the judge flips surely, when there are any): a cheap editor (AutoCAD's infiller)
+/// samples a few and keeps its most fluent.
 #[derive(Clone)]
 pub struct Ranking {
     pub fluency: Arc<dyn Fluency>,
@@ -442,24 +444,38 @@ pub struct Ranking {
     pub candidates: usize,
 }
 
+/// The judge's probability of the target at which a ranking trusts a flip: candidates it flips
+/// at least this surely are preferred to less sure ones, however fluent. On `bench cf`'s items,
+/// 41 of 196 AutoCAD edits kept as the most fluent of 4 flipped the filter with p < 0.7, and
+/// the independent judge agreed on 54 % of those, on 98 % of the rest.
+pub const CONFIDENT_FLIP: f32 = 0.7;
+
 impl Ranking {
-    /// Which of `eligible` (non-empty) is the most fluent (the first on ties; a text the model
-    /// cannot score ranks last), and its perplexity.
+    /// Which of `eligible` (non-empty) is the most fluent of those the judge flips with at
+    /// least [`CONFIDENT_FLIP`] (of all, when none is), the first on ties, a text the model
+    /// cannot score ranking last; and its perplexity.
     fn most_fluent(&self, eligible: &[Kept]) -> (usize, Option<f64>) {
-        let perplexities = eligible.iter().map(|kept| {
-            self.fluency
-                .perplexity(&kept.candidate.text)
-                .ok()
-                .filter(|p| p.is_finite())
-        });
-        let rank = |p: &Option<f64>| p.unwrap_or(f64::INFINITY);
-        perplexities
-            .enumerate()
-            .reduce(|best, next| match rank(&next.1) < rank(&best.1) {
+        let scored: Vec<(bool, Option<f64>)> = eligible
+            .iter()
+            .map(|kept| {
+                let unsure =
+                    !(kept.verdict.passed && kept.verdict.target_probability >= CONFIDENT_FLIP);
+                let perplexity = self
+                    .fluency
+                    .perplexity(&kept.candidate.text)
+                    .ok()
+                    .filter(|p| p.is_finite());
+                (unsure, perplexity)
+            })
+            .collect();
+        let rank = |k: usize| (scored[k].0, scored[k].1.unwrap_or(f64::INFINITY));
+        let best = (0..scored.len())
+            .reduce(|best, next| match rank(next) < rank(best) {
                 true => next,
                 false => best,
             })
-            .expect("at least one eligible edit")
+            .expect("at least one eligible edit");
+        (best, scored[best].1)
     }
 }
 
@@ -646,10 +662,50 @@ mod tests {
         // Every candidate was proposed and judged: 10 prompt tokens each.
         assert_eq!(record.timing.prompt_tokens, 60);
 
-        // Unverified, the most fluent of the first attempt's candidates, flipped or not.
+        // Unverified, the first attempt's edit: the most fluent of those that flip surely,
+        // else of all.
         let unverified = ranked(false).edit_one(&item, 3).unwrap().record.unwrap();
-        let best = seeds(1).into_iter().min_by_key(|seed| seed % 1000).unwrap();
+        let flipped = seeds(1).into_iter().filter(|seed| seed.is_multiple_of(2));
+        let best = match flipped.min_by_key(|seed| seed % 1000) {
+            Some(seed) => seed,
+            None => seeds(1).into_iter().min_by_key(|seed| seed % 1000).unwrap(),
+        };
         assert_eq!((unverified.attempt, unverified.seed), (1, best));
+        // A flip the judge is unsure of (p below CONFIDENT_FLIP) gives way to a surer one.
+        let sure = Kept {
+            candidate: Candidate {
+                text: "sure 999".into(),
+                provenance: Provenance::Core(CoreProvenance::default()),
+                prompt_tokens: 0,
+                completion_tokens: 0,
+            },
+            verdict: Verdict {
+                passed: true,
+                label: "negative".into(),
+                target_probability: CONFIDENT_FLIP,
+                probabilities: vec![0.3, 0.7],
+                millis: 0.0,
+            },
+            seed: 999,
+            chosen: None,
+        };
+        let unsure = Kept {
+            candidate: Candidate {
+                text: "unsure 1".into(),
+                ..sure.candidate.clone()
+            },
+            verdict: Verdict {
+                target_probability: 0.6,
+                ..sure.verdict.clone()
+            },
+            seed: 1,
+            chosen: None,
+        };
+        let ranking = Ranking {
+            fluency: Arc::new(SeedFluency),
+            candidates: 2,
+        };
+        assert_eq!(ranking.most_fluent(&[unsure, sure]), (1, Some(999.0)));
         // The first candidate is what an attempt without a ranking samples.
         assert_eq!(seeds(1)[0], attempt_seed(3, &item, 1));
     }
