@@ -1003,6 +1003,80 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         "{plain} tokens, {marked} with the markers"
     );
 
+    // Streamed (`stream: true`): server-sent chunks in OpenAI's format, written as the model
+    // goes, that join into the reply an unstreamed request gets (greedy, so the same one).
+    let streamed = |path: &str, body: &Value| -> Vec<Value> {
+        let mut body = body.clone();
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+        let answer = server
+            .http
+            .post(format!("{}{path}", server.url))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+            .unwrap();
+        assert_eq!(answer.status(), 200);
+        let kind = answer.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(kind.starts_with("text/event-stream"), "{kind}");
+        let text = answer.text().unwrap();
+        let events: Vec<&str> = text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .collect();
+        assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
+        events[..events.len() - 1]
+            .iter()
+            .map(|event| serde_json::from_str(event).unwrap())
+            .collect()
+    };
+    let body = json!({"messages": [{"role": "user", "content": "Name three colours."}],
+        "max_tokens": 16, "temperature": 0});
+    let whole = json_of(chat(body.clone()), 200);
+    let chunks = streamed("v1/chat/completions", &body);
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["object"] == "chat.completion.chunk")
+    );
+    let pieces: Vec<&str> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .filter(|piece| !piece.is_empty())
+        .collect();
+    assert!(pieces.len() >= 2, "written as it goes: {chunks:?}");
+    assert_eq!(pieces.concat(), whole["choices"][0]["message"]["content"]);
+    let (last, finished) = (&chunks[chunks.len() - 1], &chunks[chunks.len() - 2]);
+    assert_eq!(
+        finished["choices"][0]["finish_reason"],
+        whole["choices"][0]["finish_reason"]
+    );
+    assert_eq!(last["choices"], json!([]));
+    assert_eq!(last["usage"], whole["usage"]);
+    let body = json!({"prompt": "The colours of the rainbow are", "max_tokens": 12,
+        "temperature": 0});
+    let whole = json_of(
+        server
+            .http
+            .post(format!("{}v1/completions", server.url))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+            .unwrap(),
+        200,
+    );
+    let chunks = streamed("v1/completions", &body);
+    assert!(chunks.iter().all(|c| c["object"] == "text_completion"));
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(text, whole["choices"][0]["text"]);
+
     // A burst beyond the server's turns (one per core, four waiting per core) is refused at once
     // with 503 and Retry-After rather than queued; the rest are answered; health stays quick.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

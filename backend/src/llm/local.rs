@@ -24,7 +24,7 @@ use serde::Serialize;
 
 use super::{
     Abandoned, Completion, FinishReason, Fluency, LlmClient, Message, Prompt, Rejected, Request,
-    cut_at_stop,
+    cut_at_stop, settled_len,
 };
 
 /// Engine settings.
@@ -271,7 +271,8 @@ impl LocalEngine {
         })
     }
 
-    fn generate(&self, request: &Request) -> Result<Completion> {
+    /// Completes `request`, handing `on_text` each settled piece of the reply as it is written.
+    fn generate(&self, request: &Request, on_text: &mut dyn FnMut(&str)) -> Result<Completion> {
         let tokens = self.prompt_tokens(&request.prompt)?;
         ensure!(!tokens.is_empty(), "empty prompt");
         let mut guard = self.session.lock().unwrap();
@@ -322,6 +323,8 @@ impl LocalEngine {
         let mut text = String::new();
         let mut finish = FinishReason::Length;
         let mut generated = 0;
+        // How much of `text` `on_text` has had.
+        let mut sent = 0;
         while generated < sampling.max_tokens {
             ensure!(!request.cancel.is_cancelled(), Abandoned);
             let token = sampler.sample(&session.context, -1);
@@ -336,10 +339,18 @@ impl LocalEngine {
                 finish = FinishReason::Stop;
                 break;
             }
+            let settled = settled_len(&text, &request.stop);
+            if settled > sent {
+                on_text(&text[sent..settled]);
+                sent = settled;
+            }
             batch.clear();
             batch.add(token, session.cached.len() as i32, &[0], true)?;
             session.context.decode(&mut batch)?;
             session.cached.push(token);
+        }
+        if let Some(rest) = text.get(sent..).filter(|rest| !rest.is_empty()) {
+            on_text(rest);
         }
         Ok(Completion {
             text,
@@ -356,7 +367,15 @@ impl LlmClient for LocalEngine {
     }
 
     fn complete(&self, request: &Request) -> Result<Completion> {
-        self.generate(request)
+        self.generate(request, &mut |_| {})
+    }
+
+    fn complete_streaming(
+        &self,
+        request: &Request,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Completion> {
+        self.generate(request, on_text)
     }
 }
 

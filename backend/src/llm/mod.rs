@@ -106,6 +106,19 @@ pub trait LlmClient: Send + Sync {
 
     /// Completes one request (blocking). Errors caused by the request itself are [`Rejected`].
     fn complete(&self, request: &Request) -> Result<Completion>;
+
+    /// Completes one request as [`LlmClient::complete`] does, handing `on_text` the reply piece
+    /// by piece as it is written (the pieces join into the completion's text); by default the
+    /// whole reply at once.
+    fn complete_streaming(
+        &self,
+        request: &Request,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Completion> {
+        let completion = self.complete(request)?;
+        on_text(&completion.text);
+        Ok(completion)
+    }
 }
 
 /// Scores how fluent a text is by its perplexity under a language model (LASS's filter).
@@ -132,9 +145,35 @@ pub fn cut_at_stop(text: &mut String, stop: &[String]) -> bool {
     }
 }
 
+/// How much of `text`, a reply so far (already cut at its stop strings), can no longer change
+/// as more is written: all but a tail that may be the start of a stop string, or of a character
+/// whose bytes have not all come (decoded as U+FFFD).
+pub fn settled_len(text: &str, stop: &[String]) -> usize {
+    let undecoded = text.len() - text.trim_end_matches('\u{fffd}').len();
+    let open = stop
+        .iter()
+        .flat_map(|s| s.char_indices().skip(1).map(|(at, _)| &s[..at]))
+        .filter(|prefix| text.ends_with(prefix))
+        .map(str::len)
+        .max()
+        .unwrap_or(0);
+    text.len() - undecoded.max(open)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tail_that_may_start_a_stop_string_or_a_character_is_not_settled() {
+        let stop = ["\n\nReview:".to_string()];
+        assert_eq!(settled_len("one two", &stop), 7);
+        assert_eq!(settled_len("one two\n", &stop), 7);
+        assert_eq!(settled_len("one two\n\nRev", &stop), 7);
+        assert_eq!(settled_len("one two\nx", &stop), 9);
+        assert_eq!(settled_len("caf\u{fffd}", &[]), 3);
+        assert_eq!(settled_len("", &stop), 0);
+    }
 
     #[test]
     fn cuts_at_the_earliest_stop_string() {

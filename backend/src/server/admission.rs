@@ -90,7 +90,25 @@ pub async fn admit(
     next: Next,
 ) -> Response {
     match admission.enter().await {
-        Ok(_turn) => next.run(request).await,
+        Ok(turn) => {
+            let response = next.run(request).await;
+            let streamed = response
+                .headers()
+                .get(axum::http::header::CONTENT_TYPE)
+                .is_some_and(|kind| kind.as_bytes().starts_with(b"text/event-stream"));
+            if !streamed {
+                return response;
+            }
+            // A streamed reply (`/v1` with `stream: true`) keeps its turn until it is sent or
+            // its client leaves: the model works while the body is written.
+            use futures_util::StreamExt;
+            let (parts, body) = response.into_parts();
+            let body = body.into_data_stream().map(move |chunk| {
+                let _held = &turn;
+                chunk
+            });
+            Response::from_parts(parts, axum::body::Body::from_stream(body))
+        }
         Err(error) => error.into_response(),
     }
 }

@@ -1,6 +1,7 @@
 //! The OpenAI-compatible HTTP API of an embedded model: `POST /v1/chat/completions`,
 //! `POST /v1/completions` and `GET /v1/models`. Requests are answered one at a time by the
-//! engine (on a blocking thread); streaming and `n > 1` are refused with a clear error.
+//! engine (on a blocking thread); with `stream: true` the reply comes as server-sent events in
+//! OpenAI's chunk format as it is written. `n > 1` is refused with a clear error.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -9,6 +10,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
+use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -46,19 +48,30 @@ struct CompletionBody {
     #[serde(default)]
     #[schema(value_type = Value)]
     stop: Option<Value>,
-    /// Must be false: streaming is not supported.
+    /// Answer with server-sent events, OpenAI's `chat.completion.chunk` or `text_completion`
+    /// chunks as the reply is written, then `[DONE]`.
     #[serde(default)]
     stream: Option<bool>,
+    /// With `stream`: `include_usage` adds a last chunk with the token counts.
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
     /// Must be 1.
     #[serde(default)]
     n: Option<usize>,
+}
+
+/// What a streamed reply carries besides its text.
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
 }
 
 /// The `/v1` routes for the OpenAPI document (served from the root, beside `/api`).
 #[derive(utoipa::OpenApi)]
 #[openapi(
     paths(chat, text, models),
-    components(schemas(CompletionBody, Message))
+    components(schemas(CompletionBody, StreamOptions, Message))
 )]
 struct V1Doc;
 
@@ -155,15 +168,15 @@ async fn models(State(served): State<Served>) -> Result<Json<Value>, ApiError> {
     })))
 }
 
-/// An OpenAI chat completion (no streaming, n = 1). Runs until the server's deadline at most (five
+/// An OpenAI chat completion (n = 1), whole or streamed. Runs until the server's deadline at most (five
 /// minutes unless `serve --deadline` says otherwise); when the client leaves, generation stops.
 #[utoipa::path(post, path = "/v1/chat/completions", tag = "llm", request_body = CompletionBody,
     security(("session" = []), ("token" = ["generate"])),
-    responses((status = 200, description = "An OpenAI chat.completion"),
+    responses((status = 200, description = "An OpenAI chat.completion, or with stream: server-sent chat.completion.chunk events"),
         (status = 400, description = "An OpenAI error: the request is invalid or too long"),
         (status = 401, description = "No session or token with the generate scope"),
         (status = 503, description = "Busy (with Retry-After), past the deadline, or the models still being prepared")))]
-async fn chat(State(served): State<Served>, body: Body) -> Result<Json<Value>, ApiError> {
+async fn chat(State(served): State<Served>, body: Body) -> Result<Response, ApiError> {
     let body = parse(body)?;
     let messages = body
         .messages
@@ -180,7 +193,11 @@ async fn chat(State(served): State<Served>, body: Body) -> Result<Json<Value>, A
         )));
     }
     let engine = served.engine()?;
-    let completion = run(&served, &engine, request(&body, Prompt::Chat(messages))?).await?;
+    let request = request(&body, Prompt::Chat(messages))?;
+    if body.stream == Some(true) {
+        return Ok(streamed(&served, engine, request, Endpoint::Chat, &body));
+    }
+    let completion = run(&served, &engine, request).await?;
     Ok(Json(json!({
         "id": format!("chatcmpl-{}", now_nanos()),
         "object": "chat.completion",
@@ -192,18 +209,19 @@ async fn chat(State(served): State<Served>, body: Body) -> Result<Json<Value>, A
             "finish_reason": completion.finish_reason,
         }],
         "usage": usage(&completion),
-    })))
+    }))
+    .into_response())
 }
 
-/// An OpenAI text completion of `prompt` (no streaming, n = 1); control tokens in the prompt
+/// An OpenAI text completion of `prompt` (n = 1), whole or streamed; control tokens in the prompt
 /// are read as such.
 #[utoipa::path(post, path = "/v1/completions", tag = "llm", request_body = CompletionBody,
     security(("session" = []), ("token" = ["generate"])),
-    responses((status = 200, description = "An OpenAI text_completion"),
+    responses((status = 200, description = "An OpenAI text_completion, or with stream: server-sent text_completion chunk events"),
         (status = 400, description = "An OpenAI error: the request is invalid or too long"),
         (status = 401, description = "No session or token with the generate scope"),
         (status = 503, description = "Busy (with Retry-After), past the deadline, or the models still being prepared")))]
-async fn text(State(served): State<Served>, body: Body) -> Result<Json<Value>, ApiError> {
+async fn text(State(served): State<Served>, body: Body) -> Result<Response, ApiError> {
     let body = parse(body)?;
     let prompt = match &body.prompt {
         Some(Value::String(text)) => text.clone(),
@@ -213,7 +231,11 @@ async fn text(State(served): State<Served>, body: Body) -> Result<Json<Value>, A
         _ => return Err(ApiError::bad_request("'prompt' must be a string")),
     };
     let engine = served.engine()?;
-    let completion = run(&served, &engine, request(&body, Prompt::Text(prompt))?).await?;
+    let request = request(&body, Prompt::Text(prompt))?;
+    if body.stream == Some(true) {
+        return Ok(streamed(&served, engine, request, Endpoint::Text, &body));
+    }
+    let completion = run(&served, &engine, request).await?;
     Ok(Json(json!({
         "id": format!("cmpl-{}", now_nanos()),
         "object": "text_completion",
@@ -226,7 +248,8 @@ async fn text(State(served): State<Served>, body: Body) -> Result<Json<Value>, A
             "finish_reason": completion.finish_reason,
         }],
         "usage": usage(&completion),
-    })))
+    }))
+    .into_response())
 }
 
 /// A request body as read: its bytes, or why it could not be read (too large: 413).
@@ -239,11 +262,6 @@ fn parse(body: Body) -> Result<CompletionBody, ApiError> {
     })?;
     let body: CompletionBody = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid request body: {e}")))?;
-    if body.stream == Some(true) {
-        return Err(ApiError::bad_request(
-            "streaming is not supported: send stream=false",
-        ));
-    }
     if body.n.is_some_and(|n| n != 1) {
         return Err(ApiError::bad_request("only n=1 is supported"));
     }
@@ -308,6 +326,153 @@ async fn run(
             message: format!("the model failed: {e}"),
         })?
         .map_err(|e| ApiError::bad_request(format!("{e:#}")))
+}
+
+/// Which endpoint a stream answers for.
+#[derive(Debug, Clone, Copy)]
+enum Endpoint {
+    Chat,
+    Text,
+}
+
+/// What the engine's thread hands a stream.
+enum Piece {
+    Text(String),
+    Done(Completion),
+    Failed(String),
+}
+
+/// Ends a stream's work when the stream is dropped (its client left, or it was sent): the
+/// engine stops at its next token, and the deadline's timer goes.
+struct StreamGuard {
+    _cancel: tokio_util::sync::DropGuard,
+    timer: tokio::task::AbortHandle,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        self.timer.abort();
+    }
+}
+
+/// Runs `request` on a blocking thread and answers with server-sent events in OpenAI's chunk
+/// format for `endpoint`, each piece of the reply as the engine writes it, then the finish
+/// reason (and with `include_usage` the token counts), then `[DONE]`. Past the deadline the
+/// engine stops and the stream ends with an OpenAI error event.
+fn streamed(
+    served: &Served,
+    engine: Arc<dyn LlmClient>,
+    request: Request,
+    endpoint: Endpoint,
+    body: &CompletionBody,
+) -> Response {
+    use futures_util::StreamExt;
+    let include_usage = body
+        .stream_options
+        .as_ref()
+        .is_some_and(|o| o.include_usage);
+    let deadline = served.deadline;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let (sender, receiver) = tokio::sync::mpsc::channel::<Piece>(256);
+    let (object, prefix) = match endpoint {
+        Endpoint::Chat => ("chat.completion.chunk", "chatcmpl"),
+        Endpoint::Text => ("text_completion", "cmpl"),
+    };
+    let (id, created, model) = (
+        format!("{prefix}-{}", now_nanos()),
+        now_nanos() / 1_000_000_000,
+        engine.model().to_string(),
+    );
+    let work = {
+        let cancel = cancel.clone();
+        move || {
+            let request = Request { cancel, ..request };
+            let mut send = |text: &str| {
+                let _ = sender.blocking_send(Piece::Text(text.to_string()));
+            };
+            let last = match engine.complete_streaming(&request, &mut send) {
+                Ok(completion) => Piece::Done(completion),
+                Err(error) if error.is::<crate::llm::Abandoned>() => Piece::Failed(format!(
+                    "the model did not finish within {} s: ask for fewer max_tokens, or retry \
+                     when the server is less busy",
+                    deadline.as_secs()
+                )),
+                Err(error) => Piece::Failed(format!("the model failed: {error:#}")),
+            };
+            let _ = sender.blocking_send(last);
+        }
+    };
+    tokio::spawn(super::priority::spawn_compute(work));
+    let timer = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(deadline).await;
+            cancel.cancel();
+        })
+    };
+    let guard = StreamGuard {
+        _cancel: cancel.drop_guard(),
+        timer: timer.abort_handle(),
+    };
+    let chunk = move |choice: Option<Value>, usage: Option<Value>| {
+        let mut chunk = json!({
+            "id": id, "object": object, "created": created, "model": model,
+            "choices": choice.into_iter().collect::<Vec<_>>(),
+        });
+        if let Some(usage) = usage {
+            chunk["usage"] = usage;
+        }
+        chunk.to_string()
+    };
+    let choice = move |text: &str, finish: Value| match endpoint {
+        Endpoint::Chat => {
+            let delta = if text.is_empty() {
+                json!({})
+            } else {
+                json!({"content": text})
+            };
+            json!({"index": 0, "delta": delta, "finish_reason": finish})
+        }
+        Endpoint::Text => {
+            json!({"index": 0, "text": text, "logprobs": null, "finish_reason": finish})
+        }
+    };
+    let opening = match endpoint {
+        Endpoint::Chat => vec![chunk(
+            Some(
+                json!({"index": 0, "delta": {"role": "assistant", "content": ""},
+                "finish_reason": null}),
+            ),
+            None,
+        )],
+        Endpoint::Text => Vec::new(),
+    };
+    let events = tokio_stream::wrappers::ReceiverStream::new(receiver).flat_map(move |piece| {
+        let _held = &guard;
+        let data = match piece {
+            Piece::Text(text) => vec![chunk(Some(choice(&text, Value::Null)), None)],
+            Piece::Done(completion) => {
+                let finish = json!(completion.finish_reason);
+                let mut data = vec![chunk(Some(choice("", finish)), None)];
+                if include_usage {
+                    data.push(chunk(None, Some(usage(&completion))));
+                }
+                data.push("[DONE]".to_string());
+                data
+            }
+            Piece::Failed(message) => {
+                vec![
+                    json!({"error": {"message": message, "type": "server_error", "code": null}})
+                        .to_string(),
+                ]
+            }
+        };
+        futures_util::stream::iter(data)
+    });
+    let events = futures_util::stream::iter(opening)
+        .chain(events)
+        .map(|data| Ok::<_, std::convert::Infallible>(Event::default().data(data)));
+    Sse::new(events).into_response()
 }
 
 fn usage(completion: &Completion) -> Value {
