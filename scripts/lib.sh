@@ -102,6 +102,21 @@ install_qemu_user() {
   apt_install "the CPU test emulates a CPU without AVX-512" qemu-user
 }
 
+# The server test streams from /v1 with the official OpenAI Python SDK, installed from PyPI
+# into the target directory (once) and handed to the tests by FLIPSIDE_TEST_OPENAI_SDK.
+OPENAI_SDK_VERSION="3.57.0"
+install_openai_sdk() {
+  local dir="$CARGO_TARGET_DIR/openai-sdk-$OPENAI_SDK_VERSION"
+  if [ ! -e "$dir/openai/__init__.py" ]; then
+    step "installing the OpenAI Python SDK $OPENAI_SDK_VERSION for the streaming test"
+    python3 -m pip install --quiet --disable-pip-version-check --no-warn-conflicts \
+      --root-user-action=ignore --target "$dir.partial" \
+      "openai==$OPENAI_SDK_VERSION"
+    rm -rf "$dir" && mv "$dir.partial" "$dir"
+  fi
+  export FLIPSIDE_TEST_OPENAI_SDK="$dir"
+}
+
 # The server's Postgres test starts a throwaway cluster with Debian's postgresql binaries.
 install_postgres() {
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return

@@ -1077,6 +1077,31 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         .collect();
     assert_eq!(text, whole["choices"][0]["text"]);
 
+    // The official OpenAI Python SDK's streaming iterator reads the same reply.
+    match std::env::var_os("FLIPSIDE_TEST_OPENAI_SDK") {
+        Some(sdk) => {
+            let script = r#"
+import sys, openai
+client = openai.OpenAI(base_url=sys.argv[1] + "v1", api_key=sys.argv[2])
+stream = client.chat.completions.create(model="any", stream=True, max_tokens=16,
+    temperature=0, messages=[{"role": "user", "content": "Name three colours."}])
+print("".join(c.choices[0].delta.content or "" for c in stream if c.choices), end="")
+"#;
+            let out = Command::new("python3")
+                .env("PYTHONPATH", &sdk)
+                .args(["-c", script, &server.url, &key])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(String::from_utf8(out.stdout).unwrap(), pieces.concat());
+        }
+        None => eprintln!("FLIPSIDE_TEST_OPENAI_SDK is not set: the OpenAI SDK check is skipped"),
+    }
+
     // A burst beyond the server's turns (one per core, four waiting per core) is refused at once
     // with 503 and Retry-After rather than queued; the rest are answered; health stays quick.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
