@@ -223,11 +223,6 @@ impl LassArgs {
         }
         Ok(Some(dir))
     }
-
-    /// The fluency model, unless the filter is off.
-    pub fn fluency(&self, home: &Home) -> Result<Option<Arc<dyn Fluency>>> {
-        self.fluency.load(home)
-    }
 }
 
 /// The Dis-AE directory `name` (a model name or a directory), else HOME/models/dis-ae.

@@ -162,7 +162,8 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     }
     let dis_ae = args.lass.dir(home, false)?;
     if args.prepare_only {
-        prepare_defaults(home, &args, dis_ae.as_deref(), print_step)?;
+        let candidates = settings.most_candidates(&METHODS);
+        prepare_defaults(home, &args, dis_ae.as_deref(), candidates, print_step)?;
         println!("prepared");
         return Ok(());
     }
@@ -242,11 +243,12 @@ fn prepare(
         print_step(n);
         preparation.step(STEPS[n]);
     };
+    let candidates = settings.most_candidates(&METHODS);
     let Defaults {
         corpus,
         retrieval,
         classifier_dir,
-    } = prepare_defaults(home, &args, dis_ae.as_deref(), step)?;
+    } = prepare_defaults(home, &args, dis_ae.as_deref(), candidates, step)?;
 
     step(3);
     let llm: Arc<dyn LlmClient> = if args.llm.remote() {
@@ -257,7 +259,7 @@ fn prepare(
     let fluency = args
         .lass
         .fluency
-        .for_run(home, dis_ae.is_some(), most_candidates())?;
+        .for_run(home, dis_ae.is_some(), candidates)?;
     Resources::load(
         home,
         ResourceConfig {
@@ -282,16 +284,6 @@ fn prepare(
     )
 }
 
-/// The most candidates a method ranks an attempt by default (AutoCAD's; the server takes each
-/// method's own): the fluency model is loaded to rank them.
-fn most_candidates() -> usize {
-    METHODS
-        .iter()
-        .map(|m| m.card().candidates)
-        .max()
-        .unwrap_or(1)
-}
-
 /// What the first three steps of [`prepare`] leave ready to load.
 struct Defaults {
     corpus: String,
@@ -300,11 +292,13 @@ struct Defaults {
 }
 
 /// Steps 1–3 of [`prepare`] (fetching, the corpus and its index, the classifier), each skipped
-/// where its result exists; `step(n)` is called as step `n` (from 0) starts.
+/// where its result exists; `step(n)` is called as step `n` (from 0) starts. The fluency model
+/// is fetched when a method ranks `candidates` (> 1) an attempt or LASS filters.
 fn prepare_defaults(
     home: &Home,
     args: &ServeArgs,
     dis_ae: Option<&Path>,
+    candidates: usize,
     step: impl Fn(usize),
 ) -> Result<Defaults> {
     step(0);
@@ -323,7 +317,7 @@ fn prepare_defaults(
         .get(&args.lass.fluency.fluency_model)
         .is_ok();
     let filters = dis_ae.is_some() && args.lass.fluency.max_perplexity > 0.0;
-    if (filters || most_candidates() > 1) && fluency_asset {
+    if (filters || candidates > 1) && fluency_asset {
         assets.push(args.lass.fluency.fluency_model.as_str());
     }
     fetch_assets(home, &assets)?;

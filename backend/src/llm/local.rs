@@ -271,8 +271,13 @@ impl LocalEngine {
         })
     }
 
-    /// Completes `request`, handing `on_text` each settled piece of the reply as it is written.
-    fn generate(&self, request: &Request, on_text: &mut dyn FnMut(&str)) -> Result<Completion> {
+    /// Completes `request`, handing `on_text` (if any) each settled piece of the reply as it is
+    /// written.
+    fn generate(
+        &self,
+        request: &Request,
+        mut on_text: Option<&mut dyn FnMut(&str)>,
+    ) -> Result<Completion> {
         let tokens = self.prompt_tokens(&request.prompt)?;
         ensure!(!tokens.is_empty(), "empty prompt");
         let mut guard = self.session.lock().unwrap();
@@ -339,17 +344,21 @@ impl LocalEngine {
                 finish = FinishReason::Stop;
                 break;
             }
-            let settled = settled_len(&text, &request.stop);
-            if settled > sent {
-                on_text(&text[sent..settled]);
-                sent = settled;
+            if let Some(on_text) = on_text.as_mut() {
+                let settled = settled_len(&text, &request.stop);
+                if settled > sent {
+                    on_text(&text[sent..settled]);
+                    sent = settled;
+                }
             }
             batch.clear();
             batch.add(token, session.cached.len() as i32, &[0], true)?;
             session.context.decode(&mut batch)?;
             session.cached.push(token);
         }
-        if let Some(rest) = text.get(sent..).filter(|rest| !rest.is_empty()) {
+        if let (Some(on_text), Some(rest)) = (on_text, text.get(sent..))
+            && !rest.is_empty()
+        {
             on_text(rest);
         }
         Ok(Completion {
@@ -367,7 +376,7 @@ impl LlmClient for LocalEngine {
     }
 
     fn complete(&self, request: &Request) -> Result<Completion> {
-        self.generate(request, &mut |_| {})
+        self.generate(request, None)
     }
 
     fn complete_streaming(
@@ -375,7 +384,7 @@ impl LlmClient for LocalEngine {
         request: &Request,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Completion> {
-        self.generate(request, on_text)
+        self.generate(request, Some(on_text))
     }
 }
 

@@ -170,6 +170,16 @@ impl EditSettings {
     pub fn candidates_for(&self, method: &dyn Method) -> usize {
         self.candidates.unwrap_or(method.card().candidates)
     }
+
+    /// The most candidates per attempt any of `methods` takes: a run that serves them loads the
+    /// fluency model to rank candidates when this is more than one.
+    pub fn most_candidates(&self, methods: &[&'static dyn Method]) -> usize {
+        methods
+            .iter()
+            .map(|m| self.candidates_for(*m))
+            .max()
+            .unwrap_or(1)
+    }
 }
 
 impl Default for EditSettings {

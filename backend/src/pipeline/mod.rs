@@ -251,12 +251,13 @@ impl Pipeline {
             ensure!(!outcome.context.cancel.is_cancelled(), Abandoned);
             let attempt_seed = attempt_seed(seed, item, attempt);
             let (tried, timing) = self.attempt(item, &outcome.context, attempt, attempt_seed)?;
-            outcome.timing.add(&Timing {
-                context_ms: 0.0,
-                ..timing.clone()
-            });
+            outcome.timing.add(&timing);
             match tried {
                 Ok(kept) => {
+                    let timing = Timing {
+                        context_ms: outcome.context.millis,
+                        ..timing
+                    };
                     outcome.record = Some(self.record(item, &kept, attempt, timing));
                     outcome.verdict = Some(kept.verdict);
                     return Ok(outcome);
@@ -280,7 +281,7 @@ impl Pipeline {
     /// One attempt: the editor's candidates (one, or [`Ranking::candidates`]), each judged, and
     /// the edit it keeps (with `verify`, one the judge passes; with a ranking, the most fluent
     /// of those), or why it keeps none and the other usable edits the judge refused. Also
-    /// returns the attempt's time and tokens.
+    /// returns the attempt's time (beyond the context's) and tokens.
     fn attempt(
         &self,
         item: &Item,
@@ -289,10 +290,7 @@ impl Pipeline {
         seed: u64,
     ) -> Result<(std::result::Result<Kept, Refused>, Timing)> {
         let count = self.ranking.as_ref().map_or(1, |r| r.candidates.max(1));
-        let mut timing = Timing {
-            context_ms: context.millis,
-            ..Timing::default()
-        };
+        let mut timing = Timing::default();
         let mut eligible: Vec<Kept> = Vec::new();
         // Usable edits the judge refused, in the order proposed, and why it refused the first.
         let mut refused: Vec<String> = Vec::new();
@@ -378,14 +376,14 @@ impl Pipeline {
                 let started = Instant::now();
                 let (index, perplexity) = ranking.most_fluent(&eligible);
                 timing.judge_ms += started.elapsed().as_secs_f64() * 1e3;
-                let usable = eligible.len() + refused.len();
+                let count_eligible = eligible.len();
                 let mut kept = eligible.remove(index);
                 let others = eligible.into_iter().map(|k| k.candidate.text);
                 kept.chosen = Some(FluencyChoice {
                     model: ranking.fluency.model().to_string(),
                     perplexity,
                     candidates: count,
-                    eligible: usable - refused.len(),
+                    eligible: count_eligible,
                     others: others.chain(refused).collect(),
                 });
                 kept
@@ -455,27 +453,31 @@ impl Ranking {
     /// least [`CONFIDENT_FLIP`] (of all, when none is), the first on ties, a text the model
     /// cannot score ranking last; and its perplexity.
     fn most_fluent(&self, eligible: &[Kept]) -> (usize, Option<f64>) {
-        let scored: Vec<(bool, Option<f64>)> = eligible
+        let sure =
+            |kept: &Kept| kept.verdict.passed && kept.verdict.target_probability >= CONFIDENT_FLIP;
+        let any_sure = eligible.iter().any(sure);
+        // Only the candidates that can win are scored.
+        let scored: Vec<(usize, Option<f64>)> = eligible
             .iter()
-            .map(|kept| {
-                let unsure =
-                    !(kept.verdict.passed && kept.verdict.target_probability >= CONFIDENT_FLIP);
+            .enumerate()
+            .filter(|(_, kept)| !any_sure || sure(kept))
+            .map(|(index, kept)| {
                 let perplexity = self
                     .fluency
                     .perplexity(&kept.candidate.text)
                     .ok()
                     .filter(|p| p.is_finite());
-                (unsure, perplexity)
+                (index, perplexity)
             })
             .collect();
-        let rank = |k: usize| (scored[k].0, scored[k].1.unwrap_or(f64::INFINITY));
-        let best = (0..scored.len())
-            .reduce(|best, next| match rank(next) < rank(best) {
+        let rank = |perplexity: Option<f64>| perplexity.unwrap_or(f64::INFINITY);
+        scored
+            .into_iter()
+            .reduce(|best, next| match rank(next.1) < rank(best.1) {
                 true => next,
                 false => best,
             })
-            .expect("at least one eligible edit");
-        (best, scored[best].1)
+            .expect("at least one eligible edit")
     }
 }
 

@@ -397,11 +397,10 @@ fn generate_all(
         reproduction: args.lass.settings(),
         ..EditSettings::default()
     };
-    let candidates = chosen.iter().map(|m| settings.candidates_for(*m)).max();
     let fluency = args
         .lass
         .fluency
-        .for_run(home, reproduces, candidates.unwrap_or(1))?;
+        .for_run(home, reproduces, settings.most_candidates(chosen))?;
     let models = with_backend!(
         args.device,
         load_models(ModelsConfig {
