@@ -87,6 +87,26 @@ fn pretraining_resumes_to_identical_weights_and_scores_what_it_wrote() {
         std::fs::read(resumed.join("model.safetensors")).unwrap(),
         "a resumed run must end with the same weights"
     );
+    // The learning curve: the held-out loss at every checkpoint (every 2 of 10 steps, and the
+    // pause at step 3 in the resumed run), ending at the report's final loss.
+    let curve = |report: &Value| -> Vec<(u64, f64)> {
+        report["held_out_curve"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["step"].as_u64().unwrap(), p["loss"].as_f64().unwrap()))
+            .collect()
+    };
+    let whole_curve = curve(&report);
+    let steps: Vec<u64> = whole_curve.iter().map(|p| p.0).collect();
+    assert_eq!(steps, [2, 4, 6, 8, 10], "{report}");
+    let final_loss = report["held_out_loss"].as_f64().unwrap();
+    assert!((whole_curve[4].1 - final_loss).abs() < 1e-3, "{report}");
+    let resumed_report: Value =
+        serde_json::from_slice(&std::fs::read(resumed.join("pretrain.json")).unwrap()).unwrap();
+    let resumed_curve = curve(&resumed_report);
+    assert_eq!(resumed_curve.len(), 6, "{resumed_report}");
+    assert_eq!(resumed_curve.last(), whole_curve.last());
 
     let score = |model: &Path| {
         success(

@@ -439,6 +439,8 @@ pub struct Seq2SeqObjective {
     pub examples: Vec<Seq2SeqExample>,
     /// Held-out examples whose loss picks the best epoch (none: the last epoch's model).
     pub validation: Vec<Seq2SeqExample>,
+    /// Held-out examples whose loss is measured at every checkpoint (the learning curve).
+    pub curve: Vec<Seq2SeqExample>,
     pub config: T5Config,
     pub start: Option<PathBuf>,
     pub alpha: f64,
@@ -492,6 +494,11 @@ impl<B: AutodiffBackend> Objective<B> for Seq2SeqObjective {
                 device,
             )
         })
+    }
+
+    fn curve_loss(&self, model: &Self::Model, device: &B::Device) -> Option<f64> {
+        (!self.curve.is_empty())
+            .then(|| held_out_loss(&model.valid(), &self.curve, &self.tokenizer, 16, device))
     }
 }
 

@@ -23,7 +23,9 @@ use super::{Seq2SeqExample, Seq2SeqObjective, held_out_loss, load_t5, save_t5};
 use crate::compute::Compute;
 use crate::model_dirs::write_atomic;
 use crate::retrieval::corpus::Corpus;
-use crate::training::classifier::{TrainConfig, TrainOutcome, TrainRecord, run_training};
+use crate::training::classifier::{
+    CurvePoint, TrainConfig, TrainOutcome, TrainRecord, run_training,
+};
 
 /// The model pretraining builds by default: T5 v1.1's shape (gated-GELU) at a size that trains
 /// on 2 CPU cores, with the output tied to the embedding to halve the 32k-row matrices.
@@ -90,6 +92,9 @@ pub struct PretrainReport {
     /// Mean cross-entropy per target token on the held-out sentences, before and after.
     pub held_out_loss_initial: f64,
     pub held_out_loss: f64,
+    /// The held-out loss at each checkpoint of training (empty in reports older than it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_out_curve: Vec<CurvePoint>,
     /// Input + target tokens per second of training.
     pub tokens_per_second: f64,
     pub train_seconds: f64,
@@ -190,6 +195,7 @@ pub fn pretrain<B: Backend>(
     let objective = Seq2SeqObjective {
         examples,
         validation: Vec::new(),
+        curve: held_out.clone(),
         config: run.model.clone(),
         start: None,
         alpha: 0.0,
@@ -230,6 +236,7 @@ pub fn pretrain<B: Backend>(
             &compute.device,
         ),
         held_out_loss: held_out_loss(&trained, &held_out, &tokenizer, batch, &compute.device),
+        held_out_curve: record.held_out_curve.clone(),
         tokens_per_second: tokens as f64 * run.train.epochs as f64 / record.train_seconds.max(1e-9),
         train_seconds: record.train_seconds,
         noise_density: run.noise_density,

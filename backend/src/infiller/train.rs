@@ -276,6 +276,7 @@ pub fn train_infiller<B: Backend>(
     let objective = Seq2SeqObjective {
         examples: train,
         validation,
+        curve: Vec::new(),
         config: config.clone(),
         start: Some(run.base.clone()),
         alpha: run.alpha,

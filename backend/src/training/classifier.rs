@@ -216,6 +216,9 @@ pub struct TrainRecord {
     /// The epoch (1-based) whose model had the lowest validation loss: the one kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub best_epoch: Option<usize>,
+    /// The held-out loss at each checkpoint (objectives with a learning-curve set).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_out_curve: Vec<CurvePoint>,
     pub backend: String,
     pub flipside_version: String,
     /// The ids of the training examples (classifiers; none in records older than the field),
@@ -223,6 +226,13 @@ pub struct TrainRecord {
     /// have been trained on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub train_ids: Vec<String>,
+}
+
+/// One point of a learning curve: the held-out loss after `step` optimiser steps.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    pub step: usize,
+    pub loss: f64,
 }
 
 impl TrainRecord {
@@ -250,6 +260,7 @@ impl TrainRecord {
             train_seconds: 0.0,
             validation_losses: Vec::new(),
             best_epoch: None,
+            held_out_curve: Vec::new(),
             backend: backend.to_string(),
             flipside_version: env!("CARGO_PKG_VERSION").to_string(),
             train_ids: Vec::new(),
@@ -326,6 +337,11 @@ pub trait Objective<B: AutodiffBackend> {
     /// The loss on held-out data, measured after each epoch; when given, the model of the
     /// epoch with the lowest one is the run's result (not the last).
     fn validation_loss(&self, _model: &Self::Model, _device: &B::Device) -> Option<f64> {
+        None
+    }
+    /// The loss on held-out data measured at every checkpoint: the run's learning curve (it
+    /// does not choose the model).
+    fn curve_loss(&self, _model: &Self::Model, _device: &B::Device) -> Option<f64> {
         None
     }
     /// Each item's length (tokens): when given, batches hold items of similar length, so
@@ -471,6 +487,13 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
             || record.step == total
         {
             record.train_seconds = seconds_before + started.elapsed().as_secs_f64();
+            if let Some(loss) = objective.curve_loss(&model, device) {
+                tracing::info!(step = record.step, loss, "held-out loss");
+                record.held_out_curve.push(CurvePoint {
+                    step: record.step,
+                    loss,
+                });
+            }
             save_state(
                 state_dir,
                 &model,
