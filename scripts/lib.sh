@@ -102,19 +102,35 @@ install_qemu_user() {
   apt_install "the CPU test emulates a CPU without AVX-512" qemu-user
 }
 
-# The server test streams from /v1 with the official OpenAI Python SDK, installed from PyPI
-# into the target directory (once) and handed to the tests by FLIPSIDE_TEST_OPENAI_SDK.
-OPENAI_SDK_VERSION="3.57.0"
-install_openai_sdk() {
-  local dir="$CARGO_TARGET_DIR/openai-sdk-$OPENAI_SDK_VERSION"
-  if [ ! -e "$dir/openai/__init__.py" ]; then
-    step "installing the OpenAI Python SDK $OPENAI_SDK_VERSION for the streaming test"
+# python_packages VAR DIR WHY REQUIREMENT…: installs REQUIREMENTs from PyPI into
+# $CARGO_TARGET_DIR/DIR (once) and exports VAR as that directory: the tests' PYTHONPATH for them.
+python_packages() {
+  local var="$1" dir="$CARGO_TARGET_DIR/$2" why="$3"
+  shift 3
+  if [ ! -e "$dir/.installed" ]; then
+    step "installing $* from PyPI ($why)"
+    rm -rf "$dir.partial"
     python3 -m pip install --quiet --disable-pip-version-check --no-warn-conflicts \
-      --root-user-action=ignore --target "$dir.partial" \
-      "openai==$OPENAI_SDK_VERSION"
+      --root-user-action=ignore --target "$dir.partial" "$@"
+    touch "$dir.partial/.installed"
     rm -rf "$dir" && mv "$dir.partial" "$dir"
   fi
-  export FLIPSIDE_TEST_OPENAI_SDK="$dir"
+  export "$var=$dir"
+}
+
+# The server test streams from /v1 with the official OpenAI Python SDK.
+OPENAI_SDK_VERSION="3.57.0"
+install_openai_sdk() {
+  python_packages FLIPSIDE_TEST_OPENAI_SDK "openai-sdk-$OPENAI_SDK_VERSION" \
+    "the streaming test" "openai==$OPENAI_SDK_VERSION"
+}
+
+# The Parquet and save_to_disk tests round-trip files through Hugging Face `datasets` on pyarrow.
+DATASETS_VERSION="5.2.0"
+PYARROW_VERSION="26.0.1"
+install_datasets() {
+  python_packages FLIPSIDE_TEST_DATASETS "datasets-$DATASETS_VERSION-pyarrow-$PYARROW_VERSION" \
+    "the Parquet tests" "datasets==$DATASETS_VERSION" "pyarrow==$PYARROW_VERSION"
 }
 
 # The server's Postgres test starts a throwaway cluster with Debian's postgresql binaries.

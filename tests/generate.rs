@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::accounts::{add_user, api_token};
 use crate::common::{ITEMS, MODEL};
+use crate::datasets::check_parquet_matches_jsonl;
 
 impl Setup {
     fn generate(&self, method: &str, out: &Path) -> Command {
@@ -309,9 +310,28 @@ fn a_killed_run_resumes_with_nothing_lost_or_duplicated_and_ablations_run() {
         }
     }
 
+    // `--out FILE.parquet`: the records also as a Parquet table, from their JSON lines in
+    // FILE.jsonl (what a rerun resumes from).
+    let table = s.dir.path().join("retrieved.parquet");
+    let printed = success(&mut s.generate("retrieve-only", &table));
+    assert_eq!(printed.trim(), table.to_str().unwrap());
     let retrieved = s.dir.path().join("retrieved.jsonl");
-    success(&mut s.generate("retrieve-only", &retrieved));
     let records = check_complete(&retrieved, 6);
+    let shown = success(flipside().args(["data", "show"]).arg(&table).args([
+        "--text-col",
+        "edited",
+        "--label-col",
+        "target",
+        "--id-col",
+        "key",
+    ]));
+    assert!(
+        shown.contains(&format!("examples {}", records.len())),
+        "{shown}"
+    );
+    if let Some(columns) = check_parquet_matches_jsonl(&table, &retrieved) {
+        assert_eq!(columns[..4], ["key", "item", "method", "original"]);
+    }
     for record in &records {
         let helpers: Vec<&str> = record["provenance"]["retrieved"]
             .as_array()

@@ -9,6 +9,7 @@ mod browser;
 mod checkpoint;
 mod cli;
 mod cpus;
+mod datasets;
 mod encoder_parity;
 mod experiment;
 mod faults;

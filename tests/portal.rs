@@ -18,7 +18,8 @@ use crate::accounts::{
     ADMIN_PASSWORD, Account, Auth, add_user, api_token, follow, items_dataset, login, session_of,
     sign_in, team_of,
 };
-use crate::common::{EditingSetup, editing_setup, flipside, success};
+use crate::common::{EditingSetup, editing_setup, flipside, success, success_stderr};
+use crate::datasets::check_parquet_matches_jsonl;
 use crate::server::{Postgres, Server, check_error, json_of, postgres_bin_dir};
 
 const PASSWORD: &str = "a long enough password";
@@ -309,6 +310,20 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
         .bytes()
         .unwrap()
         .to_vec();
+    // The same records as Parquet: every row and value, as datasets and pyarrow load them.
+    let table = ada.get(&format!("/teams/{team}/jobs/{job_id}/records.parquet"));
+    assert_eq!(
+        table.headers()["content-disposition"],
+        format!("attachment; filename=\"{job_id}.parquet\"")
+    );
+    let both = tempfile::tempdir().unwrap();
+    let (jsonl, parquet) = (
+        both.path().join("job.jsonl"),
+        both.path().join("job.parquet"),
+    );
+    std::fs::write(&jsonl, &records).unwrap();
+    std::fs::write(&parquet, table.bytes().unwrap()).unwrap();
+    check_parquet_matches_jsonl(&parquet, &jsonl);
     let files = new_queue(&ada, &team, json!({"name": "files"}));
     let f = format!("/teams/{team}/queues/{files}");
     let added = json_of(
@@ -453,6 +468,33 @@ fn portal_scenario(setup: &EditingSetup, extra: &[&str]) -> Vec<String> {
             .iter()
             .all(|l| l["text"].is_string() && l["label"].is_string())
     );
+    // The same export as Parquet (from --out's extension), and the records as Parquet.
+    let table = setup.dir.path().join("reviewed.parquet");
+    let said = success_stderr(
+        flipside()
+            .args(["portal", "export", "--server", &server.url, "--team", &team])
+            .args(["--queue", &upload_queue, "--originals", "--out"])
+            .arg(&table)
+            .env("FLIPSIDE_TOKEN", &secret),
+    );
+    assert!(said.contains("(14 rows)"), "{said}");
+    check_parquet_matches_jsonl(&table, &exported);
+    let shown = success(flipside().args(["data", "show"]).arg(&table));
+    assert!(shown.contains("examples 14"), "{shown}");
+    let records = script.get(&format!("{u}/export?format=records&as=parquet"));
+    assert_eq!(
+        records.headers()["content-type"],
+        "application/vnd.apache.parquet"
+    );
+    let records_file = setup.dir.path().join("records.parquet");
+    std::fs::write(&records_file, records.bytes().unwrap()).unwrap();
+    let shown = success(flipside().args(["data", "show"]).arg(&records_file).args([
+        "--text-col",
+        "edited",
+        "--label-col",
+        "target",
+    ]));
+    assert!(shown.contains("examples 7"), "{shown}");
     let pairs = script
         .get(&format!("{u}/export?format=pairs"))
         .text()
@@ -727,6 +769,12 @@ fn every_endpoint_role_and_team(
             Method::GET,
             "jobs/{id}/records.jsonl",
             format!("jobs/{job}/records.jsonl"),
+            Value::Null,
+        ),
+        (
+            Method::GET,
+            "jobs/{id}/records.parquet",
+            format!("jobs/{job}/records.parquet"),
             Value::Null,
         ),
         (

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::accounts::{Account, api_token, first_admin, follow, items_dataset};
 use crate::common::{
-    EditingSetup, ITEMS, editing_setup, serve_command, spawn_listening, spawn_server,
+    EditingSetup, ITEMS, editing_setup, reference_python, serve_command, spawn_listening,
+    spawn_server, success,
 };
 use flipside_backend::server::app_files;
 use flipside_shared::models::compact::is_compact;
@@ -1078,28 +1079,16 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     assert_eq!(text, whole["choices"][0]["text"]);
 
     // The official OpenAI Python SDK's streaming iterator reads the same reply.
-    match std::env::var_os("FLIPSIDE_TEST_OPENAI_SDK") {
-        Some(sdk) => {
-            let script = r#"
+    if let Some(mut python) = reference_python("FLIPSIDE_TEST_OPENAI_SDK", "the OpenAI SDK check") {
+        let script = r#"
 import sys, openai
 client = openai.OpenAI(base_url=sys.argv[1] + "v1", api_key=sys.argv[2])
 stream = client.chat.completions.create(model="any", stream=True, max_tokens=16,
     temperature=0, messages=[{"role": "user", "content": "Name three colours."}])
 print("".join(c.choices[0].delta.content or "" for c in stream if c.choices), end="")
 "#;
-            let out = Command::new("python3")
-                .env("PYTHONPATH", &sdk)
-                .args(["-c", script, &server.url, &key])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert_eq!(String::from_utf8(out.stdout).unwrap(), pieces.concat());
-        }
-        None => eprintln!("FLIPSIDE_TEST_OPENAI_SDK is not set: the OpenAI SDK check is skipped"),
+        let streamed = success(python.args(["-c", script, &server.url, &key]));
+        assert_eq!(streamed, pieces.concat());
     }
 
     // A burst beyond the server's turns (one per core, four waiting per core) is refused at once

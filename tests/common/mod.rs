@@ -47,7 +47,16 @@ pub fn flipside() -> Command {
 
 /// Runs a command and returns its stdout, failing with its stderr when it fails.
 pub fn success(command: &mut Command) -> String {
-    let output = command.output().expect("flipside runs");
+    String::from_utf8(succeeded(command).stdout).unwrap()
+}
+
+/// Runs a command that must succeed and returns its stderr (where summaries go).
+pub fn success_stderr(command: &mut Command) -> String {
+    String::from_utf8(succeeded(command).stderr).unwrap()
+}
+
+fn succeeded(command: &mut Command) -> Output {
+    let output = command.output().expect("the command runs");
     assert!(
         output.status.success(),
         "{command:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
@@ -55,7 +64,7 @@ pub fn success(command: &mut Command) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    String::from_utf8(output.stdout).unwrap()
+    output
 }
 
 /// Runs a command that must fail and returns its stderr.
@@ -67,6 +76,26 @@ pub fn failure(command: &mut Command) -> String {
         String::from_utf8_lossy(&output.stdout)
     );
     String::from_utf8(output.stderr).unwrap()
+}
+
+/// `python3` with the packages of the tests' reference environment that `var` points at
+/// (scripts/lib.sh's `python_packages`) on its path, offline and with a throwaway Hugging Face
+/// cache; `None`, with a note that `check` is skipped, where `var` is not set.
+pub fn reference_python(var: &str, check: &str) -> Option<Command> {
+    let Some(packages) = std::env::var_os(var) else {
+        eprintln!("{var} is not set: {check} is skipped");
+        return None;
+    };
+    let cache = std::env::temp_dir().join(format!("flipside-hf-cache-{}", std::process::id()));
+    let mut command = Command::new("python3");
+    command
+        .env("PYTHONPATH", packages)
+        .env("PYTHONWARNINGS", "ignore")
+        .env("HF_HOME", &cache)
+        .env("HF_DATASETS_OFFLINE", "1")
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_DATASETS_DISABLE_PROGRESS_BARS", "1");
+    Some(command)
 }
 
 /// A small sentiment dataset whose label is carried by one adjective among neutral words.

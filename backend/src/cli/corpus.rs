@@ -51,7 +51,7 @@ impl CorpusArg {
 
 #[derive(Debug, Args)]
 pub struct BuildArgs {
-    /// Sources: `imdb[:split]`, `rotten-tomatoes`, CSV/TSV/JSONL files (the text column; labels
+    /// Sources: `imdb[:split]`, `rotten-tomatoes`, CSV/TSV/JSONL/Parquet files (the text column; labels
     /// are not read) or plain text files (one document per line)
     /// [default: imdb:train rotten-tomatoes]
     pub sources: Vec<String>,

@@ -14,7 +14,8 @@ use crate::pipeline::manifest::{MANIFEST, Manifest};
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Reading dataset files")]
 pub struct ReadArgs {
-    /// File format [default: from the extension: .csv, .tsv, .jsonl]
+    /// File format [default: from the extension: .csv, .tsv, .jsonl, .parquet, .arrow; a
+    /// directory is read as Parquet or Arrow files (`datasets`' `save_to_disk` or `to_parquet`)]
     #[arg(long, value_enum)]
     pub format: Option<Format>,
     /// Column (or JSON field) holding the text
@@ -114,7 +115,8 @@ impl ReadArgs {
 pub enum DataCommand {
     /// Read a dataset and summarise it: size, labels, splits, first examples
     Show {
-        /// `imdb`, `rotten-tomatoes`, or a CSV/TSV/JSONL file; add `:train`, `:dev` or `:test`
+        /// `imdb`, `rotten-tomatoes`, or a CSV/TSV/JSONL/Parquet file (or a directory of
+        /// Parquet or Arrow files, as Hugging Face `datasets` saves them); add `:train`, `:dev` or `:test`
         dataset: String,
         #[command(flatten)]
         read: ReadArgs,

@@ -12,6 +12,7 @@ use super::data::ReadArgs;
 use super::llm::LlmArgs;
 use super::values::Rationales;
 use crate::compute::DeviceChoice;
+use crate::data::tables::{TableFormat, jsonl_to_parquet};
 use crate::editing::items::{Selection, Unit};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
@@ -25,7 +26,7 @@ use crate::with_backend;
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
-    /// Dataset: imdb[:split], rotten-tomatoes, or a CSV/TSV/JSONL file[:split]
+    /// Dataset: imdb[:split], rotten-tomatoes, or a CSV/TSV/JSONL/Parquet file (or Parquet/Arrow directory)[:split]
     #[arg(long, default_value = "imdb:test")]
     pub data: String,
     /// How counterfactuals are made
@@ -46,8 +47,9 @@ pub struct GenerateArgs {
     #[arg(long, value_enum, default_value_t)]
     pub unit: Unit,
     /// Output: one JSON line per counterfactual (appended; a rerun resumes). Failed attempts go
-    /// to OUT.failures.jsonl, the run's settings to OUT.config.json
-    /// [default: HOME/runs/DATA-METHOD.jsonl]
+    /// to OUT.failures.jsonl, the run's settings to OUT.config.json. A FILE.parquet is written
+    /// when the run ends, one column per record field, from the JSON lines in FILE.jsonl (what a
+    /// rerun resumes from) [default: HOME/runs/DATA-METHOD.jsonl]
     #[arg(short, long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Seed of the item shuffle and of each attempt's sampling
@@ -186,13 +188,19 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
              train one with `flipside classifier train`, or pass --classifier"
         ))
     })?;
-    let output = args.out.clone().unwrap_or_else(|| {
+    let requested = args.out.clone().unwrap_or_else(|| {
         home.root().join("runs").join(format!(
             "{}-{}.jsonl",
             args.data.replace([':', '/'], "-"),
             method.id()
         ))
     });
+    let parquet = (TableFormat::from_path(&requested) == Some(TableFormat::Parquet))
+        .then(|| requested.clone());
+    let output = match &parquet {
+        Some(table) => table.with_extension("jsonl"),
+        None => requested,
+    };
     let llm = if method.uses_llm() {
         Some(args.llm.client(home)?)
     } else {
@@ -275,7 +283,17 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         summary.failed_attempts,
         summary.given_up
     );
-    println!("{}", output.display());
+    match parquet {
+        Some(table) => {
+            let rows = jsonl_to_parquet(&output, &table)?;
+            eprintln!(
+                "{rows} records as Parquet; a rerun resumes from their JSON lines in {}",
+                output.display()
+            );
+            println!("{}", table.display());
+        }
+        None => println!("{}", output.display()),
+    }
     Ok(())
 }
 

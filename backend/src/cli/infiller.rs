@@ -45,7 +45,7 @@ pub enum InfillerCommand {
 
 #[derive(Debug, Args)]
 pub struct TrainArgs {
-    /// Training data: imdb[:split], rotten-tomatoes, or a CSV/TSV/JSONL file[:split]
+    /// Training data: imdb[:split], rotten-tomatoes, or a CSV/TSV/JSONL/Parquet file (or Parquet/Arrow directory)[:split]
     #[arg(long, default_value = "imdb:train")]
     pub data: String,
     /// Use the first N examples (after a seeded shuffle; 0: all). The default, 1,000 IMDb

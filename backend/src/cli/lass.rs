@@ -44,7 +44,7 @@ pub enum LassCommand {
 #[derive(Debug, Args)]
 pub struct TrainArgs {
     /// Unpaired labelled texts for the corpus-first stage: imdb[:split], rotten-tomatoes, or a
-    /// CSV/TSV/JSONL file[:split]; `none` skips the stage (the paper trains on pairs only)
+    /// CSV/TSV/JSONL/Parquet file (or Parquet/Arrow directory)[:split]; `none` skips the stage (the paper trains on pairs only)
     #[arg(long, default_value = "imdb:train")]
     pub data: String,
     /// Use the first N texts (after a seeded shuffle; 0: all)

@@ -65,7 +65,7 @@ pub enum Command {
     /// Fetch, list and verify pretrained models and datasets
     #[command(subcommand)]
     Assets(assets::AssetsCommand),
-    /// Inspect datasets: built-ins (imdb, rotten-tomatoes) or CSV/TSV/JSONL files
+    /// Inspect datasets: built-ins (imdb, rotten-tomatoes) or CSV/TSV/JSONL/Parquet/Arrow files
     #[command(subcommand)]
     Data(data::DataCommand),
     /// Embed lines of text (a file or stdin) as unit-length sentence vectors

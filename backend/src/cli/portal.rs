@@ -39,13 +39,14 @@ pub struct ExportArgs {
     pub queue: String,
     #[arg(long, value_enum, default_value_t = Format::Classifier)]
     pub format: Format,
-    /// Write CSV (classifier and pairs formats) instead of JSON lines
+    /// Write CSV (classifier and pairs formats) whatever --out's extension
     #[arg(long)]
     pub csv: bool,
     /// Classifier format: add each kept item's original with its own label
     #[arg(long)]
     pub originals: bool,
-    /// The file to write
+    /// The file to write: FILE.parquet as Parquet, FILE.csv as CSV (classifier and pairs
+    /// formats), anything else as JSON lines
     #[arg(long, value_name = "FILE")]
     pub out: PathBuf,
 }
@@ -62,12 +63,17 @@ fn export(args: &ExportArgs) -> Result<()> {
         Format::Pairs => "pairs",
         Format::Records => "records",
     };
+    let file = match (args.csv, crate::data::Format::from_path(&args.out)) {
+        (true, _) | (false, Some(crate::data::Format::Csv)) => "csv",
+        (false, Some(crate::data::Format::Parquet)) => "parquet",
+        _ => "jsonl",
+    };
     let url = format!(
         "{}/api/teams/{}/queues/{}/export?format={format}&as={}&originals={}",
         args.server.trim_end_matches('/'),
         args.team,
         args.queue,
-        if args.csv { "csv" } else { "jsonl" },
+        file,
         args.originals
     );
     let response = reqwest::blocking::Client::new()
@@ -84,11 +90,22 @@ fn export(args: &ExportArgs) -> Result<()> {
         bail!("the server answered {status}: {message}");
     }
     crate::model_dirs::write_atomic(&args.out, &body)?;
-    let lines = body.iter().filter(|b| **b == b'\n').count();
-    eprintln!(
-        "wrote {} ({lines} lines{})",
-        args.out.display(),
-        if args.csv { ", with a header" } else { "" }
-    );
+    let counted = match file {
+        "parquet" => {
+            let reader = parquet::file::reader::SerializedFileReader::new(body.clone())
+                .context("the server's export is not a Parquet file")?;
+            let rows = parquet::file::reader::FileReader::metadata(&reader)
+                .file_metadata()
+                .num_rows();
+            format!("{rows} rows")
+        }
+        "csv" => format!("{} lines, with a header", count_lines(&body)),
+        _ => format!("{} lines", count_lines(&body)),
+    };
+    eprintln!("wrote {} ({counted})", args.out.display());
     Ok(())
+}
+
+fn count_lines(body: &[u8]) -> usize {
+    body.iter().filter(|b| **b == b'\n').count()
 }

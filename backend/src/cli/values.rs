@@ -59,17 +59,23 @@ impl ValueEnum for DeviceChoice {
 
 impl ValueEnum for Format {
     fn value_variants<'a>() -> &'a [Self] {
-        &[Format::Csv, Format::Tsv, Format::Jsonl]
+        &Format::ALL
     }
 
     fn to_possible_value(&self) -> Option<PossibleValue> {
-        Some(match self {
-            Format::Csv => PossibleValue::new("csv")
-                .help("Comma-separated, with a header row and RFC 4180 quoting"),
-            Format::Tsv => PossibleValue::new("tsv")
-                .help("Tab-separated, with a header row; quotes are ordinary characters"),
-            Format::Jsonl => PossibleValue::new("jsonl").help("One JSON object per line"),
-        })
+        let help = match self {
+            Format::Csv => "Comma-separated, with a header row and RFC 4180 quoting",
+            Format::Tsv => "Tab-separated, with a header row; quotes are ordinary characters",
+            Format::Jsonl => "One JSON object per line",
+            Format::Parquet => {
+                "Apache Parquet: a file, or a directory of them (Hugging Face datasets' \
+                 to_parquet, a Hub dataset's data/ folder)"
+            }
+            Format::Arrow => {
+                "Arrow IPC: a Hugging Face datasets save_to_disk directory, or one file"
+            }
+        };
+        Some(PossibleValue::new(self.name()).help(help))
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod builtin;
 mod readers;
+pub mod tables;
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -42,6 +43,7 @@ pub enum Split {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     Builtin(Builtin),
+    /// A file, or a directory of Parquet or Arrow files.
     File(PathBuf),
 }
 
@@ -70,12 +72,13 @@ impl FromStr for DatasetSpec {
         };
         let source = if let Some(builtin) = Builtin::parse(name) {
             Source::Builtin(builtin)
-        } else if std::path::Path::new(name).is_file() {
+        } else if std::path::Path::new(name).exists() {
             Source::File(name.into())
         } else {
             let builtins: Vec<_> = Builtin::ALL.iter().map(|b| b.name()).collect();
             bail!(
-                "{name:?} is neither a file nor a built-in dataset ({})",
+                "{name:?} is neither a file (or a directory of Parquet or Arrow files) nor a \
+                 built-in dataset ({})",
                 builtins.join(", ")
             )
         };

@@ -1,7 +1,7 @@
-//! Readers for labelled CSV, TSV and JSONL files with column mapping.
+//! Readers for labelled CSV, TSV, JSONL, Parquet and Arrow files with column mapping.
 //!
-//! A malformed row is an error naming the file, line and reason, or — with `skip_bad` — is
-//! skipped and counted. Rows are never silently dropped or mislabelled.
+//! A malformed row is an error naming the file, line (in Parquet and Arrow: row) and reason, or
+//! — with `skip_bad` — is skipped and counted. Rows are never silently dropped or mislabelled.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -10,7 +10,10 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use arrow_array::RecordBatch;
 use flipside_shared::data::{Dataset, Example, Input, LabelVocab};
+
+use super::tables::{self, TableFormat};
 
 /// A file format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -22,16 +25,68 @@ pub enum Format {
     Tsv,
     /// One JSON object per line.
     Jsonl,
+    /// Apache Parquet: a file, or a directory of them (`datasets`' `to_parquet`, a Hub
+    /// dataset's `data/` folder).
+    Parquet,
+    /// Arrow IPC: a `datasets` `save_to_disk` directory, or one file.
+    Arrow,
 }
 
 impl Format {
-    /// The format implied by a file extension (`.csv`, `.tsv`, `.jsonl`/`.ndjson`).
+    /// The format implied by a file extension (`.csv`, `.tsv`, `.jsonl`/`.ndjson`,
+    /// `.parquet`/`.pq`, `.arrow`).
     pub fn from_path(path: &Path) -> Option<Self> {
+        if let Some(table) = TableFormat::from_path(path) {
+            return Some(Format::from(table));
+        }
         match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
             "csv" => Some(Format::Csv),
             "tsv" | "tab" => Some(Format::Tsv),
             "jsonl" | "ndjson" => Some(Format::Jsonl),
             _ => None,
+        }
+    }
+
+    /// Every format, in the order `--help` lists them.
+    pub const ALL: [Format; 5] = [
+        Format::Csv,
+        Format::Tsv,
+        Format::Jsonl,
+        Format::Parquet,
+        Format::Arrow,
+    ];
+
+    /// The format's name (`csv`, `tsv`, `jsonl`, `parquet`, `arrow`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Csv => "csv",
+            Format::Tsv => "tsv",
+            Format::Jsonl => "jsonl",
+            Format::Parquet => "parquet",
+            Format::Arrow => "arrow",
+        }
+    }
+
+    /// The format named `name` (see [`Format::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Format::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// The table format of Parquet and Arrow; `None` for the text formats.
+    fn table(self) -> Option<TableFormat> {
+        match self {
+            Format::Parquet => Some(TableFormat::Parquet),
+            Format::Arrow => Some(TableFormat::Arrow),
+            Format::Csv | Format::Tsv | Format::Jsonl => None,
+        }
+    }
+}
+
+impl From<TableFormat> for Format {
+    fn from(table: TableFormat) -> Self {
+        match table {
+            TableFormat::Parquet => Format::Parquet,
+            TableFormat::Arrow => Format::Arrow,
         }
     }
 }
@@ -126,29 +181,9 @@ struct RawRow {
     label: String,
 }
 
-/// Reads a labelled dataset file.
+/// Reads a labelled dataset file (or a directory of Parquet or Arrow files).
 pub fn read_file(path: &Path, options: &ReadOptions) -> Result<ReadReport> {
-    let format = match options.format.or_else(|| Format::from_path(path)) {
-        Some(format) => format,
-        None => bail!(
-            "cannot tell the format of {} from its extension; pass --format csv|tsv|jsonl",
-            path.display()
-        ),
-    };
-    let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut head = [0u8; 3];
-    let n = file.read(&mut head)?;
-    if head[..n.min(2)] == [0xff, 0xfe] || head[..n.min(2)] == [0xfe, 0xff] {
-        bail!(
-            "{} is UTF-16; Flipside reads UTF-8 (convert with: iconv -f UTF-16 -t UTF-8)",
-            path.display()
-        );
-    }
-    let mut reader = BufReader::new(File::open(path)?);
-    if head[..n] == [0xef, 0xbb, 0xbf] {
-        reader.consume(3);
-    }
-
+    let format = options.format.or_else(|| Format::from_path(path));
     let mut collector = Collector {
         path,
         skip_bad: options.skip_bad,
@@ -157,11 +192,20 @@ pub fn read_file(path: &Path, options: &ReadOptions) -> Result<ReadReport> {
         unlabelled: Vec::new(),
         skipped: Vec::new(),
     };
-    match format {
-        Format::Csv | Format::Tsv => read_delimited(reader, format, options, &mut collector),
-        Format::Jsonl => read_jsonl(reader, options, &mut collector),
+    let table = format.and_then(Format::table);
+    if path.is_dir() || table.is_some() {
+        read_table(path, table, options, &mut collector)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+    } else {
+        let Some(format) = format else {
+            bail!(
+                "cannot tell the format of {} from its extension; pass --format \
+                 csv|tsv|jsonl|parquet|arrow",
+                path.display()
+            )
+        };
+        read_text(path, format, options, &mut collector)?;
     }
-    .with_context(|| format!("cannot read {}", path.display()))?;
 
     let Collector {
         labels,
@@ -188,6 +232,34 @@ pub fn read_file(path: &Path, options: &ReadOptions) -> Result<ReadReport> {
         .validate()
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(ReadReport { dataset, skipped })
+}
+
+/// Reads a CSV, TSV or JSONL file (UTF-8, a byte-order mark skipped) into `rows`.
+fn read_text(
+    path: &Path,
+    format: Format,
+    options: &ReadOptions,
+    rows: &mut Collector<'_>,
+) -> Result<()> {
+    let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut head = [0u8; 3];
+    let n = file.read(&mut head)?;
+    if head[..n.min(2)] == [0xff, 0xfe] || head[..n.min(2)] == [0xfe, 0xff] {
+        bail!(
+            "{} is UTF-16; Flipside reads UTF-8 (convert with: iconv -f UTF-16 -t UTF-8)",
+            path.display()
+        );
+    }
+    let mut reader = BufReader::new(File::open(path)?);
+    if head[..n] == [0xef, 0xbb, 0xbf] {
+        reader.consume(3);
+    }
+    match format {
+        Format::Csv | Format::Tsv => read_delimited(reader, format, options, rows),
+        Format::Jsonl => read_jsonl(reader, options, rows),
+        Format::Parquet | Format::Arrow => unreachable!("tables are read by read_table"),
+    }
+    .with_context(|| format!("cannot read {}", path.display()))
 }
 
 /// Receives parsed rows in file order: resolves labels, and fails on or counts bad rows.
@@ -446,6 +518,87 @@ fn read_jsonl(
             Err(e) => Err(format!("invalid JSON: {e}")),
         };
         rows.push(row.map_err(|reason| (line_number, reason)))?;
+    }
+    Ok(())
+}
+
+/// The cells of one row of a record batch.
+struct TableCells<'a> {
+    batch: &'a RecordBatch,
+    row: usize,
+    max_bytes: usize,
+}
+
+impl RowCells for TableCells<'_> {
+    fn cell(&self, column: &str) -> Result<Option<String>, String> {
+        let array = self
+            .batch
+            .column_by_name(column)
+            .expect("columns are checked against the schema");
+        let text =
+            tables::cell_text(array, self.row).map_err(|e| format!("column {column:?} {e}"))?;
+        match text {
+            Some(text) if text.len() > self.max_bytes => Err(format!(
+                "column {column:?} holds {} bytes, over the limit of {} (--max-row-bytes)",
+                text.len(),
+                self.max_bytes
+            )),
+            text => Ok(text),
+        }
+    }
+}
+
+/// Reads a Parquet or Arrow table (a file or a directory of them) into `rows`, numbering rows
+/// from 1 across its files. Integer labels of a Hugging Face `ClassLabel` column are its names
+/// unless label names are given.
+fn read_table(
+    path: &Path,
+    format: Option<TableFormat>,
+    options: &ReadOptions,
+    rows: &mut Collector<'_>,
+) -> Result<()> {
+    let mut needed = needed_columns(options);
+    needed.sort_unstable();
+    needed.dedup();
+    let mut row_number = 0u64;
+    for (file, format) in tables::table_files(path, format)? {
+        let schema = tables::file_schema(&file, format)?;
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        for column in &needed {
+            if !names.contains(column) {
+                bail!(
+                    "no column {column:?} in {} (columns: {}); map columns with --text-col, \
+                     --label-col, --pair-cols or --id-col",
+                    file.display(),
+                    names.join(", ")
+                );
+            }
+        }
+        if row_number == 0
+            && rows.labels.is_none()
+            && !options.unlabelled
+            && let Some(names) = tables::class_label_names(
+                &schema,
+                path.is_dir().then_some(path),
+                &options.columns.label,
+            )
+        {
+            rows.labels = Some(LabelVocab::new(names));
+        }
+        tables::for_each_batch(&file, format, Some(&needed), |batch| {
+            for row in 0..batch.num_rows() {
+                row_number += 1;
+                let cells = TableCells {
+                    batch,
+                    row,
+                    max_bytes: options.max_row_bytes,
+                };
+                let built = build_row(&cells, row_number, options);
+                rows.push(built.map_err(|reason| (row_number, reason)))?;
+            }
+            Ok(())
+        })
+        .with_context(|| format!("cannot read {}", file.display()))?;
     }
     Ok(())
 }

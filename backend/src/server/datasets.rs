@@ -34,12 +34,8 @@ struct UploadReading {
 
 impl UploadReading {
     fn options(&self) -> Result<ReadOptions> {
-        let format = match self.format.as_str() {
-            "csv" => Format::Csv,
-            "tsv" => Format::Tsv,
-            "jsonl" => Format::Jsonl,
-            other => anyhow::bail!("unknown format {other:?}"),
-        };
+        let format = Format::from_name(&self.format)
+            .with_context(|| format!("unknown format {:?}", self.format))?;
         Ok(ReadOptions {
             format: Some(format),
             columns: Columns {
@@ -352,13 +348,11 @@ fn info(stored: StoredDataset) -> DatasetInfo {
 /// The format of an uploaded file, from its name.
 fn format_of(file_name: &str) -> ApiResult<String> {
     match Format::from_path(Path::new(file_name)) {
-        Some(Format::Csv) => Ok("csv".into()),
-        Some(Format::Tsv) => Ok("tsv".into()),
-        Some(Format::Jsonl) => Ok("jsonl".into()),
+        Some(format) => Ok(format.name().into()),
         None => Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_file_type",
-            format!("{file_name:?} is not a .csv, .tsv or .jsonl file"),
+            format!("{file_name:?} is not a .csv, .tsv, .jsonl, .parquet or .arrow file"),
         )),
     }
 }

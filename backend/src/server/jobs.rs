@@ -23,6 +23,7 @@ use super::db::{RecordFilter, now};
 use super::error::{ApiError, ApiResult, JsonBody, QueryParams};
 use super::portal::auth::{Access, Caller, GENERATE, READ};
 use super::runner::{checkpoint, job_method};
+use crate::data::tables::{PARQUET_MEDIA_TYPE, write_parquet};
 use crate::methods;
 use crate::pipeline::store::failures_path;
 
@@ -324,30 +325,73 @@ pub async fn download(
 ) -> ApiResult<Response> {
     find(&state, &caller, &team, &id, READ).await?;
     let mut body = String::new();
-    let mut offset = 0;
+    for row in all_records(&state, &id).await? {
+        body.push_str(&row);
+        body.push('\n');
+    }
+    Ok(attachment(
+        &id,
+        "jsonl",
+        "application/x-ndjson",
+        Body::from(body),
+    ))
+}
+
+/// Every counterfactual of a job as a Parquet table: one column per record field (as
+/// `flipside generate --out FILE.parquet` writes them).
+#[utoipa::path(get, path = "/teams/{team}/jobs/{id}/records.parquet", tag = "jobs",
+    params(("team" = String, Path), ("id" = String, Path)),
+    security(("session" = []), ("token" = ["read"])),
+    responses((status = 200, content_type = "application/vnd.apache.parquet", description = "one record per row"),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn download_parquet(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, id)): Path<(String, String)>,
+) -> ApiResult<Response> {
+    find(&state, &caller, &team, &id, READ).await?;
+    let rows = all_records(&state, &id).await?;
+    let body = tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        write_parquet(rows.iter().map(String::as_str), &mut out).map(|()| out)
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.into()))?
+    .map_err(ApiError::internal)?;
+    Ok(attachment(
+        &id,
+        "parquet",
+        PARQUET_MEDIA_TYPE,
+        Body::from(body),
+    ))
+}
+
+/// Every record of job `id` (its JSON), in order.
+async fn all_records(state: &AppState, id: &str) -> ApiResult<Vec<String>> {
+    let mut all = Vec::new();
     loop {
         let (rows, _) = state
             .db
-            .records(&id, RecordFilter::All, offset, 1000)
+            .records(id, RecordFilter::All, all.len(), 1000)
             .await?;
         if rows.is_empty() {
-            break;
+            return Ok(all);
         }
-        offset += rows.len();
-        for row in rows {
-            body.push_str(&row);
-            body.push('\n');
-        }
+        all.extend(rows);
     }
-    let disposition = format!("attachment; filename=\"{id}.jsonl\"");
-    Ok((
+}
+
+/// A download of `body` named `ID.EXTENSION`.
+fn attachment(id: &str, extension: &str, content_type: &str, body: Body) -> Response {
+    let disposition = format!("attachment; filename=\"{id}.{extension}\"");
+    (
         [
-            (header::CONTENT_TYPE, "application/x-ndjson".to_string()),
+            (header::CONTENT_TYPE, content_type.to_string()),
             (header::CONTENT_DISPOSITION, disposition),
         ],
-        Body::from(body),
+        body,
     )
-        .into_response())
+        .into_response()
 }
 
 /// Job `id` of `team`, for a caller with `access` to the team's jobs; another team's job is

@@ -192,6 +192,7 @@ pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenA
         .routes(routes!(jobs::events))
         .routes(routes!(jobs::records))
         .routes(routes!(jobs::download))
+        .routes(routes!(jobs::download_parquet))
         .merge(portal::router())
         .split_for_parts();
     enumerate_methods(&mut openapi);

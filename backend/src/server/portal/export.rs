@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::{Caller, EXPORT};
 use super::queue::queue_for;
+use crate::data::tables::{PARQUET_MEDIA_TYPE, write_parquet};
 use crate::server::AppState;
 use crate::server::db::with_pool;
 use crate::server::error::{ApiError, ApiResult, QueryParams};
@@ -39,9 +40,11 @@ pub enum FileFormat {
     #[default]
     Jsonl,
     Csv,
+    /// Apache Parquet (what Hugging Face `datasets` and pandas read): one column per field.
+    Parquet,
 }
 
-/// `?format=classifier|pairs|records&as=jsonl|csv&originals=true`.
+/// `?format=classifier|pairs|records&as=jsonl|csv|parquet&originals=true`.
 #[derive(Debug, Deserialize)]
 pub struct ExportQuery {
     #[serde(default)]
@@ -105,7 +108,7 @@ struct Kept {
 }
 
 /// `GET …/queues/{queue}/export` (reviewers and admins; tokens need the `export` scope).
-#[utoipa::path(get, path = "/teams/{team}/queues/{queue}/export", tag = "review", params(("team" = String, Path), ("queue" = String, Path), ("format" = Option<String>, Query, description = "classifier (default), pairs or records"), ("as" = Option<String>, Query, description = "jsonl (default) or csv"), ("originals" = Option<bool>, Query, description = "classifier format: the originals too")), security(("session" = []), ("token" = ["export"])), responses((status = 200, content_type = "application/x-ndjson", description = "One accepted item (or pair) per line"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+#[utoipa::path(get, path = "/teams/{team}/queues/{queue}/export", tag = "review", params(("team" = String, Path), ("queue" = String, Path), ("format" = Option<String>, Query, description = "classifier (default), pairs or records"), ("as" = Option<String>, Query, description = "jsonl (default), csv or parquet"), ("originals" = Option<bool>, Query, description = "classifier format: the originals too")), security(("session" = []), ("token" = ["export"])), responses((status = 200, content_type = "application/x-ndjson", description = "One accepted item (or pair) per line"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn download(
     State(state): State<AppState>,
     caller: Caller,
@@ -115,7 +118,7 @@ pub async fn download(
     let (queue, _) = queue_for(&state.db, &caller, &team, &queue, EXPORT).await?;
     if query.file == FileFormat::Csv && query.format == ExportKind::Records {
         return Err(ApiError::bad_request(
-            "records are exported as JSON lines only",
+            "records are exported as JSON lines or Parquet, not CSV",
         ));
     }
     let rows: Vec<KeptRow> = with_pool!(&state.db, |pool| sqlx::query_as(
@@ -148,6 +151,7 @@ pub async fn download(
     let (extension, content_type) = match query.file {
         FileFormat::Jsonl => ("jsonl", "application/x-ndjson"),
         FileFormat::Csv => ("csv", "text/csv; charset=utf-8"),
+        FileFormat::Parquet => ("parquet", PARQUET_MEDIA_TYPE),
     };
     let kind = match query.format {
         ExportKind::Classifier => "classifier",
@@ -236,10 +240,12 @@ fn reviewed_record(item: &Kept) -> Counterfactual {
     record
 }
 
-/// JSON lines or CSV rows (with a header) of serialisable lines.
+/// JSON lines, CSV rows (with a header) or a Parquet table of serialisable lines.
 enum Lines {
     Jsonl(Vec<u8>),
     Csv(Box<csv::Writer<Vec<u8>>>),
+    /// Each line's JSON, until the table is written.
+    Parquet(Vec<String>),
 }
 
 impl Lines {
@@ -247,6 +253,7 @@ impl Lines {
         match format {
             FileFormat::Jsonl => Lines::Jsonl(Vec::new()),
             FileFormat::Csv => Lines::Csv(Box::new(csv::Writer::from_writer(Vec::new()))),
+            FileFormat::Parquet => Lines::Parquet(Vec::new()),
         }
     }
 
@@ -257,6 +264,7 @@ impl Lines {
                 out.push(b'\n');
             }
             Lines::Csv(writer) => writer.serialize(line)?,
+            Lines::Parquet(rows) => rows.push(serde_json::to_string(line)?),
         }
         Ok(())
     }
@@ -265,6 +273,11 @@ impl Lines {
         Ok(match self {
             Lines::Jsonl(out) => out,
             Lines::Csv(writer) => writer.into_inner().map_err(|e| anyhow::anyhow!("{e}"))?,
+            Lines::Parquet(rows) => {
+                let mut out = Vec::new();
+                write_parquet(rows.iter().map(String::as_str), &mut out)?;
+                out
+            }
         })
     }
 }
