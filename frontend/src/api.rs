@@ -330,9 +330,9 @@ pub fn job_events_url(team: &str, id: &str) -> String {
     job_url(team, id, "/events")
 }
 
-/// The URL of a job's JSONL download.
-pub fn records_download_url(team: &str, id: &str) -> String {
-    job_url(team, id, "/records.jsonl")
+/// The URL of a job's records download: `extension` `jsonl` or `parquet`.
+pub fn records_download_url(team: &str, id: &str, extension: &str) -> String {
+    job_url(team, id, &format!("/records.{extension}"))
 }
 
 /// Downloads a file's bytes.

@@ -198,7 +198,7 @@ fn UploadForm(on_uploaded: Callback<DatasetInfo>) -> impl IntoView {
         <form class="upload-form" on:submit=submit>
             <h3>"Upload a dataset"</h3>
             <p class="small muted">
-                "CSV, TSV or JSONL with a text and a label per row (and a premise for NLI). "
+                "CSV, TSV, JSONL or Parquet with a text and a label per row (and a premise for NLI). "
                 "Empty column names mean “text” and “label”."
             </p>
             <label class="field">
@@ -206,7 +206,7 @@ fn UploadForm(on_uploaded: Callback<DatasetInfo>) -> impl IntoView {
                 <input
                     type="file"
                     data-testid="upload-file"
-                    accept=".csv,.tsv,.jsonl,.json,.txt"
+                    accept=".csv,.tsv,.jsonl,.json,.txt,.parquet,.arrow"
                     node_ref=file_input
                 />
             </label>

@@ -321,8 +321,14 @@ fn TeamHome(me: Me) -> impl IntoView {
                                 <td>{q.items}</td>
                                 <td>{q.overlap}</td>
                                 <td class="small muted">{format_time(&q.created_at)}</td>
-                                <td>{can_export.then(|| view! {
-                                    <a href=export data-testid="export-classifier">"Export for classifier train"</a>
+                                <td>{can_export.then(|| {
+                                    let parquet = format!("{export}&as=parquet");
+                                    view! {
+                                        <a href=export data-testid="export-classifier">"Export for classifier train"</a>
+                                        " · "
+                                        <a href=parquet data-testid="export-classifier-parquet"
+                                            title="The same rows as a Parquet file (Hugging Face datasets, pandas)">"Parquet"</a>
+                                    }
                                 })}</td>
                                 {admin.then(|| {
                                     let (team, queue) = (q.team.clone(), q.id.clone());

@@ -1,5 +1,5 @@
 //! A job's counterfactuals as a paged table (original, edit as a diff, target probability,
-//! flipped), filtered by whether the label flipped, with a link to the JSONL download.
+//! flipped), filtered by whether the label flipped, with links to the JSONL and Parquet downloads.
 
 use leptos::prelude::*;
 
@@ -55,7 +55,8 @@ pub fn Records(id: String, #[prop(into)] written: Signal<usize>) -> impl IntoVie
     let offset = RwSignal::new(0usize);
     let job_id = id.clone();
     let team = use_team().id();
-    let download = api::records_download_url(&team, &id);
+    let download = api::records_download_url(&team, &id, "jsonl");
+    let download_parquet = api::records_download_url(&team, &id, "parquet");
     let page = LocalResource::new(move || {
         let (team, id) = (team.clone(), job_id.clone());
         let flipped = filter.get().flipped();
@@ -98,6 +99,15 @@ pub fn Records(id: String, #[prop(into)] written: Signal<usize>) -> impl IntoVie
                     download=format!("flipside-{id}.jsonl")
                 >
                     "Download JSONL"
+                </a>
+                <a
+                    class="button"
+                    data-testid="download-parquet"
+                    href=download_parquet
+                    download=format!("flipside-{id}.parquet")
+                    title="One column per record field: loads in Hugging Face datasets and pandas"
+                >
+                    "Download Parquet"
                 </a>
             </div>
             {move || match page.get() {
