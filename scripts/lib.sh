@@ -133,6 +133,16 @@ install_datasets() {
     "the Parquet tests" "datasets==$DATASETS_VERSION" "pyarrow==$PYARROW_VERSION"
 }
 
+# The review tools' round trips check the files with each tool's own SDK.
+LABEL_STUDIO_SDK_VERSION="2.1.2"
+ARGILLA_VERSION="2.8.0"
+install_review_sdks() {
+  python_packages FLIPSIDE_TEST_LABEL_STUDIO "label-studio-sdk-$LABEL_STUDIO_SDK_VERSION" \
+    "the Label Studio test" "label-studio-sdk==$LABEL_STUDIO_SDK_VERSION"
+  python_packages FLIPSIDE_TEST_ARGILLA "argilla-$ARGILLA_VERSION" \
+    "the Argilla test" "argilla==$ARGILLA_VERSION"
+}
+
 # The server's Postgres test starts a throwaway cluster with Debian's postgresql binaries.
 install_postgres() {
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && return

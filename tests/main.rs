@@ -19,6 +19,7 @@ mod infiller;
 mod lass;
 mod portal;
 mod retrieval;
+mod review_tools;
 mod saliency;
 mod server;
 mod t5;

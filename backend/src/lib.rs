@@ -26,6 +26,7 @@ pub mod pipeline;
 pub mod prepare;
 pub mod progress;
 pub mod retrieval;
+pub mod review;
 pub mod server;
 pub mod training;
 

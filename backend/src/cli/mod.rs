@@ -20,6 +20,7 @@ mod portal;
 mod quickstart;
 mod reranker;
 mod retriever;
+mod review;
 mod serve;
 mod users;
 mod values;
@@ -122,6 +123,10 @@ pub enum Command {
     /// The team portal from scripts (with an API token): export reviewed counterfactuals
     #[command(subcommand)]
     Portal(portal::PortalCommand),
+    /// Review counterfactuals in Label Studio or Argilla: export `generate` records as a
+    /// project, import the finished annotations as training files
+    #[command(subcommand)]
+    Review(review::ReviewCommand),
     /// Speed benchmarks against reference implementations
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -165,6 +170,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Serve(args) => serve::run(&home, *args),
         Command::Users(command) => users::run(&home, command),
         Command::Portal(command) => portal::run(command),
+        Command::Review(command) => review::run(command),
         Command::Bench(command) => bench::run(&home, command),
         Command::Quickstart(args) => quickstart::run(&home, args),
     }

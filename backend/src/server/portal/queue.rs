@@ -25,6 +25,7 @@ use serde::Deserialize;
 use super::auth::{Access, Caller, DECIDE, MANAGE, READ, REVIEW, REVIEW_READ};
 use super::items::{StoredItem, insert_items, job_records};
 use super::{hash_secret, new_id};
+use crate::review::majority;
 use crate::server::AppState;
 use crate::server::db::{Db, now, now_plus, with_pool};
 use crate::server::error::{ApiError, ApiResult, JsonBody, QueryParams};
@@ -612,55 +613,6 @@ async fn check_verdict(
         text: written.map(str::to_string),
         label,
         score,
-    })
-}
-
-/// The outcome of an item's first-pass verdicts (oldest first), once there are `overlap` of
-/// them: the majority; a tie is flagged for a reviewer.
-fn majority(
-    verdicts: &[(String, Option<String>, Option<String>)],
-    overlap: usize,
-    target: &str,
-) -> Option<Outcome> {
-    let decided: Vec<(Verdict, &Option<String>, &Option<String>)> = verdicts
-        .iter()
-        .filter_map(|(v, text, label)| Some((Verdict::parse(v)?, text, label)))
-        .filter(|(v, _, _)| *v != Verdict::Skip)
-        .collect();
-    if decided.len() < overlap {
-        return None;
-    }
-    let mut counts: Vec<(Verdict, usize)> = Vec::new();
-    for (v, _, _) in &decided {
-        match counts.iter_mut().find(|(c, _)| *c == v.agreement_class()) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((v.agreement_class(), 1)),
-        }
-    }
-    let best = counts.iter().map(|(_, n)| *n).max()?;
-    let winners: Vec<Verdict> = counts
-        .iter()
-        .filter(|(_, n)| *n == best)
-        .map(|(v, _)| *v)
-        .collect();
-    let class = if winners.len() == 1 {
-        winners[0]
-    } else {
-        Verdict::Flag
-    };
-    // The latest verdict of the winning class says what text and label it keeps.
-    let latest = decided
-        .iter()
-        .rev()
-        .find(|(v, _, _)| v.agreement_class() == class);
-    let verdict = latest.map_or(class, |(v, _, _)| *v);
-    Some(Outcome {
-        verdict,
-        text: latest.and_then(|(_, text, _)| (*text).clone()),
-        label: latest
-            .and_then(|(_, _, label)| (*label).clone())
-            .unwrap_or_else(|| target.to_string()),
-        reviewed: false,
     })
 }
 
@@ -1260,29 +1212,4 @@ pub async fn history(
             })
             .collect(),
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn v(verdict: &str, text: Option<&str>) -> (String, Option<String>, Option<String>) {
-        (verdict.into(), text.map(str::to_string), None)
-    }
-
-    #[test]
-    fn the_majority_decides_and_a_tie_is_flagged() {
-        assert_eq!(majority(&[v("accept", None)], 2, "neg"), None);
-        let outcome = majority(&[v("accept", None), v("fix", Some("good"))], 2, "neg").unwrap();
-        assert_eq!(
-            (outcome.verdict, outcome.text.as_deref()),
-            (Verdict::Fix, Some("good"))
-        );
-        let tie = majority(&[v("accept", None), v("reject", None)], 2, "neg").unwrap();
-        assert_eq!(tie.verdict, Verdict::Flag);
-        let skipped = majority(&[v("skip", None), v("reject", None)], 2, "neg");
-        assert_eq!(skipped, None);
-        let relabel = majority(&[("relabel".into(), None, Some("pos".into()))], 1, "neg").unwrap();
-        assert_eq!(relabel.label, "pos");
-    }
 }
