@@ -468,6 +468,70 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     } else {
         assert_eq!(failures.len(), 3, "{edit}");
     }
+    // The same edit as server-sent events: the LLM's reply piece by piece as it is written,
+    // then the result, the same as the plain answer's.
+    let streamed = server.post(
+        "/edit/stream",
+        &json!({"text": text, "label": "positive", "seed": 3}),
+    );
+    assert_eq!(streamed.status(), 200);
+    assert_eq!(streamed.headers()["content-type"], "text/event-stream");
+    let mut replies: Vec<String> = Vec::new();
+    let mut result = None;
+    for event in streamed
+        .text()
+        .unwrap()
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+    {
+        let name = event
+            .lines()
+            .find_map(|l| l.strip_prefix("event: "))
+            .unwrap();
+        let data: Value = serde_json::from_str(
+            event
+                .lines()
+                .find_map(|l| l.strip_prefix("data: "))
+                .unwrap(),
+        )
+        .unwrap();
+        match name {
+            "text" => {
+                let attempt = data["attempt"].as_u64().unwrap() as usize;
+                if replies.len() < attempt {
+                    replies.resize(attempt, String::new());
+                }
+                replies[attempt - 1].push_str(data["text"].as_str().unwrap());
+            }
+            "result" => result = Some(data),
+            other => panic!("unexpected event {other}: {data}"),
+        }
+    }
+    let result = result.expect("a result event");
+    assert_eq!(result["record"]["edited"], edit["record"]["edited"]);
+    assert_eq!(result["failures"], edit["failures"]);
+    // Each attempt's pieces join into the reply it recorded (none for an attempt that asked the
+    // LLM nothing).
+    let attempts = failures.iter().map(|f| (&f["attempt"], &f["reply"])).chain(
+        record
+            .is_object()
+            .then(|| (&record["attempt"], &record["provenance"]["reply"])),
+    );
+    for (attempt, reply) in attempts {
+        let attempt = attempt.as_u64().unwrap() as usize;
+        let streamed = replies.get(attempt - 1).map_or("", String::as_str);
+        assert_eq!(
+            reply.as_str().unwrap_or_default(),
+            streamed,
+            "attempt {attempt}"
+        );
+    }
+    assert!(replies.iter().any(|r| !r.is_empty()), "no piece streamed");
+    check_error(
+        server.post("/edit/stream", &json!({"text": " ", "label": "positive"})),
+        400,
+        "bad_request",
+    );
     // Another method by id; an unknown one is refused with the list.
     let retrieved_only = json_of(
         server.post(

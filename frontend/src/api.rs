@@ -251,9 +251,76 @@ pub async fn info_when_ready(preparing: impl Fn(String)) -> Result<ServerInfo, S
     }
 }
 
-/// `POST /api/edit`: one counterfactual (takes seconds: an LLM runs on the server).
-pub async fn edit(request: &EditRequest) -> Result<EditResponse, String> {
-    post_json("/api/edit", request).await
+/// `POST /api/edit/stream`: the edit, with `on_text` handed each piece of an LLM editor's
+/// reply as it is written (and the number of its attempt: a new attempt starts a new reply).
+pub async fn edit_streaming(
+    request: &EditRequest,
+    mut on_text: impl FnMut(usize, &str),
+) -> Result<EditResponse, String> {
+    use wasm_bindgen::JsCast;
+    let response = with_csrf(Request::post("/api/edit/stream"))
+        .json(request)
+        .map_err(|e| e.to_string())?
+        .send()
+        .await
+        .map_err(network_error)?;
+    if !response.ok() {
+        return Err(error_message(response).await.message);
+    }
+    let body = response.body().ok_or("the edit stream has no body")?;
+    let reader: web_sys::ReadableStreamDefaultReader = body.get_reader().unchecked_into();
+    let field = |object: &wasm_bindgen::JsValue, name: &str| {
+        js_sys::Reflect::get(object, &name.into()).map_err(|_| "the edit stream broke".to_string())
+    };
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let chunk = wasm_bindgen_futures::JsFuture::from(reader.read())
+            .await
+            .map_err(|_| "the edit stream broke".to_string())?;
+        if field(&chunk, "done")?.as_bool().unwrap_or(true) {
+            return Err("the edit stream ended without a result".into());
+        }
+        pending.extend(js_sys::Uint8Array::new(&field(&chunk, "value")?).to_vec());
+        // Server-sent events end with a blank line; the bytes up to one are whole UTF-8.
+        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+            let event: Vec<u8> = pending.drain(..end + 2).collect();
+            let (name, data) = server_sent_event(&String::from_utf8_lossy(&event));
+            let unexpected = |e: serde_json::Error| format!("unexpected {name} event: {e}");
+            match name.as_str() {
+                "text" => {
+                    let piece: WrittenPiece = serde_json::from_str(&data).map_err(unexpected)?;
+                    on_text(piece.attempt, &piece.text);
+                }
+                "result" => return serde_json::from_str(&data).map_err(unexpected),
+                "error" => {
+                    let error: ApiError = serde_json::from_str(&data).map_err(unexpected)?;
+                    return Err(error.message);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A `text` event of the edit stream.
+#[derive(serde::Deserialize)]
+struct WrittenPiece {
+    attempt: usize,
+    text: String,
+}
+
+/// An event's name and data (its `data:` lines joined by newlines).
+fn server_sent_event(event: &str) -> (String, String) {
+    let mut name = String::from("message");
+    let mut data: Vec<&str> = Vec::new();
+    for line in event.lines() {
+        if let Some(value) = line.strip_prefix("event:") {
+            name = value.trim().to_string();
+        } else if let Some(value) = line.strip_prefix("data:") {
+            data.push(value.strip_prefix(' ').unwrap_or(value));
+        }
+    }
+    (name, data.join("\n"))
 }
 
 /// `GET /api/teams/{team}/datasets`: the built-ins and the team's uploads.

@@ -68,6 +68,8 @@ struct EditState {
     pending: RwSignal<bool>,
     /// The keywords shown as chips, which the user may change before re-running.
     keywords: RwSignal<Vec<String>>,
+    /// The LLM's reply as it is being written, with its attempt's number.
+    written: RwSignal<(usize, String)>,
 }
 
 impl EditState {
@@ -77,15 +79,27 @@ impl EditState {
             answer: RwSignal::new(None),
             pending: RwSignal::new(false),
             keywords: RwSignal::new(Vec::new()),
+            written: RwSignal::new((0, String::new())),
         }
     }
 
-    /// Sends `request` to `POST /api/edit`.
+    /// Sends `request` to `POST /api/edit/stream`, showing the LLM's reply as it comes.
     fn send(self, request: EditRequest) {
         self.pending.set(true);
         self.request.set(Some(request.clone()));
+        self.written.set((0, String::new()));
         spawn_local(async move {
-            let answer = api::edit(&request).await;
+            let written = self.written;
+            let answer = api::edit_streaming(&request, move |attempt, piece| {
+                written.update(|(shown, text)| {
+                    if *shown != attempt {
+                        *shown = attempt;
+                        text.clear();
+                    }
+                    text.push_str(piece);
+                });
+            })
+            .await;
             if let Ok(response) = &answer {
                 self.keywords.set(response.keywords.clone());
             }
@@ -311,6 +325,14 @@ fn EditOutcome(edit: EditState) -> impl IntoView {
                 <Spinner />
                 " Editing… the models run on the server's CPU, so this takes a few seconds."
             </p>
+            <Show when=move || edit.written.with(|(_, text)| !text.is_empty())>
+                <div class="card written">
+                    <p class="small muted">
+                        {move || format!("The LLM is writing (attempt {}):", edit.written.with(|(n, _)| *n))}
+                    </p>
+                    <pre data-testid="demo-written">{move || edit.written.with(|(_, text)| text.clone())}</pre>
+                </div>
+            </Show>
         </Show>
         {move || match edit.answer.get() {
             None => ().into_any(),

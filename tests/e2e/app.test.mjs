@@ -59,8 +59,18 @@ test('the edit demo makes a counterfactual and shows helpers, keywords, diff and
   await page.getByTestId('demo-text').fill(TEXT);
   await page.getByTestId('demo-label').selectOption('positive');
   await page.getByTestId('demo-target').selectOption('negative');
+  // Every text the "LLM is writing" box shows while the edit runs.
+  await page.evaluate(() => {
+    window.writtenSeen = [];
+    new MutationObserver(() => {
+      const box = document.querySelector('[data-testid=demo-written]');
+      if (box) window.writtenSeen.push(box.innerText);
+    }).observe(document.body, { subtree: true, childList: true, characterData: true });
+  });
   await page.getByTestId('demo-submit').click();
   await page.getByTestId('demo-result').waitFor({ timeout: LONG });
+  const seen = await page.evaluate(() => window.writtenSeen.filter((t) => t.trim() !== ''));
+  assert.ok(seen.length >= 1, 'the LLM\'s reply is shown as it is written');
 
   const excerpts = await page.getByTestId('excerpt').count();
   assert.ok(excerpts >= 1, 'retrieved helper sentences are shown');
@@ -137,7 +147,12 @@ test('the demo offers the methods, disables those the server cannot run, and sho
   await picker.selectOption('llm-only');
   assert.match(await page.getByTestId('demo-method-description').innerText(), /LLM alone/);
 
-  await page.route('**/api/edit', (route) => route.fulfill({ json: AUTOCAD_ANSWER }));
+  // The edit stream, as the server sends it for an editor that writes no reply: the result.
+  await page.route('**/api/edit/stream', (route) => route.fulfill({
+    status: 200,
+    contentType: 'text/event-stream',
+    body: `event: result\ndata: ${JSON.stringify(AUTOCAD_ANSWER)}\n\n`,
+  }));
   await page.getByTestId('demo-text').fill(AUTOCAD_ORIGINAL);
   await page.getByTestId('demo-label').selectOption('negative');
   await page.getByTestId('demo-submit').click();

@@ -15,7 +15,9 @@ use crate::editing::prompts::{PromptTemplate, Slots, Task};
 use crate::editing::reply::{copied_demonstration, parse_edit};
 use crate::editing::retrieve::Retrieve;
 use crate::llm::{FinishReason, LlmClient, Rejected, Request, Sampling};
-use crate::pipeline::{Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit};
+use crate::pipeline::{
+    Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit, WrittenText,
+};
 use flipside_shared::records::Retrieval;
 
 /// Retrieve, extract keywords, edit with the LLM.
@@ -263,7 +265,13 @@ impl Editor for PromptEditor {
             cancel: context.cancel.clone(),
         };
         // A rejected request is this item's failure; anything else stops the run (it resumes).
-        let completion = match self.llm.complete(&request) {
+        let completion = match &context.written {
+            Some(WrittenText(written)) => self
+                .llm
+                .complete_streaming(&request, &mut |piece| written(attempt.number, piece)),
+            None => self.llm.complete(&request),
+        };
+        let completion = match completion {
             Ok(completion) => completion,
             Err(error) => match error.downcast_ref::<Rejected>() {
                 Some(rejected) => return Ok(Err(NoEdit::new(rejected.to_string(), None))),

@@ -75,6 +75,23 @@ pub struct Context {
     /// Cancelled when the caller gives up on the item (a demo client that left or ran out of
     /// time): no further attempt starts, and an LLM editor stops at its next token.
     pub cancel: CancellationToken,
+    /// Where an LLM editor hands its reply piece by piece as it is written (the demo shows
+    /// it); none: the reply comes whole.
+    pub written: Option<WrittenText>,
+}
+
+/// A listener for an LLM editor's reply as it is written: called with the attempt's number
+/// and each new piece of its text.
+#[derive(Clone)]
+pub struct WrittenText(pub std::sync::Arc<WrittenPiece>);
+
+/// What [`WrittenText`] calls: the attempt's number and a piece of the reply.
+pub type WrittenPiece = dyn Fn(usize, &str) + Send + Sync;
+
+impl std::fmt::Debug for WrittenText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WrittenText")
+    }
 }
 
 /// Finds what an editor works from.

@@ -4,27 +4,32 @@
 //!
 //! [`Pipeline::edit_in_context`]: crate::pipeline::Pipeline::edit_in_context
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::Response;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
 use flipside_shared::api::{
     ApiError as ErrorBody, ClassifyRequest, ClassifyResponse, EditRequest, EditResponse, Health,
     MethodId, RetrieveRequest, RetrieveResponse, ServerInfo,
 };
+use futures_util::StreamExt;
 use serde::Deserialize;
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::AppState;
+use super::admission::Turn;
 use super::error::{ApiError, ApiResult, JsonBody, QueryParams};
 use super::portal::auth::DemoAccess;
 use super::priority::{blocking, finished, spawn_cancellable};
 use super::resources::{Resources, check_text, demo_examples};
 use crate::methods::core::RetrievalContext;
 use crate::methods::{self, Method, method_infos};
-use crate::pipeline::{Context, Item};
+use crate::pipeline::{Context, Item, WrittenText};
 
 /// Most texts per classify request.
 pub const MAX_CLASSIFY_TEXTS: usize = 64;
@@ -99,50 +104,138 @@ pub async fn edit(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<EditRequest>,
 ) -> ApiResult<Json<EditResponse>> {
-    let resources = state.resources()?;
-    let _turn = state.admission.enter().await?;
-    let item = item(
-        &resources,
-        &request.text,
-        &request.label,
-        request.target.as_deref(),
-    )?;
-    if let Some(words) = &request.keywords
-        && (words.len() > 50 || words.iter().any(|w| w.trim().is_empty() || w.len() > 100))
-    {
-        return Err(ApiError::bad_request(
-            "keywords: at most 50, each 1 to 100 characters",
-        ));
-    }
-    let method = match &request.method {
-        Some(id) => {
-            methods::method(id.as_str()).map_err(|e| ApiError::bad_request(e.to_string()))?
-        }
-        None => methods::METHODS[0],
-    };
-    methods::check_models(method, &resources.models)
-        .map_err(|e| ApiError::bad_request(e.to_string()))?;
-    if request.keywords.is_some() && !method.card().uses_keywords {
-        return Err(ApiError::bad_request(format!(
-            "keywords: the {} method takes none",
-            method.id()
-        )));
-    }
-    let work = spawn_cancellable(state.deadline, move |cancel| {
-        edit_item(&resources, method, item, request, cancel)
-    });
+    let edit = Admitted::edit(&state, request).await?;
+    let work = spawn_cancellable(state.deadline, move |cancel| edit.run(cancel, None));
     let Ok(joined) = work.await else {
-        return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "deadline",
-            format!(
-                "the edit did not finish within {} s: try a shorter text, or retry when the \
-                 server is less busy",
-                state.deadline.as_secs()
-            ),
-        ));
+        return Err(past_deadline(&state));
     };
     Ok(Json(finished(joined)?))
+}
+
+/// [`edit`] as server-sent events, for a page that shows an LLM's edit as it is written:
+/// `text` events (`{attempt, text}`: each new piece of the editor's reply; a new attempt starts
+/// a new reply), then one `result` event (the [`EditResponse`]) or one `error` event (an API
+/// error body). A client that leaves stops the edit.
+#[utoipa::path(post, path = "/edit/stream", tag = "editing", request_body = EditRequest,
+    responses((status = 200, content_type = "text/event-stream", description = "text events, then a result or an error event"),
+        (status = 400, body = ErrorBody),
+        (status = 503, body = ErrorBody, description = "Busy (with Retry-After)")))]
+pub async fn edit_stream(
+    _: DemoAccess,
+    State(state): State<AppState>,
+    JsonBody(request): JsonBody<EditRequest>,
+) -> ApiResult<Response> {
+    let edit = Admitted::edit(&state, request).await?;
+    let (sender, receiver) = tokio::sync::mpsc::unbounded_channel::<Event>();
+    let pieces = sender.clone();
+    let written = WrittenText(Arc::new(move |attempt, piece| {
+        let _ = pieces.send(event("text", &json!({"attempt": attempt, "text": piece})));
+    }));
+    let deadline = state.deadline;
+    tokio::spawn(async move {
+        let work = spawn_cancellable(deadline, move |cancel| edit.run(cancel, Some(written)));
+        // Dropping the work (the client left) cancels the edit.
+        let outcome = tokio::select! {
+            outcome = work => outcome,
+            () = sender.closed() => return,
+        };
+        let last = match outcome
+            .map_err(|_| past_deadline(&state))
+            .and_then(finished)
+        {
+            Ok(response) => event("result", &response),
+            Err(error) => event("error", &error.body()),
+        };
+        let _ = sender.send(last);
+    });
+    let events = tokio_stream::wrappers::UnboundedReceiverStream::new(receiver)
+        .map(Ok::<_, std::convert::Infallible>);
+    Ok(Sse::new(events).into_response())
+}
+
+/// A server-sent event named `name` with `data` as JSON.
+fn event(name: &str, data: &impl serde::Serialize) -> Event {
+    Event::default()
+        .event(name)
+        .data(serde_json::to_string(data).unwrap_or_default())
+}
+
+fn past_deadline(state: &AppState) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "deadline",
+        format!(
+            "the edit did not finish within {} s: try a shorter text, or retry when the server \
+             is less busy",
+            state.deadline.as_secs()
+        ),
+    )
+}
+
+/// An edit request that passed the checks and holds one of the server's turns.
+struct Admitted {
+    resources: Arc<Resources>,
+    method: &'static dyn Method,
+    item: Item,
+    request: EditRequest,
+    _turn: Turn,
+}
+
+impl Admitted {
+    /// Waits for a turn and checks `request`: the text, labels, method and keywords.
+    async fn edit(state: &AppState, request: EditRequest) -> ApiResult<Self> {
+        let resources = state.resources()?;
+        let turn = state.admission.enter().await?;
+        let item = item(
+            &resources,
+            &request.text,
+            &request.label,
+            request.target.as_deref(),
+        )?;
+        if let Some(words) = &request.keywords
+            && (words.len() > 50 || words.iter().any(|w| w.trim().is_empty() || w.len() > 100))
+        {
+            return Err(ApiError::bad_request(
+                "keywords: at most 50, each 1 to 100 characters",
+            ));
+        }
+        let method = match &request.method {
+            Some(id) => {
+                methods::method(id.as_str()).map_err(|e| ApiError::bad_request(e.to_string()))?
+            }
+            None => methods::METHODS[0],
+        };
+        methods::check_models(method, &resources.models)
+            .map_err(|e| ApiError::bad_request(e.to_string()))?;
+        if request.keywords.is_some() && !method.card().uses_keywords {
+            return Err(ApiError::bad_request(format!(
+                "keywords: the {} method takes none",
+                method.id()
+            )));
+        }
+        Ok(Admitted {
+            resources,
+            method,
+            item,
+            request,
+            _turn: turn,
+        })
+    }
+
+    fn run(
+        self,
+        cancel: CancellationToken,
+        written: Option<WrittenText>,
+    ) -> anyhow::Result<EditResponse> {
+        edit_item(
+            &self.resources,
+            self.method,
+            self.item,
+            self.request,
+            cancel,
+            written,
+        )
+    }
 }
 
 /// Label probabilities of texts by the server's classifier.
@@ -265,12 +358,14 @@ fn edit_item(
     item: Item,
     request: EditRequest,
     cancel: CancellationToken,
+    written: Option<WrittenText>,
 ) -> anyhow::Result<EditResponse> {
     let pipeline = methods::pipeline(method, &resources.models, &resources.settings)?;
     pipeline.check(&[&item])?;
     let found = pipeline.context_for(&item)?;
     let mut context = Context {
         cancel,
+        written,
         ..found.clone()
     };
     if let (Some(words), Some(retrieval)) = (request.keywords, context.retrieval.as_mut()) {

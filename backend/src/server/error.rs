@@ -96,13 +96,19 @@ fn shortened(message: String) -> String {
     }
 }
 
+impl ApiError {
+    /// The body the API answers this error with.
+    pub fn body(&self) -> api::ApiError {
+        api::ApiError {
+            code: self.code.to_string(),
+            message: shortened(self.message.clone()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = api::ApiError {
-            code: self.code.to_string(),
-            message: shortened(self.message),
-        };
-        let mut response = (self.status, Json(body)).into_response();
+        let mut response = (self.status, Json(self.body())).into_response();
         if let Some(seconds) = self.retry_after {
             response
                 .headers_mut()

@@ -177,6 +177,7 @@ pub fn api(max_upload_bytes: usize) -> (Router<AppState>, utoipa::openapi::OpenA
         .routes(routes!(demo::info))
         .routes(routes!(demo::retrieve))
         .routes(routes!(demo::edit))
+        .routes(routes!(demo::edit_stream))
         .routes(routes!(demo::classify))
         .routes(routes!(demo::classifier_file))
         .routes(routes!(demo::dis_ae_file))
