@@ -840,6 +840,26 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         !message.contains(data_dir.to_str().unwrap()),
         "the server's paths stay on the server: {message}"
     );
+    // A Parquet upload reads with the same column mapping.
+    let mut table = Vec::new();
+    flipside_backend::data::tables::write_parquet(
+        [
+            r#"{"review": "Great fun.", "stars": "positive"}"#,
+            r#"{"review": "Dull.", "stars": "negative"}"#,
+        ],
+        &mut table,
+    )
+    .unwrap();
+    let parquet = json_of(
+        upload(
+            "reviews.parquet",
+            table,
+            &[("text_col", "review"), ("label_col", "stars")],
+        ),
+        201,
+    );
+    assert_eq!(parquet["examples"], 2);
+    assert_eq!(parquet["labels"], json!(["negative", "positive"]));
     check_error(
         upload("notes.txt", b"hi".to_vec(), &[]),
         415,
@@ -859,7 +879,7 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
     let uploads = std::fs::read_dir(setup.dir.path().join("server/datasets"))
         .unwrap()
         .count();
-    assert_eq!(uploads, 1, "refused uploads leave no file");
+    assert_eq!(uploads, 2, "refused uploads leave no file");
     // One file per upload; labels the classifier does not know are refused at once; an error
     // quoting a huge broken line quotes only its start.
     let two_files = admin
