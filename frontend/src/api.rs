@@ -147,8 +147,18 @@ pub async fn undo(team: &str, queue: &str) -> Result<Lease, String> {
 /// `PUT …/leases/{lease}/draft`.
 pub async fn save_draft(team: &str, queue: &str, lease: &str, draft: &Draft) -> Result<(), String> {
     let url = queue_url(team, queue, &format!("/leases/{lease}/draft"));
-    let response = with_csrf(Request::put(&url))
-        .json(draft)
+    send_for_response(with_csrf(Request::put(&url)), draft).await?;
+    Ok(())
+}
+
+/// Sends `request` with the JSON `body`; the response when it succeeded, else the server's
+/// error message.
+async fn send_for_response<B: Serialize>(
+    request: RequestBuilder,
+    body: &B,
+) -> Result<Response, String> {
+    let response = request
+        .json(body)
         .map_err(|e| e.to_string())?
         .send()
         .await
@@ -156,7 +166,7 @@ pub async fn save_draft(team: &str, queue: &str, lease: &str, draft: &Draft) -> 
     if !response.ok() {
         return Err(error_message(response).await.message);
     }
-    Ok(())
+    Ok(response)
 }
 
 /// `GET …/review/next`: the next decided item after position `after`, for the second pass.
@@ -258,15 +268,7 @@ pub async fn edit_streaming(
     mut on_text: impl FnMut(usize, &str),
 ) -> Result<EditResponse, String> {
     use wasm_bindgen::JsCast;
-    let response = with_csrf(Request::post("/api/edit/stream"))
-        .json(request)
-        .map_err(|e| e.to_string())?
-        .send()
-        .await
-        .map_err(network_error)?;
-    if !response.ok() {
-        return Err(error_message(response).await.message);
-    }
+    let response = send_for_response(with_csrf(Request::post("/api/edit/stream")), request).await?;
     let body = response.body().ok_or("the edit stream has no body")?;
     let reader: web_sys::ReadableStreamDefaultReader = body.get_reader().unchecked_into();
     let field = |object: &wasm_bindgen::JsValue, name: &str| {

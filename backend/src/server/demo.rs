@@ -73,14 +73,13 @@ pub async fn retrieve(
     State(state): State<AppState>,
     JsonBody(request): JsonBody<RetrieveRequest>,
 ) -> ApiResult<Json<RetrieveResponse>> {
-    let resources = state.resources()?;
-    let _turn = state.admission.enter().await?;
-    let item = item(
-        &resources,
+    let (resources, _turn, item) = admit(
+        &state,
         &request.text,
         &request.label,
         request.target.as_deref(),
-    )?;
+    )
+    .await?;
     if request.k.is_some_and(|k| !(1..=20).contains(&k)) {
         return Err(ApiError::bad_request("k must be between 1 and 20"));
     }
@@ -172,6 +171,20 @@ fn past_deadline(state: &AppState) -> ApiError {
     )
 }
 
+/// The loaded models, one of the server's turns (waited for), and the item of `text` with its
+/// labels: what every request that edits or retrieves starts from.
+async fn admit(
+    state: &AppState,
+    text: &str,
+    label: &str,
+    target: Option<&str>,
+) -> ApiResult<(Arc<Resources>, Turn, Item)> {
+    let resources = state.resources()?;
+    let turn = state.admission.enter().await?;
+    let item = item(&resources, text, label, target)?;
+    Ok((resources, turn, item))
+}
+
 /// An edit request that passed the checks and holds one of the server's turns.
 struct Admitted {
     resources: Arc<Resources>,
@@ -184,14 +197,13 @@ struct Admitted {
 impl Admitted {
     /// Waits for a turn and checks `request`: the text, labels, method and keywords.
     async fn edit(state: &AppState, request: EditRequest) -> ApiResult<Self> {
-        let resources = state.resources()?;
-        let turn = state.admission.enter().await?;
-        let item = item(
-            &resources,
+        let (resources, turn, item) = admit(
+            state,
             &request.text,
             &request.label,
             request.target.as_deref(),
-        )?;
+        )
+        .await?;
         if let Some(words) = &request.keywords
             && (words.len() > 50 || words.iter().any(|w| w.trim().is_empty() || w.len() > 100))
         {
