@@ -59,18 +59,8 @@ test('the edit demo makes a counterfactual and shows helpers, keywords, diff and
   await page.getByTestId('demo-text').fill(TEXT);
   await page.getByTestId('demo-label').selectOption('positive');
   await page.getByTestId('demo-target').selectOption('negative');
-  // Every text the "LLM is writing" box shows while the edit runs.
-  await page.evaluate(() => {
-    window.writtenSeen = [];
-    new MutationObserver(() => {
-      const box = document.querySelector('[data-testid=demo-written]');
-      if (box) window.writtenSeen.push(box.innerText);
-    }).observe(document.body, { subtree: true, childList: true, characterData: true });
-  });
   await page.getByTestId('demo-submit').click();
   await page.getByTestId('demo-result').waitFor({ timeout: LONG });
-  const seen = await page.evaluate(() => window.writtenSeen.filter((t) => t.trim() !== ''));
-  assert.ok(seen.length >= 1, 'the LLM\'s reply is shown as it is written');
 
   const excerpts = await page.getByTestId('excerpt').count();
   assert.ok(excerpts >= 1, 'retrieved helper sentences are shown');
