@@ -11,6 +11,8 @@ use burn::tensor::Tensor;
 use burn::tensor::activation::{sigmoid, tanh};
 use burn::tensor::backend::Backend;
 
+use crate::ops::products::per_token;
+
 /// A unidirectional, batch-first LSTM with fused gates.
 #[derive(Module, Debug)]
 pub struct FusedLstm<B: Backend> {
@@ -59,7 +61,7 @@ impl<B: Backend> FusedLstm<B> {
                 let d = lstm.d_hidden();
                 let (cell, hidden) = lstm.state_or_zeros(state, batch, &inputs.device());
                 let steps = crate::ops::lstm::lstm_recurrence(
-                    lstm.input.forward(inputs),
+                    per_token(&lstm.input, inputs),
                     lstm.hidden.weight.val(),
                     cell,
                     hidden,
@@ -105,7 +107,7 @@ impl<B: Backend> FusedLstm<B> {
         let d = self.d_hidden();
         let device = inputs.device();
         let (mut cell, mut hidden) = self.state_or_zeros(state, batch, &device);
-        let transformed = self.input.forward(inputs);
+        let transformed = per_token(&self.input, inputs);
         let mut outputs = Vec::with_capacity(seq);
         for t in 0..seq {
             let gates = transformed

@@ -43,7 +43,7 @@ pub fn batched_matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B,
 }
 
 /// `rows · weightᵀ` for a row-major `[n, k]` weight (an output projection tied to the
-/// embedding): on burn's CPU backend outside autodiff without copying the transpose, else
+/// embedding): on burn's CPU backend (training too) without copying the transpose, else
 /// burn's `matmul`.
 pub fn matmul_transposed<B: Backend>(rows: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
     #[cfg(not(target_arch = "wasm32"))]

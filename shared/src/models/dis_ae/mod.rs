@@ -29,6 +29,7 @@ use super::checkpoint::{CheckpointError, load_renamed, save_renamed};
 use super::lstm::FusedLstm;
 use super::pooling::mean_pool;
 use super::search::{DecodeSettings, Decoded, SpecialTokens, StepDecoder, generate, logit_rows};
+use crate::ops::products::{matmul_transposed, per_token};
 
 /// The Dis-AE's sizes and special tokens (`config.json`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -146,8 +147,8 @@ impl<B: Backend> AttentionPool<B> {
         query: Tensor<B, 2>,
     ) -> Tensor<B, 2> {
         let [batch, seq, d] = states.dims();
-        let keys =
-            self.state.forward(states.clone()) + self.query.forward(query).reshape([batch, 1, d]);
+        let keys = per_token(&self.state, states.clone())
+            + self.query.forward(query).reshape([batch, 1, d]);
         let scores = self.score.forward(tanh(keys)).reshape([batch, seq]);
         let scores = scores.mask_fill(mask.clone().equal_elem(0.0), f32::NEG_INFINITY);
         let weights = softmax(scores, 1).reshape([batch, seq, 1]);
@@ -313,13 +314,14 @@ impl<B: Backend> DisAe<B> {
         let (hidden, state) = self
             .decoder
             .forward(Tensor::cat(vec![embedded, fed], 2), Some(state));
-        let projected = self.output.forward(hidden);
+        let projected = per_token(&self.output, hidden);
         let [_, _, d_embed] = projected.dims();
         let vocab = self.output_bias.dims()[0];
-        let logits = projected
-            .reshape([batch * seq, d_embed])
-            .matmul(self.embedding.weight.val().transpose())
-            .reshape([batch, seq, vocab])
+        let logits = matmul_transposed(
+            projected.reshape([batch * seq, d_embed]),
+            self.embedding.weight.val(),
+        )
+        .reshape([batch, seq, vocab])
             + self.output_bias.val().reshape([1, 1, vocab]);
         (logits, state)
     }

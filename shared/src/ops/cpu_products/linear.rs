@@ -1,6 +1,6 @@
-//! BERT's and T5's linear layers on burn's CPU backend: `x · W` on `Flex`, and on `Autodiff<Flex>` an
+//! The models' linear layers on burn's CPU backend: `x · W` on `Flex`, and on `Autodiff<Flex>` an
 //! autodiff op whose backward step computes both gradients (`dy · Wᵀ`, `xᵀ · dy`) the same way
-//! ([`Products`]).
+//! ([`Products`]); likewise `x · Wᵀ` for an output tied to the embedding, read in place.
 
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::NoCheckpointing;
@@ -35,7 +35,12 @@ pub fn forward<B: Backend>(
         Ok(x) => {
             return Ok(same_type(with_bias(
                 linear,
-                training::product(Products::training(), *x, same_type(linear.weight.val())),
+                training::product(
+                    Products::training(),
+                    *x,
+                    same_type(linear.weight.val()),
+                    Layout::Rows,
+                ),
             )));
         }
         Err(x) => x,
@@ -50,8 +55,9 @@ pub fn forward<B: Backend>(
 }
 
 /// `x · weightᵀ` (`[m, k]` by a row-major `[n, k]` weight read transposed where it is: an
-/// output projection tied to the embedding) in f32 when `B` is `Flex`; the pair back on any
-/// other backend or dtype, and under autodiff.
+/// output projection tied to the embedding) in f32 when `B` is `Flex`, and on `Autodiff<Flex>`
+/// as [`forward`]'s op (in bf16 while a [`Bf16Training`] lives); the pair back on any other
+/// backend or dtype.
 #[allow(clippy::type_complexity)]
 pub fn forward_transposed<B: Backend>(
     x: Tensor<B, 2>,
@@ -60,28 +66,64 @@ pub fn forward_transposed<B: Backend>(
     if x.dtype() != DType::F32 || weight.dtype() != DType::F32 {
         return Err((x, weight));
     }
+    let ([m, k], [n, inner]) = (x.dims(), weight.dims());
+    assert_eq!(inner, k, "x · weightᵀ of {m} × {k} by ({n} × {inner})ᵀ");
     let pair: Box<dyn std::any::Any> = Box::new((x, weight));
+    let pair = match pair.downcast::<(Tensor<Autodiff<Flex>, 2>, Tensor<Autodiff<Flex>, 2>)>() {
+        Ok(pair) => {
+            let (x, weight) = *pair;
+            let products = Products::training();
+            return Ok(same_type(training::product(
+                products,
+                x,
+                weight,
+                Layout::Transposed,
+            )));
+        }
+        Err(pair) => pair,
+    };
     match pair.downcast::<(Tensor<Flex, 2>, Tensor<Flex, 2>)>() {
         Ok(pair) => {
             let (x, weight) = *pair;
-            let ([m, k], [n, inner]) = (x.dims(), weight.dims());
-            assert_eq!(inner, k, "x · weightᵀ of {m} × {k} by ({n} × {inner})ᵀ");
             let (x, weight) = (
                 x.into_primitive().tensor(),
                 weight.into_primitive().tensor(),
             );
-            let output = with_values(x, |x| {
-                with_values(weight, |w| {
-                    Products::F32.matmul(Strided::rows(x, k), Strided::transposed(w, k), m, k, n)
-                })
-            });
+            let output = forward_product(Products::F32, x, weight, [m, k, n], Layout::Transposed);
             Ok(same_type(Tensor::<Flex, 2>::from_primitive(
-                TensorPrimitive::Float(flex_tensor(output, [m, n])),
+                TensorPrimitive::Float(output),
             )))
         }
         Err(pair) => Err(*pair
             .downcast::<(Tensor<B, 2>, Tensor<B, 2>)>()
             .expect("the pair built above")),
+    }
+}
+
+/// How a product's weight is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// Row-major `[k, n]`: the product is `x · W` (burn's `Linear`).
+    Rows,
+    /// Row-major `[n, k]`, read transposed in place: the product is `x · Wᵀ`.
+    Transposed,
+}
+
+impl Layout {
+    /// The `[k, n]` matrix the product multiplies by, read from the stored `weight`.
+    fn read(self, weight: &[f32], [k, n]: [usize; 2]) -> Strided<'_> {
+        match self {
+            Layout::Rows => Strided::rows(weight, n),
+            Layout::Transposed => Strided::transposed(weight, k),
+        }
+    }
+
+    /// The stored shape of a `[k, n]` weight.
+    fn stored(self, [k, n]: [usize; 2]) -> [usize; 2] {
+        match self {
+            Layout::Rows => [k, n],
+            Layout::Transposed => [n, k],
+        }
     }
 }
 
@@ -101,20 +143,21 @@ fn product(x: Tensor<Flex, 2>, weight: Tensor<Flex, 2>) -> Tensor<Flex, 2> {
         x.into_primitive().tensor(),
         weight.into_primitive().tensor(),
     );
-    let output = forward_product(Products::F32, x, weight, [m, k, n]);
+    let output = forward_product(Products::F32, x, weight, [m, k, n], Layout::Rows);
     Tensor::from_primitive(TensorPrimitive::Float(output))
 }
 
-/// `x · weight` (`m × k` by `k × n`) on Flex.
+/// `x` (`m × k`) by the `k × n` matrix `weight` holds in `layout`, on Flex.
 fn forward_product(
     products: Products,
     x: FloatTensor<Flex>,
     weight: FloatTensor<Flex>,
     [m, k, n]: [usize; 3],
+    layout: Layout,
 ) -> FloatTensor<Flex> {
     let output = with_values(x, |x| {
         with_values(weight, |w| {
-            products.matmul(Strided::rows(x, k), Strided::rows(w, n), m, k, n)
+            products.matmul(Strided::rows(x, k), layout.read(w, [k, n]), m, k, n)
         })
     });
     flex_tensor(output, [m, n])
@@ -126,13 +169,13 @@ mod training {
 
     /// The backward step; its state is the product's two operands and their shape `[m, k, n]`.
     #[derive(Debug)]
-    struct ProductStep(Products);
+    struct ProductStep(Products, Layout);
 
     impl Backward<Flex, 2> for ProductStep {
         type State = (FloatTensor<Flex>, FloatTensor<Flex>, [usize; 3]);
 
         fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-            let products = self.0;
+            let ProductStep(products, layout) = self;
             let grad = grads.consume::<Flex>(&ops.node);
             let (x, weight, [m, k, n]) = ops.state;
             let [x_parent, weight_parent] = &ops.parents;
@@ -140,37 +183,48 @@ mod training {
                 if let Some(parent) = x_parent {
                     // dx = dy · Wᵀ
                     let dx = with_values(weight.clone(), |weight| {
-                        let (dy, wt) = (Strided::rows(grad, n), Strided::transposed(weight, n));
-                        products.matmul(dy, wt, m, n, k)
+                        let wt = layout.read(weight, [k, n]).transpose();
+                        products.matmul(Strided::rows(grad, n), wt, m, n, k)
                     });
                     grads.register::<Flex>(parent.id, flex_tensor(dx, [m, k]));
                 }
                 if let Some(parent) = weight_parent {
-                    // dW = xᵀ · dy
+                    // dW = xᵀ · dy, or its transpose dyᵀ · x for a weight stored transposed
                     let dw = with_values(x.clone(), |x| {
                         let (xt, dy) = (Strided::transposed(x, k), Strided::rows(grad, n));
-                        products.matmul(xt, dy, k, m, n)
+                        match layout {
+                            Layout::Rows => products.matmul(xt, dy, k, m, n),
+                            Layout::Transposed => {
+                                products.matmul(dy.transpose(), xt.transpose(), n, m, k)
+                            }
+                        }
                     });
-                    grads.register::<Flex>(parent.id, flex_tensor(dw, [k, n]));
+                    let shape = layout.stored([k, n]);
+                    grads.register::<Flex>(parent.id, flex_tensor(dw, shape));
                 }
             });
         }
     }
 
-    /// `x · weight`, recording [`ProductStep`] when either needs its gradient.
+    /// `x` by the `[k, n]` matrix `weight` holds in `layout`, recording [`ProductStep`] when
+    /// either needs its gradient.
     pub fn product(
         products: Products,
         x: Tensor<Autodiff<Flex>, 2>,
         weight: Tensor<Autodiff<Flex>, 2>,
+        layout: Layout,
     ) -> Tensor<Autodiff<Flex>, 2> {
         let [m, k] = x.dims();
-        let [_, n] = weight.dims();
+        let n = match layout {
+            Layout::Rows => weight.dims()[1],
+            Layout::Transposed => weight.dims()[0],
+        };
         let (x, weight) = (
             x.into_primitive().tensor(),
             weight.into_primitive().tensor(),
         );
-        let forward = |x, weight| forward_product(products, x, weight, [m, k, n]);
-        let output = match ProductStep(products)
+        let forward = |x, weight| forward_product(products, x, weight, [m, k, n], layout);
+        let output = match ProductStep(products, layout)
             .prepare::<NoCheckpointing>([x.node.clone(), weight.node.clone()])
             .compute_bound()
             .stateful()
@@ -212,7 +266,7 @@ mod tests {
             let loss = |y: Tensor<B, 2>| (y * target.clone()).sum();
             let grads_burn = loss(x.clone().matmul(w.clone())).backward();
             for products in all.clone() {
-                let y = training::product(products, x.clone(), w.clone());
+                let y = training::product(products, x.clone(), w.clone(), Layout::Rows);
                 let forward =
                     max_difference(y.clone().inner(), x.clone().matmul(w.clone()).inner());
                 let grads = loss(y).backward();
@@ -234,9 +288,10 @@ mod tests {
     }
 
     /// A product with a transposed weight on `Flex` against burn's, for many rows (gemm reads
-    /// the transpose in place) and one (a decoding step's); left to burn under autodiff.
+    /// the transpose in place) and one (a decoding step's); under autodiff, its gradients too.
     #[test]
     fn transposed_weights_equal_burns_product() {
+        type B = Autodiff<Flex>;
         let device = Default::default();
         let weight = Tensor::<Flex, 2>::random([700, 64], Distribution::Default, &device);
         for rows in [17, 1] {
@@ -245,9 +300,18 @@ mod tests {
             let burns = x.matmul(weight.clone().transpose());
             assert!(max_difference(ours, burns) < 1e-5);
         }
-        let x = Tensor::<Autodiff<Flex>, 2>::random([3, 64], Distribution::Default, &device);
-        let w = Tensor::<Autodiff<Flex>, 2>::from_inner(weight);
-        assert!(forward_transposed(x, w).is_err());
+        let x = Tensor::<B, 2>::random([300, 64], Distribution::Default, &device).require_grad();
+        let w = Tensor::<B, 2>::from_inner(weight).require_grad();
+        let target = Tensor::<B, 2>::random([300, 700], Distribution::Default, &device);
+        let loss = |y: Tensor<B, 2>| (y * target.clone()).sum();
+        let burns = x.clone().matmul(w.clone().transpose());
+        let grads_burn = loss(burns.clone()).backward();
+        let ours = forward_transposed(x.clone(), w.clone()).expect("Autodiff<Flex> is ours");
+        assert!(max_difference(ours.clone().inner(), burns.inner()) < 1e-4);
+        let grads = loss(ours).backward();
+        let dx = max_difference(x.grad(&grads).unwrap(), x.grad(&grads_burn).unwrap());
+        let dw = max_difference(w.grad(&grads).unwrap(), w.grad(&grads_burn).unwrap());
+        assert!(dx < 1e-3 && dw < 1e-3, "dx {dx}, dw {dw}");
     }
 
     /// A linear layer through [`forward`] on `Flex` and on `Autodiff<Flex>`, bias included,
