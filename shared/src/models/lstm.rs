@@ -11,7 +11,7 @@ use burn::tensor::Tensor;
 use burn::tensor::activation::{sigmoid, tanh};
 use burn::tensor::backend::Backend;
 
-use crate::ops::products::per_token;
+use crate::ops::products::{matmul, per_token};
 
 /// A unidirectional, batch-first LSTM with fused gates.
 #[derive(Module, Debug)]
@@ -47,21 +47,55 @@ impl<B: Backend> FusedLstm<B> {
         inputs: Tensor<B, 3>,
         state: Option<LstmState<B, 2>>,
     ) -> (Tensor<B, 3>, LstmState<B, 2>) {
+        self.recur(per_token(&self.input, inputs), state)
+    }
+
+    /// [`FusedLstm::forward`] over the inputs `[tokens_t ; fed]` (`tokens` `[batch, seq, d]`,
+    /// `fed` `[batch, d_input − d]`: a decoder given its latent beside every token), without
+    /// building them: the rows of `W_x` that read `fed` multiply it once a row, not once a step.
+    pub fn forward_beside(
+        &self,
+        tokens: Tensor<B, 3>,
+        fed: Tensor<B, 2>,
+        state: Option<LstmState<B, 2>>,
+    ) -> (Tensor<B, 3>, LstmState<B, 2>) {
+        let [batch, seq, d] = tokens.dims();
+        let [d_input, four] = self.input.weight.dims();
+        let weight = self.input.weight.val();
+        let of_tokens = matmul(
+            tokens.reshape([batch * seq, d]),
+            weight.clone().slice([0..d, 0..four]),
+        );
+        let mut of_fed = matmul(fed, weight.slice([d..d_input, 0..four]));
+        if let Some(bias) = &self.input.bias {
+            of_fed = of_fed + bias.val().unsqueeze();
+        }
+        let transformed = of_tokens.reshape([batch, seq, four]) + of_fed.reshape([batch, 1, four]);
+        self.recur(transformed, state)
+    }
+
+    /// The recurrence over `transformed` (`[batch, seq, 4·d_hidden]`: each step's `W_x x_t + b`):
+    /// one op when training on burn's CPU backend, else burn's ops a step at a time.
+    fn recur(
+        &self,
+        transformed: Tensor<B, 3>,
+        state: Option<LstmState<B, 2>>,
+    ) -> (Tensor<B, 3>, LstmState<B, 2>) {
         #[cfg(not(target_arch = "wasm32"))]
         {
             type Ad = burn::backend::Autodiff<burn::backend::Flex>;
-            let [batch, seq, _] = inputs.dims();
-            let is_f32 = inputs.dtype() == burn::tensor::DType::F32;
+            let [batch, seq, _] = transformed.dims();
+            let is_f32 = transformed.dtype() == burn::tensor::DType::F32;
             if let Some(lstm) = (self as &dyn std::any::Any).downcast_ref::<FusedLstm<Ad>>()
                 && is_f32
                 && seq > 0
             {
-                let inputs: Tensor<Ad, 3> = crate::ops::same_type(inputs);
+                let transformed: Tensor<Ad, 3> = crate::ops::same_type(transformed);
                 let state: Option<LstmState<Ad, 2>> = crate::ops::same_type(state);
                 let d = lstm.d_hidden();
-                let (cell, hidden) = lstm.state_or_zeros(state, batch, &inputs.device());
+                let (cell, hidden) = lstm.state_or_zeros(state, batch, &transformed.device());
                 let steps = crate::ops::lstm::lstm_recurrence(
-                    per_token(&lstm.input, inputs),
+                    transformed,
                     lstm.hidden.weight.val(),
                     cell,
                     hidden,
@@ -77,7 +111,7 @@ impl<B: Backend> FusedLstm<B> {
                 return crate::ops::same_type((hiddens, state));
             }
         }
-        self.forward_with_burn_ops(inputs, state)
+        self.recur_with_burn_ops(transformed, state)
     }
 
     /// The cell and hidden state of `state`, or zeros for `batch` rows when there is none.
@@ -103,11 +137,19 @@ impl<B: Backend> FusedLstm<B> {
         inputs: Tensor<B, 3>,
         state: Option<LstmState<B, 2>>,
     ) -> (Tensor<B, 3>, LstmState<B, 2>) {
-        let [batch, seq, _] = inputs.dims();
+        self.recur_with_burn_ops(per_token(&self.input, inputs), state)
+    }
+
+    /// [`FusedLstm::recur`] in burn's ops.
+    fn recur_with_burn_ops(
+        &self,
+        transformed: Tensor<B, 3>,
+        state: Option<LstmState<B, 2>>,
+    ) -> (Tensor<B, 3>, LstmState<B, 2>) {
+        let [batch, seq, _] = transformed.dims();
         let d = self.d_hidden();
-        let device = inputs.device();
+        let device = transformed.device();
         let (mut cell, mut hidden) = self.state_or_zeros(state, batch, &device);
-        let transformed = per_token(&self.input, inputs);
         let mut outputs = Vec::with_capacity(seq);
         for t in 0..seq {
             let gates = transformed
@@ -209,5 +251,74 @@ mod tests {
             );
             state = Some(next);
         }
+    }
+
+    /// Fed beside every token, a constant input gives the outputs, the last state and (when
+    /// training) the gradients of the inputs built in full; the fused op's path and burn's alike.
+    #[test]
+    fn a_constant_fed_beside_each_token_equals_the_inputs_built_in_full() {
+        type Ad = burn::backend::Autodiff<B>;
+        let device = Default::default();
+        let lstm = FusedLstm::<Ad>::new(7, 5, &device);
+        let normal = Distribution::Normal(0.0, 1.0);
+        let tokens = Tensor::<Ad, 3>::random([3, 4, 3], normal, &device).require_grad();
+        let fed = Tensor::<Ad, 2>::random([3, 4], normal, &device).require_grad();
+        let built = Tensor::cat(
+            vec![
+                tokens.clone(),
+                fed.clone().reshape([3, 1, 4]).expand([3, 4, 4]),
+            ],
+            2,
+        );
+        let tolerance = Tolerance::<f32>::absolute(1e-5);
+        let (beside, beside_state) = lstm.forward_beside(tokens.clone(), fed.clone(), None);
+        let (full, full_state) = lstm.forward(built, None);
+        beside
+            .clone()
+            .into_data()
+            .assert_approx_eq(&full.clone().into_data(), tolerance);
+        beside_state
+            .cell
+            .into_data()
+            .assert_approx_eq(&full_state.cell.into_data(), tolerance);
+        let gradients = |outputs: Tensor<Ad, 3>| {
+            let grads = outputs.powi_scalar(2).sum().backward();
+            let weight = lstm
+                .input
+                .weight
+                .val()
+                .grad(&grads)
+                .expect("W_x's gradient");
+            (
+                tokens.grad(&grads).unwrap(),
+                fed.grad(&grads).unwrap(),
+                weight,
+            )
+        };
+        let (ours, theirs) = (gradients(beside), gradients(full));
+        ours.0
+            .into_data()
+            .assert_approx_eq(&theirs.0.into_data(), tolerance);
+        ours.1
+            .into_data()
+            .assert_approx_eq(&theirs.1.into_data(), tolerance);
+        ours.2
+            .into_data()
+            .assert_approx_eq(&theirs.2.into_data(), tolerance);
+        // Outside autodiff (inference, and every backend but the CPU's when training): burn's ops.
+        let plain = FusedLstm::<B>::new(7, 5, &device);
+        let (tokens, fed) = (tokens.inner(), fed.inner());
+        let built = Tensor::cat(
+            vec![
+                tokens.clone(),
+                fed.clone().reshape([3, 1, 4]).expand([3, 4, 4]),
+            ],
+            2,
+        );
+        let (beside, _) = plain.forward_beside(tokens, fed, None);
+        let (full, _) = plain.forward_with_burn_ops(built, None);
+        beside
+            .into_data()
+            .assert_approx_eq(&full.into_data(), tolerance);
     }
 }

@@ -53,3 +53,14 @@ pub fn matmul_transposed<B: Backend>(rows: Tensor<B, 2>, weight: Tensor<B, 2>) -
     };
     rows.matmul(weight.transpose())
 }
+
+/// `rows · weight` for a row-major `[k, n]` weight: on burn's CPU backend (training too) as a
+/// linear layer's product, else burn's `matmul`.
+pub fn matmul<B: Backend>(rows: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
+    #[cfg(not(target_arch = "wasm32"))]
+    let (rows, weight) = match super::cpu_products::linear::forward_rows(rows, weight) {
+        Ok(product) => return product,
+        Err(operands) => operands,
+    };
+    rows.matmul(weight)
+}

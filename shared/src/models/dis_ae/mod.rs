@@ -306,14 +306,8 @@ impl<B: Backend> DisAe<B> {
         state: DecoderState<B>,
     ) -> (Tensor<B, 3>, DecoderState<B>) {
         let [batch, seq] = inputs.dims();
-        let [_, d_latent] = latent.dims();
         let embedded = self.embedding.forward(inputs);
-        let fed = latent
-            .reshape([batch, 1, d_latent])
-            .expand([batch, seq, d_latent]);
-        let (hidden, state) = self
-            .decoder
-            .forward(Tensor::cat(vec![embedded, fed], 2), Some(state));
+        let (hidden, state) = self.decoder.forward_beside(embedded, latent, Some(state));
         let projected = per_token(&self.output, hidden);
         let [_, _, d_embed] = projected.dims();
         let vocab = self.output_bias.dims()[0];

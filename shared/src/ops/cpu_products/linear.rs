@@ -27,58 +27,53 @@ pub fn forward<B: Backend>(
     linear: &Linear<B>,
     x: Tensor<B, 2>,
 ) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
-    if x.dtype() != DType::F32 || linear.weight.val().dtype() != DType::F32 {
-        return Err(x);
-    }
-    let x: Box<dyn std::any::Any> = Box::new(x);
-    let x = match x.downcast::<Tensor<Autodiff<Flex>, 2>>() {
-        Ok(x) => {
-            return Ok(same_type(with_bias(
-                linear,
-                training::product(
-                    Products::training(),
-                    *x,
-                    same_type(linear.weight.val()),
-                    Layout::Rows,
-                ),
-            )));
-        }
-        Err(x) => x,
-    };
-    match x.downcast::<Tensor<Flex, 2>>() {
-        Ok(x) => Ok(same_type(with_bias(
-            linear,
-            product(*x, same_type(linear.weight.val())),
-        ))),
-        Err(x) => Err(*x.downcast::<Tensor<B, 2>>().expect("x is a Tensor<B, 2>")),
+    match product_in(x, linear.weight.val(), Layout::Rows) {
+        Ok(output) => Ok(with_bias(linear, output)),
+        Err((x, _)) => Err(x),
     }
 }
 
+/// `x · weight` (`[m, k]` by a row-major `[k, n]` weight) as [`forward`] computes a linear
+/// layer's; the pair back on any other backend or dtype.
+#[allow(clippy::type_complexity)]
+pub fn forward_rows<B: Backend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+) -> Result<Tensor<B, 2>, (Tensor<B, 2>, Tensor<B, 2>)> {
+    product_in(x, weight, Layout::Rows)
+}
+
 /// `x · weightᵀ` (`[m, k]` by a row-major `[n, k]` weight read transposed where it is: an
-/// output projection tied to the embedding) in f32 when `B` is `Flex`, and on `Autodiff<Flex>`
-/// as [`forward`]'s op (in bf16 while a [`Bf16Training`] lives); the pair back on any other
-/// backend or dtype.
+/// output projection tied to the embedding) as [`forward`] computes a linear layer's; the pair
+/// back on any other backend or dtype.
 #[allow(clippy::type_complexity)]
 pub fn forward_transposed<B: Backend>(
     x: Tensor<B, 2>,
     weight: Tensor<B, 2>,
 ) -> Result<Tensor<B, 2>, (Tensor<B, 2>, Tensor<B, 2>)> {
+    product_in(x, weight, Layout::Transposed)
+}
+
+/// `x` by the `[k, n]` matrix `weight` holds in `layout`: on `Autodiff<Flex>` as an autodiff op
+/// (bf16 while a [`Bf16Training`] lives), on `Flex` in f32; the pair back otherwise.
+#[allow(clippy::type_complexity)]
+fn product_in<B: Backend>(
+    x: Tensor<B, 2>,
+    weight: Tensor<B, 2>,
+    layout: Layout,
+) -> Result<Tensor<B, 2>, (Tensor<B, 2>, Tensor<B, 2>)> {
     if x.dtype() != DType::F32 || weight.dtype() != DType::F32 {
         return Err((x, weight));
     }
-    let ([m, k], [n, inner]) = (x.dims(), weight.dims());
-    assert_eq!(inner, k, "x · weightᵀ of {m} × {k} by ({n} × {inner})ᵀ");
+    let [m, k] = x.dims();
+    let stored = weight.dims();
+    let n = layout.columns(k, stored);
     let pair: Box<dyn std::any::Any> = Box::new((x, weight));
     let pair = match pair.downcast::<(Tensor<Autodiff<Flex>, 2>, Tensor<Autodiff<Flex>, 2>)>() {
         Ok(pair) => {
             let (x, weight) = *pair;
             let products = Products::training();
-            return Ok(same_type(training::product(
-                products,
-                x,
-                weight,
-                Layout::Transposed,
-            )));
+            return Ok(same_type(training::product(products, x, weight, layout)));
         }
         Err(pair) => pair,
     };
@@ -89,7 +84,7 @@ pub fn forward_transposed<B: Backend>(
                 x.into_primitive().tensor(),
                 weight.into_primitive().tensor(),
             );
-            let output = forward_product(Products::F32, x, weight, [m, k, n], Layout::Transposed);
+            let output = forward_product(Products::F32, x, weight, [m, k, n], layout);
             Ok(same_type(Tensor::<Flex, 2>::from_primitive(
                 TensorPrimitive::Float(output),
             )))
@@ -97,6 +92,14 @@ pub fn forward_transposed<B: Backend>(
         Err(pair) => Err(*pair
             .downcast::<(Tensor<B, 2>, Tensor<B, 2>)>()
             .expect("the pair built above")),
+    }
+}
+
+/// `output` plus the layer's bias, if it has one.
+fn with_bias<B: Backend>(linear: &Linear<B>, output: Tensor<B, 2>) -> Tensor<B, 2> {
+    match &linear.bias {
+        Some(bias) => output + bias.val().unsqueeze(),
+        None => output,
     }
 }
 
@@ -118,6 +121,19 @@ impl Layout {
         }
     }
 
+    /// `n` of the `[k, n]` matrix a weight stored as `stored` holds (checked against `k`).
+    fn columns(self, k: usize, [rows, columns]: [usize; 2]) -> usize {
+        let (inner, n) = match self {
+            Layout::Rows => (rows, columns),
+            Layout::Transposed => (columns, rows),
+        };
+        assert_eq!(
+            inner, k,
+            "a product of {k} columns by a {self:?} {rows} × {columns} weight"
+        );
+        n
+    }
+
     /// The stored shape of a `[k, n]` weight.
     fn stored(self, [k, n]: [usize; 2]) -> [usize; 2] {
         match self {
@@ -125,26 +141,6 @@ impl Layout {
             Layout::Transposed => [n, k],
         }
     }
-}
-
-/// `output` plus the layer's bias, if it has one.
-fn with_bias<B: Backend, C: Backend>(linear: &Linear<B>, output: Tensor<C, 2>) -> Tensor<C, 2> {
-    match &linear.bias {
-        Some(bias) => output + same_type::<_, Tensor<C, 1>>(bias.val()).unsqueeze(),
-        None => output,
-    }
-}
-
-/// `x · weight` in f32 on `Flex`.
-fn product(x: Tensor<Flex, 2>, weight: Tensor<Flex, 2>) -> Tensor<Flex, 2> {
-    let [m, k] = x.dims();
-    let [_, n] = weight.dims();
-    let (x, weight) = (
-        x.into_primitive().tensor(),
-        weight.into_primitive().tensor(),
-    );
-    let output = forward_product(Products::F32, x, weight, [m, k, n], Layout::Rows);
-    Tensor::from_primitive(TensorPrimitive::Float(output))
 }
 
 /// `x` (`m × k`) by the `k × n` matrix `weight` holds in `layout`, on Flex.
@@ -215,10 +211,7 @@ mod training {
         layout: Layout,
     ) -> Tensor<Autodiff<Flex>, 2> {
         let [m, k] = x.dims();
-        let n = match layout {
-            Layout::Rows => weight.dims()[1],
-            Layout::Transposed => weight.dims()[0],
-        };
+        let n = layout.columns(k, weight.dims());
         let (x, weight) = (
             x.into_primitive().tensor(),
             weight.into_primitive().tensor(),
