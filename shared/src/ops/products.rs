@@ -6,6 +6,9 @@ use burn::nn::Linear;
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
+#[cfg(not(target_arch = "wasm32"))]
+use super::cpu_products::linear as cpu;
+
 /// `linear` applied to every token of `[batch, seq, width]` as one `[batch·seq, width]` matrix
 /// product: burn's `linear` on a 3-d input multiplies each sequence separately (burn-flex: one
 /// small gemm per sequence, packing the weights again for each, and under autodiff a weight
@@ -25,7 +28,7 @@ pub fn per_token_or<B: Backend>(
     let rows = input.reshape([batch * seq, width]);
     let output = first(linear, rows);
     #[cfg(not(target_arch = "wasm32"))]
-    let output = output.or_else(|rows| super::cpu_products::linear::forward(linear, rows));
+    let output = output.or_else(|rows| cpu::forward(linear, rows));
     let output = output.unwrap_or_else(|rows| linear.forward(rows));
     let [_, out_width] = output.dims();
     output.reshape([batch, seq, out_width])
@@ -47,7 +50,7 @@ pub fn batched_matmul<B: Backend>(a: Tensor<B, 4>, b: Tensor<B, 4>) -> Tensor<B,
 /// burn's `matmul`.
 pub fn matmul_transposed<B: Backend>(rows: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
     #[cfg(not(target_arch = "wasm32"))]
-    let (rows, weight) = match super::cpu_products::linear::forward_transposed(rows, weight) {
+    let (rows, weight) = match cpu::matmul(rows, weight, cpu::Layout::Transposed) {
         Ok(product) => return product,
         Err(operands) => operands,
     };
@@ -58,7 +61,7 @@ pub fn matmul_transposed<B: Backend>(rows: Tensor<B, 2>, weight: Tensor<B, 2>) -
 /// linear layer's product, else burn's `matmul`.
 pub fn matmul<B: Backend>(rows: Tensor<B, 2>, weight: Tensor<B, 2>) -> Tensor<B, 2> {
     #[cfg(not(target_arch = "wasm32"))]
-    let (rows, weight) = match super::cpu_products::linear::forward_rows(rows, weight) {
+    let (rows, weight) = match cpu::matmul(rows, weight, cpu::Layout::Rows) {
         Ok(product) => return product,
         Err(operands) => operands,
     };

@@ -27,37 +27,18 @@ pub fn forward<B: Backend>(
     linear: &Linear<B>,
     x: Tensor<B, 2>,
 ) -> Result<Tensor<B, 2>, Tensor<B, 2>> {
-    match product_in(x, linear.weight.val(), Layout::Rows) {
+    match matmul(x, linear.weight.val(), Layout::Rows) {
         Ok(output) => Ok(with_bias(linear, output)),
         Err((x, _)) => Err(x),
     }
 }
 
-/// `x · weight` (`[m, k]` by a row-major `[k, n]` weight) as [`forward`] computes a linear
-/// layer's; the pair back on any other backend or dtype.
+/// `x` (`[m, k]`) by the `[k, n]` matrix `weight` holds in `layout` (`x · W` for a linear
+/// layer's weight, `x · Wᵀ` for an embedding an output is tied to, read transposed in place), as
+/// [`forward`] computes a linear layer's: on `Autodiff<Flex>` as an autodiff op (bf16 while a
+/// [`Bf16Training`] lives), on `Flex` in f32; the pair back on any other backend or dtype.
 #[allow(clippy::type_complexity)]
-pub fn forward_rows<B: Backend>(
-    x: Tensor<B, 2>,
-    weight: Tensor<B, 2>,
-) -> Result<Tensor<B, 2>, (Tensor<B, 2>, Tensor<B, 2>)> {
-    product_in(x, weight, Layout::Rows)
-}
-
-/// `x · weightᵀ` (`[m, k]` by a row-major `[n, k]` weight read transposed where it is: an
-/// output projection tied to the embedding) as [`forward`] computes a linear layer's; the pair
-/// back on any other backend or dtype.
-#[allow(clippy::type_complexity)]
-pub fn forward_transposed<B: Backend>(
-    x: Tensor<B, 2>,
-    weight: Tensor<B, 2>,
-) -> Result<Tensor<B, 2>, (Tensor<B, 2>, Tensor<B, 2>)> {
-    product_in(x, weight, Layout::Transposed)
-}
-
-/// `x` by the `[k, n]` matrix `weight` holds in `layout`: on `Autodiff<Flex>` as an autodiff op
-/// (bf16 while a [`Bf16Training`] lives), on `Flex` in f32; the pair back otherwise.
-#[allow(clippy::type_complexity)]
-fn product_in<B: Backend>(
+pub fn matmul<B: Backend>(
     x: Tensor<B, 2>,
     weight: Tensor<B, 2>,
     layout: Layout,
@@ -105,7 +86,7 @@ fn with_bias<B: Backend>(linear: &Linear<B>, output: Tensor<B, 2>) -> Tensor<B, 
 
 /// How a product's weight is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Layout {
+pub enum Layout {
     /// Row-major `[k, n]`: the product is `x · W` (burn's `Linear`).
     Rows,
     /// Row-major `[n, k]`, read transposed in place: the product is `x · Wᵀ`.
@@ -289,7 +270,7 @@ mod tests {
         let weight = Tensor::<Flex, 2>::random([700, 64], Distribution::Default, &device);
         for rows in [17, 1] {
             let x = Tensor::<Flex, 2>::random([rows, 64], Distribution::Default, &device);
-            let ours = forward_transposed(x.clone(), weight.clone()).expect("Flex is ours");
+            let ours = matmul(x.clone(), weight.clone(), Layout::Transposed).expect("Flex is ours");
             let burns = x.matmul(weight.clone().transpose());
             assert!(max_difference(ours, burns) < 1e-5);
         }
@@ -299,7 +280,8 @@ mod tests {
         let loss = |y: Tensor<B, 2>| (y * target.clone()).sum();
         let burns = x.clone().matmul(w.clone().transpose());
         let grads_burn = loss(burns.clone()).backward();
-        let ours = forward_transposed(x.clone(), w.clone()).expect("Autodiff<Flex> is ours");
+        let ours =
+            matmul(x.clone(), w.clone(), Layout::Transposed).expect("Autodiff<Flex> is ours");
         assert!(max_difference(ours.clone().inner(), burns.inner()) < 1e-4);
         let grads = loss(ours).backward();
         let dx = max_difference(x.grad(&grads).unwrap(), x.grad(&grads_burn).unwrap());
