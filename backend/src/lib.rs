@@ -28,6 +28,7 @@ pub mod progress;
 pub mod retrieval;
 pub mod review;
 pub mod server;
+pub mod shipped;
 pub mod training;
 
 /// The property tests' settings: `cases` generated inputs, or `PROPTEST_CASES` when set
