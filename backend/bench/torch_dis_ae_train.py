@@ -2,8 +2,11 @@
 architecture of `shared/src/models/dis_ae` written as a PyTorch user would (a bidirectional
 `nn.LSTM` over packed sequences, an `nn.LSTM` decoder, losses as in `dis_ae/loss.rs`).
 
+A copying Dis-AE (`config.copy`) also encodes each text's masked copy ("content": the ids with
+its opinion words masked) and attends to those states after each decoder step.
+
 Reads a JSON request on stdin: {"weights" (Flipside's initial model.safetensors), "config"
-(Flipside's DisAeConfig), "batches" (each: "sides" — one {"ids", "classes"} for the corpus-first
+(Flipside's DisAeConfig), "batches" (each: "sides" — one {"ids", "content", "classes"} for the corpus-first
 stage, two for pairs — and the step's "lr", "alpha", "beta", "gamma"), "max_grad_norm",
 "threads"}. Trains with AdamW (eps 1e-8, no weight decay) and global-norm clipping, timing each
 step, and prints a JSON result: the seconds of every step, the first step's loss, and the CPU
@@ -38,6 +41,21 @@ class AttentionPool(nn.Module):
         return self.project((states * weights).sum(1))
 
 
+class CopyAttention(nn.Module):
+    """Luong's general attention over the masked content's states, scaled by sqrt(d)."""
+
+    def __init__(self, d_memory, d_decoder):
+        super().__init__()
+        self.key = nn.Linear(d_memory, d_decoder, bias=False)
+        self.combine = nn.Linear(d_decoder + d_memory, d_decoder)
+
+    def forward(self, hidden, memory, mask):
+        scores = hidden @ self.key(memory).transpose(1, 2) / math.sqrt(hidden.shape[2])
+        scores = scores.masked_fill(mask[:, None, :] == 0, float("-inf"))
+        context = torch.softmax(scores, 2) @ memory
+        return torch.tanh(self.combine(torch.cat([hidden, context], 2)))
+
+
 class DisAe(nn.Module):
     def __init__(self, c):
         super().__init__()
@@ -51,6 +69,7 @@ class DisAe(nn.Module):
         self.label_vectors = nn.Parameter(torch.zeros(labels, c["d_latent"]))
         self.initial_state = nn.Linear(2 * c["d_latent"], 2 * c["d_decoder"])
         self.decoder = nn.LSTM(c["d_embed"] + 2 * c["d_latent"], c["d_decoder"], batch_first=True)
+        self.copy = CopyAttention(states, c["d_decoder"]) if c.get("copy") else None
         self.output = nn.Linear(c["d_decoder"], c["d_embed"])
         self.output_bias = nn.Parameter(torch.zeros(c["vocab_size"]))
 
@@ -73,26 +92,35 @@ class DisAe(nn.Module):
             ours[f"{module}.bias_hh{suffix}"] = torch.zeros(hidden.shape[0])
         self.load_state_dict(ours, strict=True)
 
-    def encode(self, ids, mask, lengths):
+    def states(self, ids, mask, lengths):
         packed = pack_padded_sequence(self.embedding(ids), lengths, batch_first=True,
                                       enforce_sorted=False)
         states, _ = pad_packed_sequence(self.encoder(packed)[0], batch_first=True,
                                         total_length=ids.shape[1])
         m = mask[:, :, None]
-        pooled = (states * m).sum(1) / m.sum(1).clamp_min(1e-9)
-        return (self.sentiment_head(states, mask, pooled),
-                self.content_head(states, mask, pooled))
+        return states, (states * m).sum(1) / m.sum(1).clamp_min(1e-9)
+
+    def encode(self, ids, content, mask, lengths):
+        """The sentiment vector, the content vector and (copying) the content's memory."""
+        states, pooled = self.states(ids, mask, lengths)
+        sentiment = self.sentiment_head(states, mask, pooled)
+        if self.copy is None:
+            return sentiment, self.content_head(states, mask, pooled), None
+        masked, masked_pooled = self.states(content, mask, lengths)
+        return sentiment, self.content_head(masked, mask, masked_pooled), masked
 
     def latent(self, sentiment, content):
         mixed = torch.softmax(self.classifier(sentiment), 1) @ self.label_vectors
         return torch.cat([mixed, content], 1)
 
-    def reconstruction(self, latent, ids, mask):
+    def reconstruction(self, latent, memory, memory_mask, ids, mask):
         inputs, targets, target_mask = ids[:, :-1], ids[:, 1:], mask[:, 1:]
         hidden, cell = torch.tanh(self.initial_state(latent)).chunk(2, 1)
         fed = latent[:, None, :].expand(-1, inputs.shape[1], -1)
         states, _ = self.decoder(torch.cat([self.embedding(inputs), fed], 2),
                                  (hidden[None].contiguous(), cell[None].contiguous()))
+        if self.copy is not None:
+            states = self.copy(states, memory, memory_mask)
         logits = self.output(states) @ self.embedding.weight.T + self.output_bias
         nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
         return (nll.view_as(target_mask) * target_mask).sum() / ids.shape[0]
@@ -114,28 +142,36 @@ def cosine(a, b):
 
 def tensors(side, pad_id):
     width = max(len(r) for r in side["ids"])
-    ids = torch.tensor([r + [pad_id] * (width - len(r)) for r in side["ids"]])
+    pad = lambda rows: torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
+    ids = pad(side["ids"])
+    content = pad(side["content"]) if side["content"][0] is not None else ids
     lengths = torch.tensor([len(r) for r in side["ids"]])
     mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
-    return ids, mask, lengths, torch.tensor(side["classes"])
+    return ids, content, mask, lengths, torch.tensor(side["classes"])
 
 
 def loss(model, batch, pad_id):
     sides = [tensors(side, pad_id) for side in batch["sides"]]
-    encoded = [model.encode(ids, mask, lengths) for ids, mask, lengths, _ in sides]
+    # Each side's (sentiment, content, memory, the memory's mask).
+    encoded = [model.encode(ids, content, mask, lengths) + (mask,)
+               for ids, content, mask, lengths, _ in sides]
     emotion = label_term(model)
-    for (sentiment, content), (_, _, _, classes) in zip(encoded, sides):
-        emotion = emotion + F.cross_entropy(model.classifier(sentiment), classes)
+    for (sentiment, content, _, _), side in zip(encoded, sides):
+        emotion = emotion + F.cross_entropy(model.classifier(sentiment), side[4])
         emotion = emotion + neutrality(model.classifier(content))
-    rebuilt = sum(model.reconstruction(model.latent(s, c), ids, mask)
-                  for (s, c), (ids, mask, _, _) in zip(encoded, sides))
+
+    def rebuild(sentiment, content_of, side):
+        """Decodes `side`'s text from `sentiment` and the content (and memory) of `content_of`."""
+        _, content, memory, memory_mask = content_of
+        return model.reconstruction(model.latent(sentiment, content), memory, memory_mask,
+                                    side[0], side[2])
+
+    rebuilt = sum(rebuild(e[0], e, side) for e, side in zip(encoded, sides))
     total = rebuilt + batch["alpha"] * emotion
     if len(sides) == 2:
-        (sa, ca), (sb, cb) = encoded
-        (ids_a, mask_a, _, _), (ids_b, mask_b, _, _) = sides
-        distance = (cosine(sa, sb) - cosine(ca, cb) + 2.0).mean()
-        counterfactual = (model.reconstruction(model.latent(sa, cb), ids_a, mask_a)
-                          + model.reconstruction(model.latent(sb, ca), ids_b, mask_b))
+        a, b = encoded
+        distance = (cosine(a[0], b[0]) - cosine(a[1], b[1]) + 2.0).mean()
+        counterfactual = rebuild(a[0], b, sides[0]) + rebuild(b[0], a, sides[1])
         total = total + batch["beta"] * distance + batch["gamma"] * counterfactual
     return total
 

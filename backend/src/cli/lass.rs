@@ -17,7 +17,8 @@ use crate::home::Home;
 use crate::lass::evaluate::evaluate_dis_ae;
 use crate::lass::model::CONFIG_FILE;
 use crate::lass::train::{
-    LabelledPair, LassTrainRun, corpus_train, default_model, pair_train, train_lass,
+    LabelledPair, LassTrainRun, corpus_train, default_model, opinion_masking, pair_train,
+    train_lass,
 };
 use crate::model_dirs::write_atomic;
 use crate::retrieval::cfdpr::{SeedPair, read_pairs};
@@ -73,6 +74,10 @@ pub struct TrainArgs {
     /// Most ids of the subword vocabulary learnt from the texts and pairs
     #[arg(long, default_value_t = 8000, value_name = "IDS")]
     pub vocabulary: usize,
+    /// Decode from the latent alone, as the paper does, instead of also attending to the
+    /// content text with its opinion words (Liu and Hu's lexicons) masked
+    #[arg(long)]
+    pub no_copy: bool,
     /// Texts of each label kept for `generate --sentiment parent`
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub sentiment_parents: usize,
@@ -259,6 +264,9 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     model.d_encoder = args.model.d_encoder;
     model.d_latent = args.model.d_latent;
     model.d_decoder = args.model.d_decoder;
+    if !args.no_copy {
+        model.copy = Some(opinion_masking(home)?);
+    }
     let run = LassTrainRun {
         texts,
         pairs,

@@ -3,7 +3,7 @@
 //! on pairs of the same content with opposite sentiment (all of LASS's Eq. 7). [`train_lass`]
 //! runs the whole of `flipside lass train`: the vocabulary, then each stage that has data.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
@@ -15,13 +15,15 @@ use flipside_shared::data::{stable_hash, stable_hash_bytes};
 use flipside_shared::models::dis_ae::loss::{Annealing, LabelledBatch};
 use flipside_shared::models::dis_ae::reproduce::MAX_TOKENS;
 use flipside_shared::models::dis_ae::vocabulary::Vocabulary;
-use flipside_shared::models::dis_ae::{DisAe, DisAeConfig, PaddedIds};
+use flipside_shared::models::dis_ae::{ContentCopy, DisAe, DisAeConfig, MASK_ID, PaddedIds};
 
 use super::model::{
     CONFIG_FILE, LassReport, REPORT_FILE, SentimentParents, VOCABULARY_FILE, WEIGHTS_FILE,
 };
 use super::vocabulary::train_vocabulary;
 use crate::compute::Compute;
+use crate::editing::keywords::Lexicons;
+use crate::home::Home;
 use crate::model_dirs::write_atomic;
 use crate::training::classifier::{
     Objective, TrainConfig, TrainOutcome, TrainRecord, run_training,
@@ -32,6 +34,27 @@ use crate::training::classifier::{
 pub struct EncodedText {
     pub ids: Vec<u32>,
     pub class: usize,
+    /// For a copying Dis-AE: the ids with its opinion words masked.
+    pub content: Option<Vec<u32>>,
+}
+
+impl EncodedText {
+    /// `text` of class `class` encoded for `config`: with its copy whose `masked_words` are
+    /// masked when the Dis-AE copies.
+    pub fn new(
+        vocabulary: &Vocabulary,
+        config: &DisAeConfig,
+        masked_words: &HashSet<String>,
+        text: &str,
+        class: usize,
+    ) -> Result<Self> {
+        let (ids, content) = vocabulary.encode_masking(text, masked_words, MASK_ID)?;
+        Ok(Self {
+            ids,
+            class,
+            content: config.copy.is_some().then_some(content),
+        })
+    }
 }
 
 /// What a run trains on.
@@ -94,8 +117,13 @@ impl DisAeObjective {
         let rows: Vec<Vec<u32>> = texts.iter().map(|t| t.ids.clone()).collect();
         let classes: Vec<i64> = texts.iter().map(|t| t.class as i64).collect();
         let n = classes.len();
+        let pad = self.config.pad_id;
+        let content: Option<Vec<Vec<u32>>> = texts.iter().map(|t| t.content.clone()).collect();
         LabelledBatch {
-            tokens: PaddedIds::new(&rows, self.config.pad_id, device),
+            tokens: match content {
+                Some(content) => PaddedIds::with_content(&rows, &content, pad, device),
+                None => PaddedIds::new(&rows, pad, device),
+            },
             classes: Tensor::<B, 1, Int>::from_data(TensorData::new(classes, [n]), device),
         }
     }
@@ -164,6 +192,19 @@ pub fn default_model() -> DisAeConfig {
         d_decoder: 256,
         ..DisAeConfig::new(0, Vec::new(), [0, 1, 2])
     }
+}
+
+/// The copying decoder masking the opinion words of Liu and Hu's lexicons (the `lexicons`
+/// asset).
+pub fn opinion_masking(home: &Home) -> Result<ContentCopy> {
+    let lexicons = Lexicons::load(home)?;
+    let mut masked_words: Vec<String> = lexicons
+        .positive
+        .union(&lexicons.negative)
+        .cloned()
+        .collect();
+    masked_words.sort();
+    Ok(ContentCopy { masked_words })
 }
 
 /// The corpus-first stage's optimiser (Coop: Adam lr 1e-3, gradients clipped at 5).
@@ -257,16 +298,18 @@ pub fn train_lass<B: Backend>(compute: Compute<B>, run: &LassTrainRun) -> Result
             .expect("a known label")
     };
     let mut too_long = 0;
+    let masked_words = config
+        .copy
+        .as_ref()
+        .map(ContentCopy::words)
+        .unwrap_or_default();
     let mut encode = |text: &str, label: &str| -> Result<Option<EncodedText>> {
-        let ids = vocabulary.encode(text)?;
-        if ids.len() >= MAX_TOKENS {
+        let encoded = EncodedText::new(&vocabulary, &config, &masked_words, text, class(label))?;
+        if encoded.ids.len() >= MAX_TOKENS {
             too_long += 1;
             return Ok(None);
         }
-        Ok(Some(EncodedText {
-            ids,
-            class: class(label),
-        }))
+        Ok(Some(encoded))
     };
     let mut texts = Vec::new();
     for (text, label) in &run.texts {
@@ -512,6 +555,7 @@ mod tests {
         EncodedText {
             ids: [&[1], words, &[2]].concat(),
             class,
+            content: None,
         }
     }
 

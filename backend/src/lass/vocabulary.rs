@@ -62,6 +62,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
     use flipside_shared::models::dis_ae::vocabulary::Vocabulary;
 
@@ -90,6 +92,36 @@ mod tests {
             .encode("the film was great and the cast superb")
             .unwrap();
         assert_eq!((ids.len(), ids[3]), (4, 2));
+    }
+
+    #[test]
+    fn masking_replaces_every_piece_of_the_named_words_only() {
+        let json = train_vocabulary(TEXTS.iter().cycle().take(60), 80).unwrap();
+        let vocabulary = Vocabulary::from_json(&json, 64).unwrap();
+        let words: HashSet<String> = ["great", "dreadful"].map(String::from).into();
+        let text = "The film was GREAT, the ending dreadful; greatest cast.";
+        let (ids, masked) = vocabulary.encode_masking(text, &words, 3).unwrap();
+        assert_eq!(ids, vocabulary.encode(text).unwrap());
+        assert_eq!(ids.len(), masked.len());
+        let kept: Vec<String> = ids
+            .iter()
+            .zip(&masked)
+            .filter(|(id, m)| id == m)
+            .map(|(&id, _)| vocabulary.decode(&[id]).unwrap())
+            .collect();
+        let text_of = |ids: &[u32]| vocabulary.decode(ids).unwrap();
+        // "great" and "dreadful" are gone, "greatest" (another word) and the rest stay.
+        let masked_text = text_of(
+            &masked
+                .iter()
+                .copied()
+                .filter(|&m| m != 3)
+                .collect::<Vec<_>>(),
+        );
+        assert!(!masked_text.contains("dreadful"), "{masked_text}");
+        assert!(masked_text.contains("greatest cast"), "{masked_text}");
+        assert!(masked_text.starts_with("the film was"), "{masked_text}");
+        assert!(masked.contains(&3) && kept.len() < ids.len(), "{kept:?}");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use clap::Args;
 use flipside_shared::models::dis_ae::loss::Annealing;
 use flipside_shared::models::dis_ae::reproduce::MAX_TOKENS;
 use flipside_shared::models::dis_ae::vocabulary::Vocabulary;
-use flipside_shared::models::dis_ae::{DisAe, DisAeConfig};
+use flipside_shared::models::dis_ae::{ContentCopy, DisAe, DisAeConfig};
 use serde::Deserialize;
 
 use super::{TorchBenchArgs, cpu_seconds, run_reference_script};
@@ -23,7 +23,8 @@ use crate::cli::data::ReadArgs;
 use crate::compute::Compute;
 use crate::home::Home;
 use crate::lass::train::{
-    DisAeData, DisAeObjective, EncodedText, corpus_train, default_model, pair_train,
+    DisAeData, DisAeObjective, EncodedText, corpus_train, default_model, opinion_masking,
+    pair_train,
 };
 use crate::lass::vocabulary::train_vocabulary;
 use crate::training::classifier::{
@@ -47,6 +48,9 @@ pub struct DisAeBenchArgs {
     /// an item) instead of the corpus-first stage (reconstruction and the sentiment terms)
     #[arg(long)]
     pub pairs: bool,
+    /// Time the paper's decoder (`lass train --no-copy`) instead of the copying one
+    #[arg(long)]
+    pub no_copy: bool,
     /// Most ids of the vocabulary learnt from the sentences [default: `lass train`'s]
     #[arg(long, default_value_t = 8000, value_name = "IDS")]
     pub vocabulary: usize,
@@ -99,16 +103,22 @@ pub fn bench_dis_ae(home: &Home, args: DisAeBenchArgs) -> Result<()> {
     config.labels = data.labels.names().to_vec();
     let tokens = vocabulary.special_tokens();
     (config.pad_id, config.bos_id, config.eos_id) = (tokens.pad, tokens.start, tokens.end);
+    if !args.no_copy {
+        config.copy = Some(opinion_masking(home)?);
+    }
+    let masked_words = config
+        .copy
+        .as_ref()
+        .map(ContentCopy::words)
+        .unwrap_or_default();
 
     // A seeded sample of the sentences that fit, as `lass train` encodes them.
     let mut texts = Vec::new();
     for example in data.sample(data.len(), train.seed).examples {
-        let ids = vocabulary.encode(example.input.texts()[0])?;
-        if ids.len() < MAX_TOKENS {
-            texts.push(EncodedText {
-                ids,
-                class: example.label,
-            });
+        let text = example.input.texts()[0];
+        let encoded = EncodedText::new(&vocabulary, &config, &masked_words, text, example.label)?;
+        if encoded.ids.len() < MAX_TOKENS {
+            texts.push(encoded);
         }
     }
     let items = steps * args.batch_size;
@@ -188,6 +198,7 @@ pub fn bench_dis_ae(home: &Home, args: DisAeBenchArgs) -> Result<()> {
                                 batch.iter().map(|&i| rows(i)[side]).collect();
                             serde_json::json!({
                                 "ids": texts.iter().map(|t| &t.ids).collect::<Vec<_>>(),
+                                "content": texts.iter().map(|t| &t.content).collect::<Vec<_>>(),
                                 "classes": texts.iter().map(|t| t.class).collect::<Vec<_>>(),
                             })
                         })

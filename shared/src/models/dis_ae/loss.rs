@@ -9,7 +9,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor};
 use serde::{Deserialize, Serialize};
 
-use super::{DisAe, PaddedIds, Sentiment};
+use super::{DisAe, Encoding, Memory, PaddedIds, Sentiment};
 use crate::models::sequence_loss::{log_sum_exp, token_nll};
 
 /// `−log q(x | z)` summed over each text's real target tokens and averaged over texts: logits
@@ -165,13 +165,19 @@ pub struct LabelledBatch<B: Backend> {
 }
 
 impl<B: Backend> DisAe<B> {
-    /// `L_rec` of decoding `texts` from `latent`: BOS and the tokens in, the tokens and EOS out.
-    fn reconstruction_of(&self, latent: Tensor<B, 2>, texts: &PaddedIds<B>) -> Tensor<B, 1> {
+    /// `L_rec` of decoding `texts` from `latent` (and `memory`): BOS and the tokens in, the
+    /// tokens and EOS out.
+    fn reconstruction_of(
+        &self,
+        latent: Tensor<B, 2>,
+        memory: Option<&Memory<B>>,
+        texts: &PaddedIds<B>,
+    ) -> Tensor<B, 1> {
         let [rows, seq] = texts.ids.dims();
         let inputs = texts.ids.clone().slice([0..rows, 0..seq - 1]);
         let targets = texts.ids.clone().slice([0..rows, 1..seq]);
         let mask = texts.mask.clone().slice([0..rows, 1..seq]);
-        reconstruction(self.decode(latent, inputs), targets, mask)
+        reconstruction(self.decode(latent, memory, inputs), targets, mask)
     }
 
     /// Unpaired texts (the corpus-first stage): `L_rec`, and `L_emo` with each text's class.
@@ -184,7 +190,7 @@ impl<B: Backend> DisAe<B> {
             + label_vectors(self.classify_label_vectors());
         let latent = self.latent(Sentiment::Encoded(encoded.sentiment), encoded.content);
         DisAeLosses {
-            reconstruction: self.reconstruction_of(latent, &batch.tokens),
+            reconstruction: self.reconstruction_of(latent, encoded.memory.as_ref(), &batch.tokens),
             emotion,
             distance: None,
             counterfactual: None,
@@ -207,18 +213,21 @@ impl<B: Backend> DisAe<B> {
             ea.content.clone(),
             eb.content.clone(),
         );
-        let decode = |sentiment: &Tensor<B, 2>, content: &Tensor<B, 2>, texts: &PaddedIds<B>| {
-            let latent = self.latent(Sentiment::Encoded(sentiment.clone()), content.clone());
-            self.reconstruction_of(latent, texts)
+        // Each text from a sentiment and a content (its vector and memory).
+        let decode = |sentiment: &Tensor<B, 2>, content: &Encoding<B>, texts: &PaddedIds<B>| {
+            let latent = self.latent(
+                Sentiment::Encoded(sentiment.clone()),
+                content.content.clone(),
+            );
+            self.reconstruction_of(latent, content.memory.as_ref(), texts)
         };
         DisAeLosses {
-            reconstruction: decode(&ea.sentiment, &ea.content, &a.tokens)
-                + decode(&eb.sentiment, &eb.content, &b.tokens),
+            reconstruction: decode(&ea.sentiment, &ea, &a.tokens)
+                + decode(&eb.sentiment, &eb, &b.tokens),
             emotion,
             distance: Some(distance),
             counterfactual: Some(
-                decode(&ea.sentiment, &eb.content, &a.tokens)
-                    + decode(&eb.sentiment, &ea.content, &b.tokens),
+                decode(&ea.sentiment, &eb, &a.tokens) + decode(&eb.sentiment, &ea, &b.tokens),
             ),
         }
     }

@@ -13,10 +13,19 @@
 //! Recombining the content of one text with the sentiment of another, or of a label
 //! ([`DisAe::latent`] with [`Sentiment`]), and decoding it is how LASS mass-produces
 //! counterfactuals.
+//!
+//! Beyond the paper, a Dis-AE may copy ([`ContentCopy`]): the encoder also reads the text with
+//! its opinion words masked, whose states are the content vector's source and a memory that
+//! the decoder attends to after each step (Luong's attention, no input feeding). A bottleneck
+//! of 256 numbers reconstructs a 40-word sentence only after far more training than 2 CPU cores
+//! give (Coop trains on 25M sentences); attention copies the content from the first thousand
+//! steps, and since the memory lacks the opinion words, they come from the sentiment.
 
 pub mod loss;
 pub mod reproduce;
 pub mod vocabulary;
+
+use std::collections::HashSet;
 
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig, LstmState};
@@ -48,7 +57,28 @@ pub struct DisAeConfig {
     pub pad_id: u32,
     pub bos_id: u32,
     pub eos_id: u32,
+    /// The copying decoder and the words its memory masks (none: the paper's decoder).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub copy: Option<ContentCopy>,
 }
+
+/// A Dis-AE that copies its content through attention (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContentCopy {
+    /// Lowercased words whose pieces the content memory masks (the opinion lexicons').
+    pub masked_words: Vec<String>,
+}
+
+impl ContentCopy {
+    /// The masked words as a set.
+    pub fn words(&self) -> HashSet<String> {
+        self.masked_words.iter().cloned().collect()
+    }
+}
+
+/// The id that stands for a masked piece in the content memory's input (`<unk>`, which is never
+/// generated).
+pub const MASK_ID: u32 = 3;
 
 impl DisAeConfig {
     /// Coop's sizes for a vocabulary and label set.
@@ -63,6 +93,7 @@ impl DisAeConfig {
             pad_id,
             bos_id,
             eos_id,
+            copy: None,
         }
     }
 
@@ -110,8 +141,76 @@ impl DisAeConfig {
             .init([labels, self.d_latent], device),
             initial_state: LinearConfig::new(latent, 2 * self.d_decoder).init(device),
             decoder: FusedLstm::new(self.d_embed + latent, self.d_decoder, device),
+            copy: self
+                .copy
+                .as_ref()
+                .map(|_| CopyAttention::new(states, self.d_decoder, device)),
             output: LinearConfig::new(self.d_decoder, self.d_embed).init(device),
             output_bias: Initializer::Zeros.init([self.vocab_size], device),
+        }
+    }
+}
+
+/// Luong's general attention of the decoder's states over the content memory, and the attended
+/// state `tanh(W_c [h_t ; context_t])` that the output layer reads.
+#[derive(Module, Debug)]
+pub struct CopyAttention<B: Backend> {
+    /// Memory states → keys in the decoder's width.
+    key: Linear<B>,
+    combine: Linear<B>,
+}
+
+impl<B: Backend> CopyAttention<B> {
+    fn new(d_memory: usize, d_decoder: usize, device: &B::Device) -> Self {
+        Self {
+            key: LinearConfig::new(d_memory, d_decoder)
+                .with_bias(false)
+                .init(device),
+            combine: LinearConfig::new(d_decoder + d_memory, d_decoder).init(device),
+        }
+    }
+
+    /// Decoder states `[batch, steps, d_decoder]` → attended states of the same shape.
+    fn attend(&self, hidden: Tensor<B, 3>, memory: &Memory<B>) -> Tensor<B, 3> {
+        let [batch, steps, d] = hidden.dims();
+        let [_, seq] = memory.mask.dims();
+        let scores = hidden
+            .clone()
+            .matmul(memory.keys.clone().swap_dims(1, 2))
+            .div_scalar((d as f64).sqrt());
+        let padding = memory
+            .mask
+            .clone()
+            .equal_elem(0.0)
+            .reshape([batch, 1, seq])
+            .expand([batch, steps, seq]);
+        let weights = softmax(scores.mask_fill(padding, f32::NEG_INFINITY), 2);
+        let context = weights.matmul(memory.states.clone());
+        tanh(per_token(
+            &self.combine,
+            Tensor::cat(vec![hidden, context], 2),
+        ))
+    }
+}
+
+/// What a copying decoder attends to: the encoder's states of the masked content text.
+#[derive(Debug, Clone)]
+pub struct Memory<B: Backend> {
+    /// `[batch, seq, 2·d_encoder]`.
+    pub states: Tensor<B, 3>,
+    /// The states' keys, `[batch, seq, d_decoder]`, computed once per text.
+    keys: Tensor<B, 3>,
+    /// 1 for real tokens, 0 for padding, `[batch, seq]`.
+    pub mask: Tensor<B, 2>,
+}
+
+impl<B: Backend> Memory<B> {
+    /// The rows `rows` (a batch index tensor).
+    fn select(&self, rows: Tensor<B, 1, Int>) -> Self {
+        Self {
+            states: self.states.clone().select(0, rows.clone()),
+            keys: self.keys.clone().select(0, rows.clone()),
+            mask: self.mask.clone().select(0, rows),
         }
     }
 }
@@ -172,6 +271,8 @@ pub struct DisAe<B: Backend> {
     pub label_vectors: Param<Tensor<B, 2>>,
     initial_state: Linear<B>,
     decoder: FusedLstm<B>,
+    /// The copying decoder's attention (none: the paper's decoder).
+    copy: Option<CopyAttention<B>>,
     output: Linear<B>,
     output_bias: Param<Tensor<B, 1>>,
 }
@@ -184,27 +285,56 @@ pub struct PaddedIds<B: Backend> {
     pub mask: Tensor<B, 2>,
     /// Real tokens per row.
     pub lengths: Vec<usize>,
+    /// The same texts with their opinion words' pieces masked ([`MASK_ID`]), for a copying
+    /// Dis-AE's content (none: the texts themselves).
+    pub content: Option<Tensor<B, 2, Int>>,
 }
 
 impl<B: Backend> PaddedIds<B> {
     /// Pads `rows` at the end with `pad_id`.
     pub fn new(rows: &[Vec<u32>], pad_id: u32, device: &B::Device) -> Self {
         let seq = rows.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let mut ids = Vec::with_capacity(rows.len() * seq);
-        let mut mask = Vec::with_capacity(rows.len() * seq);
-        for row in rows {
-            for t in 0..seq {
-                ids.push(row.get(t).copied().unwrap_or(pad_id) as i64);
-                mask.push(if t < row.len() { 1.0f32 } else { 0.0 });
-            }
-        }
+        let mask: Vec<f32> = rows
+            .iter()
+            .flat_map(|row| (0..seq).map(move |t| if t < row.len() { 1.0 } else { 0.0 }))
+            .collect();
         let shape = [rows.len(), seq];
         Self {
-            ids: Tensor::from_data(TensorData::new(ids, shape), device),
+            ids: padded(rows, seq, pad_id, device),
             mask: Tensor::from_data(TensorData::new(mask, shape), device),
             lengths: rows.iter().map(Vec::len).collect(),
+            content: None,
         }
     }
+
+    /// Pads `rows` and their masked copies `content` (each as long as its row).
+    pub fn with_content(
+        rows: &[Vec<u32>],
+        content: &[Vec<u32>],
+        pad_id: u32,
+        device: &B::Device,
+    ) -> Self {
+        let batch = Self::new(rows, pad_id, device);
+        let seq = batch.ids.dims()[1];
+        Self {
+            content: Some(padded(content, seq, pad_id, device)),
+            ..batch
+        }
+    }
+}
+
+/// `rows` padded at the end with `pad_id` to `seq` ids, `[rows, seq]`.
+fn padded<B: Backend>(
+    rows: &[Vec<u32>],
+    seq: usize,
+    pad_id: u32,
+    device: &B::Device,
+) -> Tensor<B, 2, Int> {
+    let ids: Vec<i64> = rows
+        .iter()
+        .flat_map(|row| (0..seq).map(move |t| row.get(t).copied().unwrap_or(pad_id) as i64))
+        .collect();
+    Tensor::from_data(TensorData::new(ids, [rows.len(), seq]), device)
 }
 
 /// What the encoder makes of a batch of texts.
@@ -214,6 +344,8 @@ pub struct Encoding<B: Backend> {
     pub sentiment: Tensor<B, 2>,
     /// `z_c`, `[batch, d_latent]`.
     pub content: Tensor<B, 2>,
+    /// A copying Dis-AE's memory of the content.
+    pub memory: Option<Memory<B>>,
 }
 
 /// Where a decoded text's sentiment comes from.
@@ -234,22 +366,62 @@ impl<B: Backend> DisAe<B> {
         save_renamed(self, &[])
     }
 
-    /// The sentiment and content vectors of `batch`.
+    /// The sentiment and content vectors of `batch` (and a copying Dis-AE's memory, read from
+    /// the masked texts: the texts themselves when `batch` has none).
     pub fn encode(&self, batch: &PaddedIds<B>) -> Encoding<B> {
-        let embedded = self.embedding.forward(batch.ids.clone());
+        let Some(copy) = &self.copy else {
+            let states = self.states(batch.ids.clone(), &batch.lengths);
+            let pooled = mean_pool(states.clone(), &batch.mask);
+            return Encoding {
+                sentiment: self
+                    .sentiment_head
+                    .forward(states.clone(), &batch.mask, pooled.clone()),
+                content: self.content_head.forward(states, &batch.mask, pooled),
+                memory: None,
+            };
+        };
+        // Both readings in one pass of the BiLSTM: the texts, then their masked copies.
+        let [rows, seq] = batch.ids.dims();
+        let content_ids = batch.content.clone().unwrap_or_else(|| batch.ids.clone());
+        let both = self.states(
+            Tensor::cat(vec![batch.ids.clone(), content_ids], 0),
+            &[batch.lengths.as_slice(), batch.lengths.as_slice()].concat(),
+        );
+        let d = both.dims()[2];
+        let states = both.clone().slice([0..rows, 0..seq, 0..d]);
+        let masked = both.slice([rows..2 * rows, 0..seq, 0..d]);
+        let sentiment = self.sentiment_head.forward(
+            states.clone(),
+            &batch.mask,
+            mean_pool(states, &batch.mask),
+        );
+        let content = self.content_head.forward(
+            masked.clone(),
+            &batch.mask,
+            mean_pool(masked.clone(), &batch.mask),
+        );
+        Encoding {
+            sentiment,
+            content,
+            memory: Some(Memory {
+                keys: per_token(&copy.key, masked.clone()),
+                states: masked,
+                mask: batch.mask.clone(),
+            }),
+        }
+    }
+
+    /// The BiLSTM's states of `ids` (`[batch, seq]`, rows of `lengths` real tokens),
+    /// `[batch, seq, 2·d_encoder]`.
+    fn states(&self, ids: Tensor<B, 2, Int>, lengths: &[usize]) -> Tensor<B, 3> {
+        let seq = ids.dims()[1];
+        let embedded = self.embedding.forward(ids);
         let (forward, _) = self.forward_lstm.forward(embedded.clone(), None);
-        let reversal = reversal_index::<B>(&batch.lengths, batch.ids.dims()[1], &embedded.device());
+        let reversal = reversal_index::<B>(lengths, seq, &embedded.device());
         let (backward, _) = self
             .backward_lstm
             .forward(gather_rows(embedded, &reversal), None);
-        let states = Tensor::cat(vec![forward, gather_rows(backward, &reversal)], 2);
-        let pooled = mean_pool(states.clone(), &batch.mask);
-        Encoding {
-            sentiment: self
-                .sentiment_head
-                .forward(states.clone(), &batch.mask, pooled.clone()),
-            content: self.content_head.forward(states, &batch.mask, pooled),
-        }
+        Tensor::cat(vec![forward, gather_rows(backward, &reversal)], 2)
     }
 
     /// `C`'s sentiment-class logits of sentiment or content vectors, `[batch, classes]`.
@@ -291,23 +463,39 @@ impl<B: Backend> DisAe<B> {
     }
 
     /// Teacher-forced next-token logits `[batch, seq, vocab]` of `inputs` (`[batch, seq]`,
-    /// starting with BOS) given `latent`.
-    pub fn decode(&self, latent: Tensor<B, 2>, inputs: Tensor<B, 2, Int>) -> Tensor<B, 3> {
+    /// starting with BOS) given `latent` (and, for a copying Dis-AE, the content's `memory`).
+    pub fn decode(
+        &self,
+        latent: Tensor<B, 2>,
+        memory: Option<&Memory<B>>,
+        inputs: Tensor<B, 2, Int>,
+    ) -> Tensor<B, 3> {
         let state = self.initial_state(&latent);
-        self.decode_from(latent, inputs, state).0
+        self.decode_from(latent, memory, inputs, state).0
     }
 
     /// As [`DisAe::decode`] from a given state; also returns the state after the last input
     /// (one input per row decodes one step).
+    ///
+    /// # Panics
+    /// If the Dis-AE copies and `memory` is none.
     pub fn decode_from(
         &self,
         latent: Tensor<B, 2>,
+        memory: Option<&Memory<B>>,
         inputs: Tensor<B, 2, Int>,
         state: DecoderState<B>,
     ) -> (Tensor<B, 3>, DecoderState<B>) {
         let [batch, seq] = inputs.dims();
         let embedded = self.embedding.forward(inputs);
         let (hidden, state) = self.decoder.forward_beside(embedded, latent, Some(state));
+        let hidden = match &self.copy {
+            Some(copy) => copy.attend(
+                hidden,
+                memory.expect("a copying Dis-AE decodes with its content's memory"),
+            ),
+            None => hidden,
+        };
         let projected = per_token(&self.output, hidden);
         let [_, _, d_embed] = projected.dims();
         let vocab = self.output_bias.dims()[0];
@@ -322,10 +510,12 @@ impl<B: Backend> DisAe<B> {
 }
 
 impl<B: Backend> DisAe<B> {
-    /// Decodes every row of `latent` (LASS: beam 4, at most 70 tokens).
+    /// Decodes every row of `latent` (LASS: beam 4, at most 70 tokens), a copying Dis-AE
+    /// attending to `memory`.
     pub fn generate(
         &self,
         latent: Tensor<B, 2>,
+        memory: Option<Memory<B>>,
         tokens: SpecialTokens,
         settings: &DecodeSettings,
     ) -> Vec<Decoded> {
@@ -333,6 +523,7 @@ impl<B: Backend> DisAe<B> {
             model: self,
             state: self.initial_state(&latent),
             latent,
+            memory,
             tokens,
         };
         generate(&mut steps, settings)
@@ -343,12 +534,14 @@ impl<B: Backend> DisAe<B> {
 struct DisAeSteps<'a, B: Backend> {
     model: &'a DisAe<B>,
     latent: Tensor<B, 2>,
+    memory: Option<Memory<B>>,
     state: DecoderState<B>,
     tokens: SpecialTokens,
 }
 
 impl<B: Backend> DisAeSteps<'_, B> {
-    /// Keeps the rows `rows` of the latents (if `latent_too`) and of the LSTM state.
+    /// Keeps the rows `rows` of the latents and the memory (if `latent_too`) and of the LSTM
+    /// state.
     fn select(&mut self, rows: &[usize], latent_too: bool) {
         let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
         let n = rows.len();
@@ -356,6 +549,7 @@ impl<B: Backend> DisAeSteps<'_, B> {
             Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &self.latent.device());
         if latent_too {
             self.latent = self.latent.clone().select(0, rows.clone());
+            self.memory = self.memory.as_ref().map(|m| m.select(rows.clone()));
         }
         self.state = LstmState::new(
             self.state.cell.clone().select(0, rows.clone()),
@@ -380,7 +574,9 @@ impl<B: Backend> StepDecoder for DisAeSteps<'_, B> {
             &self.latent.device(),
         );
         let state = LstmState::new(self.state.cell.clone(), self.state.hidden.clone());
-        let (logits, state) = self.model.decode_from(self.latent.clone(), ids, state);
+        let (logits, state) =
+            self.model
+                .decode_from(self.latent.clone(), self.memory.as_ref(), ids, state);
         self.state = state;
         logit_rows(logits)
     }
@@ -503,16 +699,60 @@ mod tests {
         }
     }
 
-    #[test]
-    fn trained_on_pairs_it_rewrites_content_with_the_other_sentiment() {
-        use burn::backend::Autodiff;
+    type A = burn::backend::Autodiff<Flex>;
+
+    /// A two-label Dis-AE of `vocab_size` ids small enough to train in a test (copying if
+    /// `copy`).
+    fn small_config(vocab_size: usize, copy: bool) -> DisAeConfig {
+        let mut config = DisAeConfig::new(
+            vocab_size,
+            vec!["negative".into(), "positive".into()],
+            [0, 1, 2],
+        );
+        (
+            config.d_embed,
+            config.d_encoder,
+            config.d_latent,
+            config.d_decoder,
+        ) = (16, 16, 8, 32);
+        config.copy = copy.then(|| ContentCopy {
+            masked_words: Vec::new(),
+        });
+        config
+    }
+
+    /// 300 steps of Adam (lr 1e-2) on `loss` from fresh weights.
+    fn train_small(config: &DisAeConfig, loss: impl Fn(&DisAe<A>) -> Tensor<A, 1>) -> DisAe<Flex> {
         use burn::module::AutodiffModule;
         use burn::optim::{AdamConfig, GradientsParams, Optimizer};
 
-        use super::loss::{LabelledBatch, LossWeights};
-        use crate::models::search::Search;
+        let mut model: DisAe<A> = config.init(&Default::default());
+        let mut optimizer = AdamConfig::new().init();
+        for _ in 0..300 {
+            let grads = GradientsParams::from_grads(loss(&model).backward(), &model);
+            model = optimizer.step(1e-2, model, grads);
+        }
+        model.valid()
+    }
 
-        type A = Autodiff<Flex>;
+    /// Beam search with 4 beams for at most 10 tokens, never writing `banned`.
+    fn beam_search(banned: Vec<u32>) -> DecodeSettings {
+        DecodeSettings {
+            search: crate::models::search::Search::Beam {
+                beams: 4,
+                length_penalty: 0.0,
+            },
+            max_tokens: 10,
+            banned,
+            logit_bias: Vec::new(),
+            sentinels: None,
+        }
+    }
+
+    #[test]
+    fn trained_on_pairs_it_rewrites_content_with_the_other_sentiment() {
+        use super::loss::{LabelledBatch, LossWeights};
+
         let device = Default::default();
         // 0 pad, 1 BOS, 2 EOS; "the film was great/awful", "the cast is superb/dreadful",
         // "the plot was fine/dull".
@@ -532,42 +772,19 @@ mod tests {
             ),
         };
         let (a, b) = (batch(&positive, 1), batch(&negative, 0));
-        let mut config =
-            DisAeConfig::new(15, vec!["negative".into(), "positive".into()], [0, 1, 2]);
-        (
-            config.d_embed,
-            config.d_encoder,
-            config.d_latent,
-            config.d_decoder,
-        ) = (16, 16, 8, 32);
-        let mut model: DisAe<A> = config.init(&device);
-        let mut optimizer = AdamConfig::new().init();
+        let config = small_config(15, false);
         let weights = LossWeights {
             alpha: 5.0,
             beta: 1.0,
             gamma: 1.0,
         };
-        for _ in 0..300 {
-            let loss = model.pair_losses(&a, &b).total(weights);
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            model = optimizer.step(1e-2, model, grads);
-        }
-        let model = model.valid();
-        let settings = DecodeSettings {
-            search: Search::Beam {
-                beams: 4,
-                length_penalty: 0.0,
-            },
-            max_tokens: 10,
-            banned: Vec::new(),
-            logit_bias: Vec::new(),
-            sentinels: None,
-        };
+        let model = train_small(&config, |model| model.pair_losses(&a, &b).total(weights));
+        let settings = beam_search(Vec::new());
         let decode = |sentiment: Sentiment<Flex>, content_of: &[Vec<u32>]| -> Vec<Vec<u32>> {
             let encoded = model.encode(&PaddedIds::new(&wrap(content_of), 0, &device));
             let latent = model.latent(sentiment, encoded.content);
             model
-                .generate(latent, config.special_tokens(), &settings)
+                .generate(latent, encoded.memory, config.special_tokens(), &settings)
                 .into_iter()
                 .map(|d| d.tokens)
                 .collect()
@@ -597,8 +814,8 @@ mod tests {
         let inputs = batch.ids.clone();
         assert_eq!(
             max_abs_diff(
-                model.decode(latent.clone(), inputs.clone()),
-                loaded.decode(latent, inputs)
+                model.decode(latent.clone(), None, inputs.clone()),
+                loaded.decode(latent, None, inputs)
             ),
             0.0
         );
@@ -611,24 +828,152 @@ mod tests {
         );
     }
 
+    fn copying_config() -> DisAeConfig {
+        DisAeConfig {
+            copy: Some(ContentCopy {
+                masked_words: Vec::new(),
+            }),
+            ..tiny_config()
+        }
+    }
+
     #[test]
     fn stepwise_decoding_equals_teacher_forcing() {
-        let model = tiny();
         let device = Default::default();
-        let encoded = model.encode(&PaddedIds::new(&[vec![1, 5, 6, 2]], 0, &device));
-        let latent = model.latent(Sentiment::Label(1), encoded.content);
-        let inputs = PaddedIds::<Flex>::new(&[vec![1, 7, 8, 9]], 0, &device).ids;
-        let full = model.decode(latent.clone(), inputs.clone());
-        let mut state = model.initial_state(&latent);
-        for t in 0..4 {
-            let (logits, next) = model.decode_from(
-                latent.clone(),
-                inputs.clone().slice([0..1, t..t + 1]),
-                state,
-            );
-            state = next;
-            let expected = full.clone().slice([0..1, t..t + 1, 0..20]);
-            assert!(max_abs_diff(logits, expected) < 1e-5, "step {t}");
+        for config in [tiny_config(), copying_config()] {
+            let model: DisAe<Flex> = config.init(&device);
+            let encoded = model.encode(&PaddedIds::with_content(
+                &[vec![1, 5, 6, 7, 2]],
+                &[vec![1, 5, 3, 7, 2]],
+                0,
+                &device,
+            ));
+            assert_eq!(encoded.memory.is_some(), config.copy.is_some());
+            let latent = model.latent(Sentiment::Label(1), encoded.content);
+            let memory = encoded.memory.as_ref();
+            let inputs = PaddedIds::<Flex>::new(&[vec![1, 7, 8, 9]], 0, &device).ids;
+            let full = model.decode(latent.clone(), memory, inputs.clone());
+            let mut state = model.initial_state(&latent);
+            for t in 0..4 {
+                let (logits, next) = model.decode_from(
+                    latent.clone(),
+                    memory,
+                    inputs.clone().slice([0..1, t..t + 1]),
+                    state,
+                );
+                state = next;
+                let expected = full.clone().slice([0..1, t..t + 1, 0..20]);
+                assert!(max_abs_diff(logits, expected) < 1e-5, "step {t}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_copying_dis_ae_reads_its_content_from_the_masked_text_only() {
+        let device = Default::default();
+        let model: DisAe<Flex> = copying_config().init(&device);
+        // Two texts that differ only in a masked word have the same content and memory, and
+        // their sentiments differ.
+        let batch = PaddedIds::with_content(
+            &[vec![1, 5, 6, 7, 2], vec![1, 5, 9, 7, 2]],
+            &[vec![1, 5, 3, 7, 2], vec![1, 5, 3, 7, 2]],
+            0,
+            &device,
+        );
+        let encoded = model.encode(&batch);
+        let row = |x: &Tensor<Flex, 2>, i: usize| x.clone().slice([i..i + 1, 0..4]);
+        assert_eq!(
+            max_abs_diff(row(&encoded.content, 0), row(&encoded.content, 1)),
+            0.0
+        );
+        let states = encoded.memory.unwrap().states;
+        let d = states.dims()[2];
+        assert_eq!(
+            max_abs_diff(
+                states.clone().slice([0..1, 0..5, 0..d]),
+                states.slice([1..2, 0..5, 0..d])
+            ),
+            0.0
+        );
+        assert!(max_abs_diff(row(&encoded.sentiment, 0), row(&encoded.sentiment, 1)) > 0.0);
+    }
+
+    #[test]
+    fn trained_on_unpaired_texts_a_copying_dis_ae_writes_the_target_label_s_words() {
+        use super::loss::{LabelledBatch, LossWeights};
+
+        let device = Default::default();
+        // 0 pad, 1 BOS, 2 EOS, 3 mask; opinion words 4, 5 (positive), 6, 7 (negative); the
+        // rest content. Each content is seen with one word of each sentiment, never as a pair.
+        let contents: [&[u32]; 6] = [
+            &[8, 9, 10],
+            &[11, 12, 10, 13],
+            &[14, 9, 15],
+            &[16, 17, 10],
+            &[18, 19, 15, 20],
+            &[21, 9, 10, 22],
+        ];
+        let opinion = |class: usize, i: usize| [[6, 7], [4, 5]][class][i % 2];
+        let text =
+            |content: &[u32], word: u32| -> Vec<u32> { [&[1], content, &[word, 2]].concat() };
+        let masked = |content: &[u32]| text(content, 3);
+        let mut rows = Vec::new();
+        let mut classes = Vec::new();
+        for (i, content) in contents.iter().enumerate() {
+            for class in [0, 1] {
+                rows.push(text(content, opinion(class, i + class)));
+                classes.push(class as i64);
+            }
+        }
+        let masks: Vec<Vec<u32>> = rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|&t| if (4..8).contains(&t) { 3 } else { t })
+                    .collect()
+            })
+            .collect();
+        let n = rows.len();
+        let batch = LabelledBatch::<A> {
+            tokens: PaddedIds::with_content(&rows, &masks, 0, &device),
+            classes: Tensor::from_data(TensorData::new(classes, [n]), &device),
+        };
+        let config = small_config(23, true);
+        let weights = LossWeights {
+            alpha: 5.0,
+            beta: 0.0,
+            gamma: 0.0,
+        };
+        let model = train_small(&config, |model| model.text_losses(&batch).total(weights));
+        let settings = beam_search(vec![0, 3]);
+        for class in [0, 1] {
+            let sources: Vec<Vec<u32>> = contents
+                .iter()
+                .enumerate()
+                .map(|(i, c)| text(c, opinion(1 - class, i)))
+                .collect();
+            let source_masks: Vec<Vec<u32>> = contents.iter().map(|c| masked(c)).collect();
+            let encoded = model.encode(&PaddedIds::with_content(
+                &sources,
+                &source_masks,
+                0,
+                &device,
+            ));
+            let latent = model.latent(Sentiment::Label(class), encoded.content);
+            let decoded =
+                model.generate(latent, encoded.memory, config.special_tokens(), &settings);
+            for (content, decoded) in contents.iter().zip(decoded) {
+                let tokens = decoded.tokens;
+                // The content copied, and a word of the target sentiment where the masked
+                // one was.
+                assert_eq!(&tokens[..content.len()], *content, "class {class}");
+                assert_eq!(tokens.len(), content.len() + 1, "{tokens:?}");
+                let word = tokens[content.len()];
+                assert!(
+                    [[6, 7], [4, 5]][class].contains(&word),
+                    "class {class}: {tokens:?}"
+                );
+            }
         }
     }
 }

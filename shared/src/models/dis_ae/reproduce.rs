@@ -2,10 +2,12 @@
 //! sentiment (a label's vector, or the sentiment of another text) and decoded. The backend's
 //! `lass` method and the browser page both call [`Reproducer::reproduce`].
 
+use std::collections::HashSet;
+
 use burn::tensor::backend::Backend;
 
 use super::vocabulary::Vocabulary;
-use super::{DisAe, DisAeConfig, PaddedIds, Sentiment};
+use super::{ContentCopy, DisAe, DisAeConfig, MASK_ID, PaddedIds, Sentiment};
 use crate::models::checkpoint::CheckpointError;
 use crate::models::search::{DecodeSettings, Search};
 use crate::surface::copy_surface;
@@ -75,6 +77,8 @@ pub struct Reproducer<B: Backend> {
     pub model: DisAe<B>,
     pub config: DisAeConfig,
     pub vocabulary: Vocabulary,
+    /// The words a copying Dis-AE's content memory masks.
+    masked_words: HashSet<String>,
     device: B::Device,
 }
 
@@ -97,6 +101,11 @@ impl<B: Backend> Reproducer<B> {
         }
         Ok(Self {
             model: config.load(weights, device)?,
+            masked_words: config
+                .copy
+                .as_ref()
+                .map(ContentCopy::words)
+                .unwrap_or_default(),
             config,
             vocabulary,
             device: device.clone(),
@@ -115,12 +124,26 @@ impl<B: Backend> Reproducer<B> {
             })
     }
 
+    /// `texts` as a batch (with their masked copies for a copying Dis-AE).
     fn encode(&self, texts: &[&str]) -> Result<PaddedIds<B>, DisAeError> {
-        let rows = texts
+        let pad = self.config.pad_id;
+        if self.config.copy.is_none() {
+            let rows = texts
+                .iter()
+                .map(|text| self.vocabulary.encode(text))
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(PaddedIds::new(&rows, pad, &self.device));
+        }
+        let (rows, content): (Vec<_>, Vec<_>) = texts
             .iter()
-            .map(|text| self.vocabulary.encode(text))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(PaddedIds::new(&rows, self.config.pad_id, &self.device))
+            .map(|text| {
+                self.vocabulary
+                    .encode_masking(text, &self.masked_words, MASK_ID)
+            })
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
+        Ok(PaddedIds::with_content(&rows, &content, pad, &self.device))
     }
 
     /// One output per text of `contents`: its content vector with `sentiment`, decoded with
@@ -135,7 +158,7 @@ impl<B: Backend> Reproducer<B> {
         if contents.is_empty() {
             return Ok(Vec::new());
         }
-        let content = self.model.encode(&self.encode(contents)?).content;
+        let encoded = self.model.encode(&self.encode(contents)?);
         let sentiment = match sentiment {
             TargetSentiment::Label(label) => Sentiment::Label(self.class_of(label)?),
             TargetSentiment::Parents(parents) => {
@@ -148,9 +171,14 @@ impl<B: Backend> Reproducer<B> {
                 Sentiment::Encoded(self.model.encode(&self.encode(parents)?).sentiment)
             }
         };
-        let latent = self.model.latent(sentiment, content);
+        let latent = self.model.latent(sentiment, encoded.content);
         self.model
-            .generate(latent, self.config.special_tokens(), settings)
+            .generate(
+                latent,
+                encoded.memory,
+                self.config.special_tokens(),
+                settings,
+            )
             .into_iter()
             .zip(contents)
             .map(|(decoded, content)| {

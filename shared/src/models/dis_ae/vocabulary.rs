@@ -2,6 +2,9 @@
 //! text, words marked by `▁` as in sentencepiece) that turns a text into `[<s>, pieces…, </s>]`
 //! and generated ids back into text.
 
+use std::collections::HashSet;
+use std::ops::Range;
+
 use tokenizers::Tokenizer;
 
 use crate::models::search::SpecialTokens;
@@ -53,17 +56,41 @@ impl Vocabulary {
 
     /// `[<s>, pieces…, </s>]`, the pieces cut to fit `max_tokens`.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizeError> {
+        Ok(self.encode_masking(text, &HashSet::new(), 0)?.0)
+    }
+
+    /// [`Vocabulary::encode`], and the same ids with `mask_id` for each piece of a word in
+    /// `words` (lowercased; a word is a run of letters, digits, `'` and `-`).
+    pub fn encode_masking(
+        &self,
+        text: &str,
+        words: &HashSet<String>,
+        mask_id: u32,
+    ) -> Result<(Vec<u32>, Vec<u32>), TokenizeError> {
         let encoding = self
             .inner
             .encode(text, false)
             .map_err(|e| TokenizeError::Encode(e.to_string()))?;
-        let pieces = encoding.get_ids();
-        let kept = pieces.len().min(self.max_tokens - 2);
+        let kept = encoding.get_ids().len().min(self.max_tokens - 2);
+        let pieces = &encoding.get_ids()[..kept];
+        let masked_spans = word_spans(text)
+            .filter(|span| words.contains(&text[span.clone()].to_lowercase()))
+            .collect::<Vec<_>>();
+        let masked = pieces
+            .iter()
+            .zip(encoding.get_offsets())
+            .map(|(&id, &(start, end))| {
+                let inside = masked_spans.iter().any(|s| start < s.end && s.start < end);
+                if inside { mask_id } else { id }
+            });
         let tokens = self.special_tokens();
-        Ok(std::iter::once(tokens.start)
-            .chain(pieces[..kept].iter().copied())
-            .chain(std::iter::once(tokens.end))
-            .collect())
+        let wrap = |pieces: Vec<u32>| -> Vec<u32> {
+            std::iter::once(tokens.start)
+                .chain(pieces)
+                .chain(std::iter::once(tokens.end))
+                .collect()
+        };
+        Ok((wrap(pieces.to_vec()), wrap(masked.collect())))
     }
 
     /// The text of generated ids (special tokens dropped).
@@ -71,5 +98,35 @@ impl Vocabulary {
         self.inner
             .decode(ids, true)
             .map_err(|e| TokenizeError::Encode(e.to_string()))
+    }
+}
+
+/// The byte ranges of `text`'s words: runs of letters, digits, `'` and `-`.
+fn word_spans(text: &str) -> impl Iterator<Item = Range<usize>> + '_ {
+    let is_word = |c: char| c.is_alphanumeric() || c == '\'' || c == '-';
+    let mut chars = text.char_indices().peekable();
+    std::iter::from_fn(move || {
+        let (start, _) = chars.by_ref().find(|&(_, c)| is_word(c))?;
+        let mut end = text.len();
+        while let Some(&(i, c)) = chars.peek() {
+            if !is_word(c) {
+                end = i;
+                break;
+            }
+            chars.next();
+        }
+        Some(start..end)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_runs_of_letters_digits_apostrophes_and_hyphens() {
+        let text = "Don't — a well-made, 2nd film!";
+        let words: Vec<&str> = word_spans(text).map(|s| &text[s]).collect();
+        assert_eq!(words, ["Don't", "a", "well-made", "2nd", "film"]);
     }
 }
