@@ -394,27 +394,27 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
             "lass"
         ]
     );
-    // Each method says whether this server (the infiller Flipside ships, no Dis-AE) can run
-    // it, and if not, why.
-    let unavailable: Vec<Option<&str>> = info["methods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m.get("unavailable").map(|u| u.as_str().unwrap()))
-        .collect();
-    assert_eq!(unavailable[..5], [None; 5]);
+    // With no model of its own, this server runs every method: AutoCAD with the infiller
+    // Flipside ships, LASS with the shipped Dis-AE, which it also sends to the page.
     assert!(
-        unavailable[5].unwrap().contains("needs a Dis-AE"),
-        "{unavailable:?}"
-    );
-    assert!(info["dis_ae"].is_null(), "{info}");
-    let no_dis_ae = json_of(server.get("/dis-ae/config.json"), 404);
-    assert!(
-        no_dis_ae["message"]
-            .as_str()
+        info["methods"]
+            .as_array()
             .unwrap()
-            .contains("flipside lass train"),
-        "{no_dis_ae}"
+            .iter()
+            .all(|m| m.get("unavailable").is_none()),
+        "{info}"
+    );
+    assert_eq!(info["dis_ae"]["name"], "dis-ae-shipped", "{info}");
+    assert_eq!(info["dis_ae"]["labels"], json!(["negative", "positive"]));
+    let download = info["dis_ae"]["download_bytes"].as_u64().unwrap();
+    assert!((1_000_000..10_000_000).contains(&download), "{info}");
+    let config = json_of(server.get("/dis-ae/config.json"), 200);
+    assert!(
+        !config["copy"]["masked_words"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{config}"
     );
 
     let text = "The film was wonderful and the cast superb.";
@@ -594,16 +594,34 @@ fn demo_endpoints_errors_limits_uploads_and_openapi() {
         assert_eq!(record["chosen"]["candidates"], 4, "{autocad}");
         assert_eq!(record["chosen"]["model"], "smollm2-135m", "{autocad}");
     }
-    // A method this server cannot run is refused up front, saying what it needs.
-    let message = check_error(
+    // LASS with the shipped Dis-AE: each attempt copies the content and rewrites the opinion
+    // words ("wonderful", "superb").
+    let lass = json_of(
         server.post(
             "/edit",
-            &json!({"text": text, "label": "positive", "method": "lass"}),
+            &json!({"text": text, "label": "positive", "method": "lass", "seed": 1}),
         ),
-        400,
-        "bad_request",
+        200,
     );
-    assert!(message.contains("needs a Dis-AE"), "{message}");
+    assert_eq!(lass["method"], "lass");
+    let replies: Vec<&str> = lass["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["reply"].as_str().unwrap())
+        .chain(lass["record"]["edited"].as_str())
+        .collect();
+    assert!(!replies.is_empty(), "{lass}");
+    for reply in replies {
+        assert!(
+            reply.starts_with("The film was ") && reply.contains(" and the cast "),
+            "{lass}"
+        );
+        assert!(
+            !reply.contains("wonderful") && !reply.contains("superb"),
+            "{lass}"
+        );
+    }
     // Given keywords are used as given.
     let own = json_of(
         server.post(

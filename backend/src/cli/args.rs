@@ -16,10 +16,12 @@ use crate::editing::retrieve::RetrievalSetup;
 use crate::home::Home;
 use crate::infiller::rationales::RationaleSettings;
 use crate::infiller::{FILL_CONTRAST, FILL_OPINION_BIAS};
+use crate::lass::model::REPORT_FILE;
+use crate::lass::shipped::{DIS_AE, SHIPPED_DIS_AE};
 use crate::llm::Fluency;
 use crate::methods::InfillerSetup;
 use crate::methods::lass::{DEFAULT_MAX_PERPLEXITY, ReproductionSettings, SentimentSource};
-use crate::model_dirs::{DEFAULT_ENCODER, resolve_model_dir};
+use crate::model_dirs::{DEFAULT_ENCODER, WEIGHTS_FILE, resolve_model_dir};
 use crate::retrieval::encoders::RetrieverEncoders;
 use crate::retrieval::index::index_dir;
 use crate::retrieval::reranker::DEFAULT_RERANKER;
@@ -208,28 +210,26 @@ impl LassArgs {
         }
     }
 
-    /// The Dis-AE directory: the one named, else HOME/models/dis-ae when `required` or when it
-    /// exists.
-    pub fn dir(&self, home: &Home, required: bool) -> Result<Option<PathBuf>> {
-        let dir = dis_ae_dir(home, self.dis_ae.as_deref())?;
-        if self.dis_ae.is_none() && !dir.is_dir() {
-            if required {
-                bail!(
-                    "no Dis-AE at {}: train one with `flipside lass train` or pass --dis-ae DIR",
-                    dir.display()
-                );
-            }
-            return Ok(None);
-        }
-        Ok(Some(dir))
+    /// The Dis-AE directory ([`dis_ae_dir`]).
+    pub fn dir(&self, home: &Home) -> Result<PathBuf> {
+        dis_ae_dir(home, self.dis_ae.as_deref())
     }
 }
 
-/// The Dis-AE directory `name` (a model name or a directory), else HOME/models/dis-ae.
+/// The Dis-AE directory `name` (a model name or a directory; [`SHIPPED_DIS_AE`] is the one
+/// Flipside ships), else HOME/models/dis-ae when `lass train` has finished one there, else the
+/// shipped one.
 pub fn dis_ae_dir(home: &Home, name: Option<&str>) -> Result<PathBuf> {
     match name {
+        Some(SHIPPED_DIS_AE) => DIS_AE.dir(home),
         Some(name) => resolve_model_dir(home, name),
-        None => Ok(home.models().join(DEFAULT_DIS_AE)),
+        None => {
+            let trained = home.models().join(DEFAULT_DIS_AE);
+            match trained.join(WEIGHTS_FILE).is_file() && trained.join(REPORT_FILE).is_file() {
+                true => Ok(trained),
+                false => DIS_AE.dir(home),
+            }
+        }
     }
 }
 

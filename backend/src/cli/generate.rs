@@ -218,7 +218,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
     };
     let reproduces = method.card().reproduces;
     let dis_ae = match reproduces {
-        true => args.lass.dir(home, true)?,
+        true => Some(args.lass.dir(home)?),
         false => None,
     };
     let candidates = plan.settings.candidates_for(method);

@@ -160,7 +160,7 @@ pub fn run(home: &Home, args: ServeArgs) -> Result<()> {
     for method in METHODS.iter().filter(|m| m.uses_llm()) {
         method.check(&settings)?;
     }
-    let dis_ae = args.lass.dir(home, false)?;
+    let dis_ae = Some(args.lass.dir(home)?);
     if args.prepare_only {
         let candidates = settings.most_candidates(&METHODS);
         prepare_defaults(home, &args, dis_ae.as_deref(), candidates, print_step)?;

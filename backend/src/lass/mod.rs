@@ -5,5 +5,6 @@
 
 pub mod evaluate;
 pub mod model;
+pub mod shipped;
 pub mod train;
 pub mod vocabulary;

@@ -383,7 +383,7 @@ fn generate_all(
     };
     let reproduces = any(|m| m.card().reproduces);
     let dis_ae = match reproduces {
-        true => args.lass.dir(home, false)?,
+        true => Some(args.lass.dir(home)?),
         false => None,
     };
     let settings = EditSettings {
