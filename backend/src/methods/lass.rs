@@ -115,7 +115,7 @@ fn decoding(attempt: Attempt) -> (DecodeSettings, String) {
     if attempt.number <= 1 {
         return (paper, "beam 4".into());
     }
-    let (top_p, temperature) = (0.9, 0.8);
+    let (top_p, temperature) = (0.9, 0.5);
     (
         DecodeSettings {
             search: Search::Nucleus {
