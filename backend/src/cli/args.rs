@@ -141,8 +141,9 @@ impl RetrievalArgs {
 #[derive(Debug, Clone, Args, Serialize)]
 #[command(next_help_heading = "LASS")]
 pub struct LassArgs {
-    /// The Dis-AE LASS reproduces with (`flipside lass train`'s output)
-    /// [default: HOME/models/dis-ae]
+    /// The Dis-AE LASS reproduces with (`flipside lass train`'s output, or `dis-ae-shipped`)
+    /// [default: HOME/models/dis-ae when `lass train` has finished one there, else the Dis-AE
+    /// Flipside ships]
     #[arg(long, value_name = "DIR")]
     pub dis_ae: Option<String>,
     /// Where each output's sentiment comes from: the target label's learnt vector, or a text

@@ -136,7 +136,8 @@ pub struct EvaluateArgs {
     /// Held-out pairs of opposite sentiment (`pairs make` output), e.g. made from test texts
     #[arg(long, value_name = "FILE")]
     pub pairs: String,
-    /// The Dis-AE to evaluate [default: HOME/models/dis-ae]
+    /// The Dis-AE to evaluate [default: HOME/models/dis-ae when `lass train` has finished one
+    /// there, else the Dis-AE Flipside ships]
     #[arg(long, value_name = "DIR")]
     pub dis_ae: Option<String>,
     /// Evaluate the first N pairs only

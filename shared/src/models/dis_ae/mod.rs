@@ -76,8 +76,8 @@ impl ContentCopy {
     }
 }
 
-/// The id that stands for a masked piece in the content memory's input (`<unk>`, which is never
-/// generated).
+/// The id that stands for a masked piece in the content memory's input (`<unk>`, which LASS's
+/// decoding bans; a character the vocabulary lacks is `<unk>` too).
 pub const MASK_ID: u32 = 3;
 
 impl DisAeConfig {
