@@ -298,11 +298,7 @@ pub fn train_lass<B: Backend>(compute: Compute<B>, run: &LassTrainRun) -> Result
             .expect("a known label")
     };
     let mut too_long = 0;
-    let masked_words = config
-        .copy
-        .as_ref()
-        .map(ContentCopy::words)
-        .unwrap_or_default();
+    let masked_words = config.masked_words();
     let mut encode = |text: &str, label: &str| -> Result<Option<EncodedText>> {
         let encoded = EncodedText::new(&vocabulary, &config, &masked_words, text, class(label))?;
         if encoded.ids.len() >= MAX_TOKENS {

@@ -15,7 +15,7 @@ use clap::Args;
 use flipside_shared::models::dis_ae::loss::Annealing;
 use flipside_shared::models::dis_ae::reproduce::MAX_TOKENS;
 use flipside_shared::models::dis_ae::vocabulary::Vocabulary;
-use flipside_shared::models::dis_ae::{ContentCopy, DisAe, DisAeConfig};
+use flipside_shared::models::dis_ae::{DisAe, DisAeConfig};
 use serde::Deserialize;
 
 use super::{TorchBenchArgs, cpu_seconds, run_reference_script};
@@ -106,11 +106,7 @@ pub fn bench_dis_ae(home: &Home, args: DisAeBenchArgs) -> Result<()> {
     if !args.no_copy {
         config.copy = Some(opinion_masking(home)?);
     }
-    let masked_words = config
-        .copy
-        .as_ref()
-        .map(ContentCopy::words)
-        .unwrap_or_default();
+    let masked_words = config.masked_words();
 
     // A seeded sample of the sentences that fit, as `lass train` encodes them.
     let mut texts = Vec::new();

@@ -69,13 +69,6 @@ pub struct ContentCopy {
     pub masked_words: Vec<String>,
 }
 
-impl ContentCopy {
-    /// The masked words as a set.
-    pub fn words(&self) -> HashSet<String> {
-        self.masked_words.iter().cloned().collect()
-    }
-}
-
 /// The id that stands for a masked piece in the content memory's input (`<unk>`, which LASS's
 /// decoding bans; a character the vocabulary lacks is `<unk>` too).
 pub const MASK_ID: u32 = 3;
@@ -95,6 +88,15 @@ impl DisAeConfig {
             eos_id,
             copy: None,
         }
+    }
+
+    /// The words whose pieces a copying Dis-AE's content memory masks (none for the paper's
+    /// decoder).
+    pub fn masked_words(&self) -> HashSet<String> {
+        self.copy
+            .iter()
+            .flat_map(|copy| copy.masked_words.iter().cloned())
+            .collect()
     }
 
     /// BOS starts a decoded text, EOS ends it, padding follows it.

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use burn::tensor::backend::Backend;
 
 use super::vocabulary::Vocabulary;
-use super::{ContentCopy, DisAe, DisAeConfig, MASK_ID, PaddedIds, Sentiment};
+use super::{DisAe, DisAeConfig, MASK_ID, PaddedIds, Sentiment};
 use crate::models::checkpoint::CheckpointError;
 use crate::models::search::{DecodeSettings, Search};
 use crate::surface::copy_surface;
@@ -101,11 +101,7 @@ impl<B: Backend> Reproducer<B> {
         }
         Ok(Self {
             model: config.load(weights, device)?,
-            masked_words: config
-                .copy
-                .as_ref()
-                .map(ContentCopy::words)
-                .unwrap_or_default(),
+            masked_words: config.masked_words(),
             config,
             vocabulary,
             device: device.clone(),
