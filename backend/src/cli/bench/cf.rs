@@ -32,7 +32,7 @@ use crate::editing::items::{Selection, Unit, select_items};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::infiller::rationales::RationaleSettings;
-use crate::llm::Sampling;
+use crate::llm::{Fluency, Sampling};
 use crate::methods::{
     self, EditSettings, GenerationPlan, METHODS, Method, ModelsConfig, check_models, load_models,
 };
@@ -167,6 +167,12 @@ pub struct CfBenchReport {
     /// The judge's accuracy on the items' originals.
     pub judge_accuracy: f64,
     pub perplexity_model: String,
+    /// The median perplexity of the items' originals: the fluency an edit starts from.
+    pub originals_perplexity: Option<f64>,
+    /// The share of originals LASS's perplexity filter would keep (none: no filter).
+    pub originals_under_threshold: Option<f64>,
+    /// LASS's perplexity filter's threshold (none: no filter).
+    pub perplexity_threshold: Option<f64>,
     pub cpu_features: String,
     pub rows: Vec<MethodRow>,
 }
@@ -523,6 +529,9 @@ fn score(
         / items.len().max(1) as f64;
 
     let fluency = args.lass.fluency.model(home)?;
+    let originals: Vec<&str> = items.iter().map(|i| i.text.as_str()).collect();
+    let originals = perplexities(fluency.as_ref(), &originals);
+    let threshold = args.lass.settings().max_perplexity;
     let mut rows = Vec::new();
     for (method, records, refused, first) in runs {
         let id = method.id();
@@ -542,26 +551,7 @@ fn score(
         let n = records.len().max(1) as f64;
         let mean = |f: &dyn Fn(&Counterfactual) -> f64| records.iter().map(f).sum::<f64>() / n;
         let edits: Vec<&str> = records.iter().map(|r| r.edited.as_str()).collect();
-        let perplexity = if records.is_empty() {
-            None
-        } else {
-            let bar = crate::progress::items(records.len() as u64, "perplexity");
-            let mut perplexities = Vec::with_capacity(edits.len());
-            for edit in &edits {
-                // An edit the model cannot score (a single token) counts as the least fluent.
-                perplexities.push(fluency.perplexity(edit).unwrap_or(f64::INFINITY));
-                bar.inc(1);
-            }
-            bar.finish_and_clear();
-            // The median: a few short or odd edits have perplexities in the thousands.
-            perplexities.sort_by(f64::total_cmp);
-            let middle = perplexities.len() / 2;
-            Some(if perplexities.len() % 2 == 1 {
-                perplexities[middle]
-            } else {
-                (perplexities[middle - 1] + perplexities[middle]) / 2.0
-            })
-        };
+        let perplexity = median(&perplexities(fluency.as_ref(), &edits));
         let cost = Cost::read(out, id)?;
         let mut models: Vec<String> = records.iter().filter_map(|r| r.model.clone()).collect();
         models.sort();
@@ -601,9 +591,42 @@ fn score(
         judge: args.judge.clone(),
         judge_accuracy,
         perplexity_model: fluency.model().to_string(),
+        originals_perplexity: median(&originals),
+        originals_under_threshold: threshold.map(|threshold| {
+            originals.iter().filter(|&&p| p <= threshold).count() as f64
+                / originals.len().max(1) as f64
+        }),
+        perplexity_threshold: threshold,
         cpu_features: cpu_features(),
         rows,
     })
+}
+
+/// Each text's perplexity under `fluency`; one it cannot score (a single token) counts as the
+/// least fluent.
+fn perplexities(fluency: &dyn Fluency, texts: &[&str]) -> Vec<f64> {
+    let bar = crate::progress::items(texts.len() as u64, "perplexity");
+    let values = texts
+        .iter()
+        .map(|text| {
+            bar.inc(1);
+            fluency.perplexity(text).unwrap_or(f64::INFINITY)
+        })
+        .collect();
+    bar.finish_and_clear();
+    values
+}
+
+/// The median (none of nothing): a few short or odd texts have perplexities in the thousands.
+fn median(values: &[f64]) -> Option<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let middle = sorted.len() / 2;
+    match sorted.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(sorted[middle]),
+        _ => Some((sorted[middle - 1] + sorted[middle]) / 2.0),
+    }
 }
 
 /// Fills each row's goals: CORE yield ≥ 0.90 and independent flip ≥ 0.85 at Levenshtein ≤
@@ -680,13 +703,30 @@ fn ranked_rows(rows: &[MethodRow]) -> String {
     }
 }
 
+/// ` (the originals' median: P, S of them at most the filter's T)`, or nothing without items.
+fn originals_fluency(report: &CfBenchReport) -> String {
+    let Some(median) = report.originals_perplexity else {
+        return String::new();
+    };
+    match (
+        report.originals_under_threshold,
+        report.perplexity_threshold,
+    ) {
+        (Some(share), Some(threshold)) => format!(
+            " (the originals' median: {median:.1}, {share:.2} of them within LASS's filter's \
+             {threshold})"
+        ),
+        _ => format!(" (the originals' median: {median:.1})"),
+    }
+}
+
 /// The report as a Markdown table, with the setting above it.
 fn markdown(report: &CfBenchReport) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
         "{} items from {}, target the other label, {} attempts each{}, filtered by `{}`; flips \
-         judged by `{}` (its accuracy on the originals: {:.3}); perplexity under {}; CPU: {}.\n",
+         judged by `{}` (its accuracy on the originals: {:.3}); perplexity under {}{}; CPU: {}.\n",
         report.items,
         report.sets.join(" and "),
         report.max_attempts,
@@ -695,6 +735,7 @@ fn markdown(report: &CfBenchReport) -> String {
         report.judge,
         report.judge_accuracy,
         report.perplexity_model,
+        originals_fluency(report),
         report.cpu_features
     );
     text.push_str(
