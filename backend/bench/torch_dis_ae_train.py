@@ -100,14 +100,17 @@ class DisAe(nn.Module):
         m = mask[:, :, None]
         return states, (states * m).sum(1) / m.sum(1).clamp_min(1e-9)
 
-    def encode(self, ids, content, mask, lengths):
-        """The sentiment vector, the content vector and (copying) the content's memory."""
+    def encode(self, ids, mask, lengths, content):
+        """The sentiment vector, the content vector and (copying) the content's memory and its
+        mask; `content` is the masked copy's (ids, mask, lengths)."""
         states, pooled = self.states(ids, mask, lengths)
         sentiment = self.sentiment_head(states, mask, pooled)
         if self.copy is None:
-            return sentiment, self.content_head(states, mask, pooled), None
-        masked, masked_pooled = self.states(content, mask, lengths)
-        return sentiment, self.content_head(masked, mask, masked_pooled), masked
+            return sentiment, self.content_head(states, mask, pooled), None, mask
+        content_ids, content_mask, content_lengths = content
+        masked, masked_pooled = self.states(content_ids, content_mask, content_lengths)
+        return (sentiment, self.content_head(masked, content_mask, masked_pooled), masked,
+                content_mask)
 
     def latent(self, sentiment, content):
         mixed = torch.softmax(self.classifier(sentiment), 1) @ self.label_vectors
@@ -141,20 +144,24 @@ def cosine(a, b):
 
 
 def tensors(side, pad_id):
+    """(ids, mask, lengths, the masked copy's (ids, mask, lengths), classes) of a side, each
+    masked copy (one mask per opinion word: shorter) padded to its text's width."""
     width = max(len(r) for r in side["ids"])
-    pad = lambda rows: torch.tensor([r + [pad_id] * (width - len(r)) for r in rows])
-    ids = pad(side["ids"])
-    content = pad(side["content"]) if side["content"][0] is not None else ids
-    lengths = torch.tensor([len(r) for r in side["ids"]])
-    mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
-    return ids, content, mask, lengths, torch.tensor(side["classes"])
+
+    def padded(rows):
+        lengths = torch.tensor([len(r) for r in rows])
+        mask = (torch.arange(width)[None, :] < lengths[:, None]).float()
+        return torch.tensor([r + [pad_id] * (width - len(r)) for r in rows]), mask, lengths
+
+    ids, mask, lengths = padded(side["ids"])
+    content = padded(side["content"]) if side["content"][0] is not None else (ids, mask, lengths)
+    return ids, mask, lengths, content, torch.tensor(side["classes"])
 
 
 def loss(model, batch, pad_id):
     sides = [tensors(side, pad_id) for side in batch["sides"]]
     # Each side's (sentiment, content, memory, the memory's mask).
-    encoded = [model.encode(ids, content, mask, lengths) + (mask,)
-               for ids, content, mask, lengths, _ in sides]
+    encoded = [model.encode(*side[:4]) for side in sides]
     emotion = label_term(model)
     for (sentiment, content, _, _), side in zip(encoded, sides):
         emotion = emotion + F.cross_entropy(model.classifier(sentiment), side[4])
@@ -164,7 +171,7 @@ def loss(model, batch, pad_id):
         """Decodes `side`'s text from `sentiment` and the content (and memory) of `content_of`."""
         _, content, memory, memory_mask = content_of
         return model.reconstruction(model.latent(sentiment, content), memory, memory_mask,
-                                    side[0], side[2])
+                                    side[0], side[1])
 
     rebuilt = sum(rebuild(e[0], e, side) for e, side in zip(encoded, sides))
     total = rebuilt + batch["alpha"] * emotion

@@ -15,7 +15,7 @@
 //! counterfactuals.
 //!
 //! Beyond the paper, a Dis-AE may copy ([`ContentCopy`]): the encoder also reads the text with
-//! its opinion words masked, whose states are the content vector's source and a memory that
+//! each opinion word replaced by one mask, whose states are the content vector's source and a memory that
 //! the decoder attends to after each step (Luong's attention, no input feeding). A bottleneck
 //! of 256 numbers reconstructs a 40-word sentence only after far more training than 2 CPU cores
 //! give (Coop trains on 25M sentences); attention copies the content from the first thousand
@@ -65,11 +65,12 @@ pub struct DisAeConfig {
 /// A Dis-AE that copies its content through attention (see the module documentation).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContentCopy {
-    /// Lowercased words whose pieces the content memory masks (the opinion lexicons').
+    /// Lowercased words the content memory masks, each as one [`MASK_ID`] (the opinion
+    /// lexicons' words that are opinions in reviews).
     pub masked_words: Vec<String>,
 }
 
-/// The id that stands for a masked piece in the content memory's input (`<unk>`, which LASS's
+/// The id that stands for a masked word in the content memory's input (`<unk>`, which LASS's
 /// decoding bans; a character the vocabulary lacks is `<unk>` too).
 pub const MASK_ID: u32 = 3;
 
@@ -90,7 +91,7 @@ impl DisAeConfig {
         }
     }
 
-    /// The words whose pieces a copying Dis-AE's content memory masks (none for the paper's
+    /// The words a copying Dis-AE's content memory masks (none for the paper's
     /// decoder).
     pub fn masked_words(&self) -> HashSet<String> {
         self.copy
@@ -287,56 +288,59 @@ pub struct PaddedIds<B: Backend> {
     pub mask: Tensor<B, 2>,
     /// Real tokens per row.
     pub lengths: Vec<usize>,
-    /// The same texts with their opinion words' pieces masked ([`MASK_ID`]), for a copying
-    /// Dis-AE's content (none: the texts themselves).
-    pub content: Option<Tensor<B, 2, Int>>,
+    /// The same texts with each opinion word as one [`MASK_ID`], for a copying Dis-AE's content
+    /// (none: the texts themselves).
+    pub content: Option<Box<PaddedIds<B>>>,
 }
 
 impl<B: Backend> PaddedIds<B> {
     /// Pads `rows` at the end with `pad_id`.
     pub fn new(rows: &[Vec<u32>], pad_id: u32, device: &B::Device) -> Self {
         let seq = rows.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let mask: Vec<f32> = rows
-            .iter()
-            .flat_map(|row| (0..seq).map(move |t| if t < row.len() { 1.0 } else { 0.0 }))
-            .collect();
-        let shape = [rows.len(), seq];
-        Self {
-            ids: padded(rows, seq, pad_id, device),
-            mask: Tensor::from_data(TensorData::new(mask, shape), device),
-            lengths: rows.iter().map(Vec::len).collect(),
-            content: None,
-        }
+        Self::padded_to(rows, seq, pad_id, device)
     }
 
-    /// Pads `rows` and their masked copies `content` (each as long as its row).
+    /// Pads `rows` and their masked copies `content` (each at most as long as its row) to the
+    /// same width.
+    ///
+    /// # Panics
+    /// If `content` has another number of rows or a row longer than its text.
     pub fn with_content(
         rows: &[Vec<u32>],
         content: &[Vec<u32>],
         pad_id: u32,
         device: &B::Device,
     ) -> Self {
+        assert!(
+            content.len() == rows.len()
+                && rows.iter().zip(content).all(|(r, c)| c.len() <= r.len()),
+            "one masked copy per text, at most as long as it"
+        );
         let batch = Self::new(rows, pad_id, device);
         let seq = batch.ids.dims()[1];
         Self {
-            content: Some(padded(content, seq, pad_id, device)),
+            content: Some(Box::new(Self::padded_to(content, seq, pad_id, device))),
             ..batch
         }
     }
-}
 
-/// `rows` padded at the end with `pad_id` to `seq` ids, `[rows, seq]`.
-fn padded<B: Backend>(
-    rows: &[Vec<u32>],
-    seq: usize,
-    pad_id: u32,
-    device: &B::Device,
-) -> Tensor<B, 2, Int> {
-    let ids: Vec<i64> = rows
-        .iter()
-        .flat_map(|row| (0..seq).map(move |t| row.get(t).copied().unwrap_or(pad_id) as i64))
-        .collect();
-    Tensor::from_data(TensorData::new(ids, [rows.len(), seq]), device)
+    fn padded_to(rows: &[Vec<u32>], seq: usize, pad_id: u32, device: &B::Device) -> Self {
+        let ids: Vec<i64> = rows
+            .iter()
+            .flat_map(|row| (0..seq).map(move |t| row.get(t).copied().unwrap_or(pad_id) as i64))
+            .collect();
+        let mask: Vec<f32> = rows
+            .iter()
+            .flat_map(|row| (0..seq).map(move |t| if t < row.len() { 1.0 } else { 0.0 }))
+            .collect();
+        let shape = [rows.len(), seq];
+        Self {
+            ids: Tensor::from_data(TensorData::new(ids, shape), device),
+            mask: Tensor::from_data(TensorData::new(mask, shape), device),
+            lengths: rows.iter().map(Vec::len).collect(),
+            content: None,
+        }
+    }
 }
 
 /// What the encoder makes of a batch of texts.
@@ -382,12 +386,12 @@ impl<B: Backend> DisAe<B> {
                 memory: None,
             };
         };
-        // Both readings in one pass of the BiLSTM: the texts, then their masked copies.
+        // Both readings in one pass of the BiLSTM: the texts, then their masked copies (as wide).
         let [rows, seq] = batch.ids.dims();
-        let content_ids = batch.content.clone().unwrap_or_else(|| batch.ids.clone());
+        let content = batch.content.as_deref().unwrap_or(batch);
         let both = self.states(
-            Tensor::cat(vec![batch.ids.clone(), content_ids], 0),
-            &[batch.lengths.as_slice(), batch.lengths.as_slice()].concat(),
+            Tensor::cat(vec![batch.ids.clone(), content.ids.clone()], 0),
+            &[batch.lengths.as_slice(), content.lengths.as_slice()].concat(),
         );
         let d = both.dims()[2];
         let states = both.clone().slice([0..rows, 0..seq, 0..d]);
@@ -397,18 +401,18 @@ impl<B: Backend> DisAe<B> {
             &batch.mask,
             mean_pool(states, &batch.mask),
         );
-        let content = self.content_head.forward(
+        let content_vector = self.content_head.forward(
             masked.clone(),
-            &batch.mask,
-            mean_pool(masked.clone(), &batch.mask),
+            &content.mask,
+            mean_pool(masked.clone(), &content.mask),
         );
         Encoding {
             sentiment,
-            content,
+            content: content_vector,
             memory: Some(Memory {
                 keys: per_token(&copy.key, masked.clone()),
                 states: masked,
-                mask: batch.mask.clone(),
+                mask: content.mask.clone(),
             }),
         }
     }
@@ -874,10 +878,10 @@ mod tests {
     fn a_copying_dis_ae_reads_its_content_from_the_masked_text_only() {
         let device = Default::default();
         let model: DisAe<Flex> = copying_config().init(&device);
-        // Two texts that differ only in a masked word have the same content and memory, and
-        // their sentiments differ.
+        // Two texts that differ only in a masked word (of one piece in the first, two in the
+        // second: one mask each) have the same content and memory, and their sentiments differ.
         let batch = PaddedIds::with_content(
-            &[vec![1, 5, 6, 7, 2], vec![1, 5, 9, 7, 2]],
+            &[vec![1, 5, 6, 7, 2], vec![1, 5, 9, 10, 7, 2]],
             &[vec![1, 5, 3, 7, 2], vec![1, 5, 3, 7, 2]],
             0,
             &device,
@@ -888,7 +892,12 @@ mod tests {
             max_abs_diff(row(&encoded.content, 0), row(&encoded.content, 1)),
             0.0
         );
-        let states = encoded.memory.unwrap().states;
+        let memory = encoded.memory.unwrap();
+        assert_eq!(
+            memory.mask.sum_dim(1).into_data().to_vec::<f32>().unwrap(),
+            [5.0, 5.0]
+        );
+        let states = memory.states;
         let d = states.dims()[2];
         assert_eq!(
             max_abs_diff(

@@ -59,8 +59,9 @@ impl Vocabulary {
         Ok(self.encode_masking(text, &HashSet::new(), 0)?.0)
     }
 
-    /// [`Vocabulary::encode`], and the same ids with `mask_id` for each piece of a word in
-    /// `words` (lowercased; a word is a run of letters, digits, `'` and `-`).
+    /// [`Vocabulary::encode`], and the same ids with one `mask_id` in place of all the pieces of
+    /// each word in `words` (lowercased; a word is a run of letters, digits, `'` and `-`, without
+    /// edge `'` or `-`), so the masked copy is at most as long.
     pub fn encode_masking(
         &self,
         text: &str,
@@ -76,13 +77,23 @@ impl Vocabulary {
         let masked_spans = word_spans(text)
             .filter(|span| words.contains(&text[span.clone()].to_lowercase()))
             .collect::<Vec<_>>();
+        let mut last_masked = None;
         let masked = pieces
             .iter()
             .zip(encoding.get_offsets())
-            .map(|(&id, &(start, end))| {
-                let inside = masked_spans.iter().any(|s| start < s.end && s.start < end);
-                if inside { mask_id } else { id }
-            });
+            .filter_map(|(&id, &(start, end))| {
+                let span = masked_spans
+                    .iter()
+                    .position(|s| start < s.end && s.start < end);
+                let repeat = span.is_some() && span == last_masked;
+                last_masked = span;
+                match span {
+                    None => Some(id),
+                    Some(_) if repeat => None,
+                    Some(_) => Some(mask_id),
+                }
+            })
+            .collect::<Vec<_>>();
         let tokens = self.special_tokens();
         let wrap = |pieces: Vec<u32>| -> Vec<u32> {
             std::iter::once(tokens.start)
@@ -90,7 +101,7 @@ impl Vocabulary {
                 .chain(std::iter::once(tokens.end))
                 .collect()
         };
-        Ok((wrap(pieces.to_vec()), wrap(masked.collect())))
+        Ok((wrap(pieces.to_vec()), wrap(masked)))
     }
 
     /// The text of generated ids (special tokens dropped).
@@ -101,21 +112,30 @@ impl Vocabulary {
     }
 }
 
-/// The byte ranges of `text`'s words: runs of letters, digits, `'` and `-`.
+/// The byte ranges of `text`'s words: runs of letters, digits, `'` and `-`, less the `'` and
+/// `-` at their edges (quotes and dashes).
 fn word_spans(text: &str) -> impl Iterator<Item = Range<usize>> + '_ {
     let is_word = |c: char| c.is_alphanumeric() || c == '\'' || c == '-';
     let mut chars = text.char_indices().peekable();
     std::iter::from_fn(move || {
-        let (start, _) = chars.by_ref().find(|&(_, c)| is_word(c))?;
-        let mut end = text.len();
-        while let Some(&(i, c)) = chars.peek() {
-            if !is_word(c) {
-                end = i;
-                break;
+        loop {
+            let (start, _) = chars.by_ref().find(|&(_, c)| is_word(c))?;
+            let mut end = text.len();
+            while let Some(&(i, c)) = chars.peek() {
+                if !is_word(c) {
+                    end = i;
+                    break;
+                }
+                chars.next();
             }
-            chars.next();
+            let run = &text[start..end];
+            let trimmed = run.trim_start_matches(['\'', '-']);
+            let start = start + (run.len() - trimmed.len());
+            let end = start + trimmed.trim_end_matches(['\'', '-']).len();
+            if start < end {
+                return Some(start..end);
+            }
         }
-        Some(start..end)
     })
 }
 
@@ -124,9 +144,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn words_are_runs_of_letters_digits_apostrophes_and_hyphens() {
-        let text = "Don't — a well-made, 2nd film!";
+    fn words_are_runs_of_letters_digits_apostrophes_and_inner_hyphens() {
+        let text = "Don't — a well-made, 2nd 'quoted' film -- -";
         let words: Vec<&str> = word_spans(text).map(|s| &text[s]).collect();
-        assert_eq!(words, ["Don't", "a", "well-made", "2nd", "film"]);
+        assert_eq!(words, ["Don't", "a", "well-made", "2nd", "quoted", "film"]);
     }
 }
