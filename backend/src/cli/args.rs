@@ -158,8 +158,9 @@ pub struct LassArgs {
 /// LASS's perplexity filter.
 #[derive(Debug, Clone, Args, Serialize)]
 pub struct FluencyArgs {
-    /// The perplexity threshold under --fluency-model: higher outputs are dropped (`lass
-    /// evaluate`: counted as not kept); 0: no fluency model
+    /// The perplexity threshold under --fluency-model: outputs above it and above their
+    /// source's perplexity are dropped (`lass evaluate`: outputs above it are counted as not
+    /// kept); 0: no fluency model
     #[arg(long, default_value_t = DEFAULT_MAX_PERPLEXITY, value_name = "PPL")]
     pub max_perplexity: f64,
     /// The embedded model that scores perplexity: a model asset or a GGUF file
