@@ -78,6 +78,8 @@ pub trait Reproduce: Send + Sync {
     fn name(&self) -> &str;
     /// Texts of `label` that can lend their sentiment.
     fn sentiment_parents(&self, label: &str) -> &[String];
+    /// See [`Reproducer::can_rewrite`].
+    fn can_rewrite(&self, text: &str) -> bool;
     /// See [`Reproducer::reproduce`].
     fn reproduce(
         &self,
@@ -113,6 +115,11 @@ impl<B: Backend> Reproduce for SharedReproducer<B> {
 
     fn sentiment_parents(&self, label: &str) -> &[String] {
         self.parents.get(label).map_or(&[], Vec::as_slice)
+    }
+
+    fn can_rewrite(&self, text: &str) -> bool {
+        let reproducer = self.reproducer.lock().unwrap_or_else(|e| e.into_inner());
+        reproducer.can_rewrite(text)
     }
 
     fn reproduce(

@@ -5,6 +5,9 @@
 //! see [`FluencyFilter`]); the pipeline's flip check is the paper's sentiment filter, always on
 //! for this method.
 //!
+//! An item without an opinion word fails at once and for good ([`NoEdit::hopeless`]): a copying
+//! Dis-AE would reproduce it unchanged.
+//!
 //! The first attempt decodes with the paper's beam search (4 beams, at most 70 tokens); later
 //! attempts sample (nucleus, seeded by the attempt), and with sentiment parents each attempt
 //! draws another parent.
@@ -199,6 +202,11 @@ impl Editor for DisAeEditor {
         _context: &Context,
         attempt: Attempt,
     ) -> Result<std::result::Result<Candidate, NoEdit>> {
+        if !self.reproducer.can_rewrite(&item.text) {
+            return Ok(Err(NoEdit::hopeless(
+                "no opinion word to rewrite (the Dis-AE would copy the text unchanged)",
+            )));
+        }
         let parent = match self.sentiment {
             SentimentSource::Label => None,
             SentimentSource::Parent => {

@@ -118,6 +118,9 @@ pub struct NoEdit {
     /// Tokens the attempt spent all the same (an LLM's unusable reply).
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// No later attempt can do better (the method has nothing in the item to edit): the item's
+    /// attempts stop here.
+    pub hopeless: bool,
 }
 
 impl NoEdit {
@@ -127,6 +130,15 @@ impl NoEdit {
             reply,
             prompt_tokens: 0,
             completion_tokens: 0,
+            hopeless: false,
+        }
+    }
+
+    /// A failure no later attempt can avoid.
+    pub fn hopeless(reason: impl Into<String>) -> Self {
+        Self {
+            hopeless: true,
+            ..Self::new(reason, None)
         }
     }
 
@@ -245,7 +257,7 @@ impl Pipeline {
     }
 
     /// Attempts `first_attempt..=max_attempts` (a resumed item starts after its recorded
-    /// failures) until one makes a counterfactual. Each failed attempt goes to `on_failure` as
+    /// failures) until one makes a counterfactual or fails hopelessly ([`NoEdit::hopeless`]). Each failed attempt goes to `on_failure` as
     /// it happens (a batch run saves it at once, so an error or a kill in a later attempt
     /// loses nothing), and into the outcome.
     pub fn edit_in_context(
@@ -280,6 +292,7 @@ impl Pipeline {
                     return Ok(outcome);
                 }
                 Err(Refused { failure, others }) => {
+                    let hopeless = failure.hopeless;
                     let failure = FailedAttempt {
                         key: item.key(),
                         attempt,
@@ -289,6 +302,9 @@ impl Pipeline {
                     };
                     on_failure(&failure)?;
                     outcome.failures.push(failure);
+                    if hopeless {
+                        break;
+                    }
                 }
             }
         }
@@ -583,6 +599,40 @@ mod tests {
             max_attempts: 12,
             ranking: None,
         }
+    }
+
+    /// Has nothing to edit in any item.
+    struct HopelessEditor;
+
+    impl Editor for HopelessEditor {
+        fn model(&self) -> Option<&str> {
+            None
+        }
+
+        fn propose(
+            &self,
+            _item: &Item,
+            _context: &Context,
+            _attempt: Attempt,
+        ) -> Result<std::result::Result<Candidate, NoEdit>> {
+            Ok(Err(NoEdit::hopeless("nothing to edit")))
+        }
+    }
+
+    #[test]
+    fn a_hopeless_failure_ends_the_item_s_attempts() {
+        let run = Pipeline {
+            editor: Arc::new(HopelessEditor),
+            ..pipeline(true)
+        };
+        let outcome = run.edit_one(&item("7", "A film."), 3).unwrap();
+        assert!(outcome.record.is_none());
+        let reasons: Vec<_> = outcome
+            .failures
+            .iter()
+            .map(|f| (f.attempt, &*f.reason))
+            .collect();
+        assert_eq!(reasons, [(1, "nothing to edit")]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use burn::tensor::backend::Backend;
 
-use super::vocabulary::Vocabulary;
+use super::vocabulary::{Vocabulary, has_word_in};
 use super::{DisAe, DisAeConfig, MASK_ID, PaddedIds, Sentiment};
 use crate::models::checkpoint::CheckpointError;
 use crate::models::search::{DecodeSettings, Search};
@@ -140,6 +140,12 @@ impl<B: Backend> Reproducer<B> {
             .into_iter()
             .unzip();
         Ok(PaddedIds::with_content(&rows, &content, pad, &self.device))
+    }
+
+    /// Whether the Dis-AE has something of `text` to rewrite: always for the paper's decoder;
+    /// for a copying one, a masked (opinion) word — without one, it copies `text` unchanged.
+    pub fn can_rewrite(&self, text: &str) -> bool {
+        self.config.copy.is_none() || has_word_in(text, &self.masked_words)
     }
 
     /// One output per text of `contents`: its content vector with `sentiment`, decoded with

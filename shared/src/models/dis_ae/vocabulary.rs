@@ -112,6 +112,11 @@ impl Vocabulary {
     }
 }
 
+/// Whether a word of `text` (as [`Vocabulary::encode_masking`] reads words) is in `words`.
+pub fn has_word_in(text: &str, words: &HashSet<String>) -> bool {
+    word_spans(text).any(|span| words.contains(&text[span].to_lowercase()))
+}
+
 /// The byte ranges of `text`'s words: runs of letters, digits, `'` and `-`, less the `'` and
 /// `-` at their edges (quotes and dashes).
 fn word_spans(text: &str) -> impl Iterator<Item = Range<usize>> + '_ {
@@ -148,5 +153,12 @@ mod tests {
         let text = "Don't — a well-made, 2nd 'quoted' film -- -";
         let words: Vec<&str> = word_spans(text).map(|s| &text[s]).collect();
         assert_eq!(words, ["Don't", "a", "well-made", "2nd", "quoted", "film"]);
+    }
+
+    #[test]
+    fn a_text_has_a_word_of_the_set_only_as_a_whole_word() {
+        let words: HashSet<String> = ["great".to_string()].into();
+        assert!(has_word_in("A 'GREAT' film.", &words));
+        assert!(!has_word_in("The greatest film, great-grandson.", &words));
     }
 }
