@@ -601,28 +601,12 @@ mod tests {
         }
     }
 
-    /// Has nothing to edit in any item.
-    struct HopelessEditor;
-
-    impl Editor for HopelessEditor {
-        fn model(&self) -> Option<&str> {
-            None
-        }
-
-        fn propose(
-            &self,
-            _item: &Item,
-            _context: &Context,
-            _attempt: Attempt,
-        ) -> Result<std::result::Result<Candidate, NoEdit>> {
-            Ok(Err(NoEdit::hopeless("nothing to edit")))
-        }
-    }
-
     #[test]
     fn a_hopeless_failure_ends_the_item_s_attempts() {
         let run = Pipeline {
-            editor: Arc::new(HopelessEditor),
+            editor: Arc::new(ScriptedEditor::new(|_| {
+                Ok(Err(NoEdit::hopeless("nothing to edit")))
+            })),
             ..pipeline(true)
         };
         let outcome = run.edit_one(&item("7", "A film."), 3).unwrap();
@@ -790,10 +774,24 @@ mod tests {
         assert!(error.is::<Abandoned>(), "{error:#}");
     }
 
-    /// Fails its first attempt, then breaks.
-    struct BreakingEditor(std::sync::Mutex<usize>);
+    /// Proposes what its script says for each call (1, 2, …).
+    struct ScriptedEditor {
+        calls: std::sync::Mutex<usize>,
+        script: Proposal,
+    }
 
-    impl Editor for BreakingEditor {
+    type Proposal = fn(usize) -> Result<std::result::Result<Candidate, NoEdit>>;
+
+    impl ScriptedEditor {
+        fn new(script: Proposal) -> Self {
+            Self {
+                calls: Default::default(),
+                script,
+            }
+        }
+    }
+
+    impl Editor for ScriptedEditor {
         fn model(&self) -> Option<&str> {
             None
         }
@@ -804,21 +802,22 @@ mod tests {
             _context: &Context,
             _attempt: Attempt,
         ) -> Result<std::result::Result<Candidate, NoEdit>> {
-            let mut calls = self.0.lock().unwrap();
+            let mut calls = self.calls.lock().unwrap();
             *calls += 1;
-            match *calls {
-                1 => Ok(Err(
-                    NoEdit::new("empty reply", Some(String::new())).spent(40, 0)
-                )),
-                _ => anyhow::bail!("the engine broke"),
-            }
+            (self.script)(*calls)
         }
     }
 
     #[test]
     fn each_failed_attempt_is_handed_on_before_a_later_attempt_breaks() {
         let pipeline = Pipeline {
-            editor: Arc::new(BreakingEditor(Default::default())),
+            // Fails its first attempt, then breaks.
+            editor: Arc::new(ScriptedEditor::new(|call| match call {
+                1 => Ok(Err(
+                    NoEdit::new("empty reply", Some(String::new())).spent(40, 0)
+                )),
+                _ => anyhow::bail!("the engine broke"),
+            })),
             ..pipeline(true)
         };
         let mut handed = Vec::new();
