@@ -126,7 +126,9 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
         let provenance = &record["provenance"];
         assert_eq!(provenance["kind"], "lass");
         if record["attempt"] == 1 {
-            assert_eq!(provenance["search"], "beam 4", "{record}");
+            // Without the filter, the best hypothesis that changes the text.
+            let search = provenance["search"].as_str().unwrap();
+            assert!(search.starts_with("beam 4, hypothesis "), "{record}");
         }
         assert!(provenance.get("perplexity").is_none(), "{record}");
     }

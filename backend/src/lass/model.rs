@@ -80,13 +80,13 @@ pub trait Reproduce: Send + Sync {
     fn sentiment_parents(&self, label: &str) -> &[String];
     /// See [`Reproducer::can_rewrite`].
     fn can_rewrite(&self, text: &str) -> bool;
-    /// See [`Reproducer::reproduce`].
-    fn reproduce(
+    /// See [`Reproducer::reproduce_all`].
+    fn reproduce_all(
         &self,
         contents: &[&str],
         sentiment: TargetSentiment,
         settings: &DecodeSettings,
-    ) -> Result<Vec<Reproduction>>;
+    ) -> Result<Vec<Vec<Reproduction>>>;
 }
 
 /// A [`Reproducer`] shared between threads.
@@ -122,13 +122,13 @@ impl<B: Backend> Reproduce for SharedReproducer<B> {
         reproducer.can_rewrite(text)
     }
 
-    fn reproduce(
+    fn reproduce_all(
         &self,
         contents: &[&str],
         sentiment: TargetSentiment,
         settings: &DecodeSettings,
-    ) -> Result<Vec<Reproduction>> {
+    ) -> Result<Vec<Vec<Reproduction>>> {
         let reproducer = self.reproducer.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(reproducer.reproduce(contents, sentiment, settings)?)
+        Ok(reproducer.reproduce_all(contents, sentiment, settings)?)
     }
 }

@@ -245,12 +245,28 @@ pub struct SpecialTokens {
 
 /// Generates one output per row of `decoder`.
 pub fn generate(decoder: &mut impl StepDecoder, settings: &DecodeSettings) -> Vec<Decoded> {
+    generate_all(decoder, settings)
+        .into_iter()
+        .map(|mut outputs| outputs.swap_remove(0))
+        .collect()
+}
+
+/// Generates every output the search ends with for each row of `decoder`, the best first: a
+/// beam search's finished hypotheses (at most `beams`, by normalised score; its best running
+/// ones when none finished), or the one output of greedy decoding and sampling. Never empty.
+pub fn generate_all(
+    decoder: &mut impl StepDecoder,
+    settings: &DecodeSettings,
+) -> Vec<Vec<Decoded>> {
     match settings.search {
         Search::Beam {
             beams,
             length_penalty,
         } => beam_search(decoder, settings, beams.max(1), length_penalty),
-        _ => token_by_token(decoder, settings),
+        _ => token_by_token(decoder, settings)
+            .into_iter()
+            .map(|decoded| vec![decoded])
+            .collect(),
     }
 }
 
@@ -486,7 +502,7 @@ fn beam_search(
     settings: &DecodeSettings,
     beams: usize,
     length_penalty: f64,
-) -> Vec<Decoded> {
+) -> Vec<Vec<Decoded>> {
     let inputs = decoder.rows();
     let tokens = decoder.special_tokens();
     decoder.repeat_rows(beams);
@@ -604,15 +620,18 @@ fn beam_search(
                     }
                 }
             }
-            hypotheses
-                .into_iter()
-                .max_by(|a, b| a.score.total_cmp(&b.score))
-                .map(|h| h.decoded)
-                .unwrap_or(Decoded {
+            // Among equal scores the one that finished last first (as `max_by` chose it).
+            hypotheses.reverse();
+            hypotheses.sort_by(|a, b| b.score.total_cmp(&a.score));
+            hypotheses.truncate(beams);
+            if hypotheses.is_empty() {
+                return vec![Decoded {
                     tokens: Vec::new(),
                     log_prob: f64::NEG_INFINITY,
                     finished: false,
-                })
+                }];
+            }
+            hypotheses.into_iter().map(|h| h.decoded).collect()
         })
         .collect()
 }
@@ -742,6 +761,49 @@ pub(crate) mod tests {
         fn reorder(&mut self, rows: &[usize]) {
             self.rows = rows.len();
         }
+    }
+
+    #[test]
+    fn a_beam_search_ends_with_its_finished_hypotheses_best_first() {
+        // Tokens: 0 pad (banned), 1 end, 2 and 3 words; ending is likeliest, then 2, then 3.
+        let logits = vec![0.0, 2.0, 1.5, 0.5];
+        let settings = |search: Search| DecodeSettings {
+            search,
+            max_tokens: 10,
+            banned: vec![0],
+            logit_bias: Vec::new(),
+            sentinels: None,
+        };
+        let beam = settings(Search::Beam {
+            beams: 3,
+            length_penalty: 0.0,
+        });
+        let run_all = |settings: &DecodeSettings| {
+            let mut decoder = Fixed {
+                rows: 2,
+                logits: logits.clone(),
+            };
+            generate_all(&mut decoder, settings)
+        };
+        let all = run_all(&beam);
+        assert_eq!(all.len(), 2);
+        for outputs in &all {
+            let tokens: Vec<&[u32]> = outputs.iter().map(|d| d.tokens.as_slice()).collect();
+            assert_eq!(tokens, [&[][..], &[2], &[3]]);
+            assert!(outputs.iter().all(|d| d.finished));
+            assert!(outputs.windows(2).all(|w| w[0].log_prob > w[1].log_prob));
+        }
+        // One output per row is the best of them; greedy decoding ends with one.
+        let mut decoder = Fixed {
+            rows: 2,
+            logits: logits.clone(),
+        };
+        assert_eq!(generate(&mut decoder, &beam), vec![all[0][0].clone(); 2]);
+        assert!(
+            run_all(&settings(Search::Greedy))
+                .iter()
+                .all(|o| o.len() == 1)
+        );
     }
 
     #[test]

@@ -37,7 +37,9 @@ use serde::{Deserialize, Serialize};
 use super::checkpoint::{CheckpointError, load_renamed, save_renamed};
 use super::lstm::FusedLstm;
 use super::pooling::mean_pool;
-use super::search::{DecodeSettings, Decoded, SpecialTokens, StepDecoder, generate, logit_rows};
+use super::search::{
+    DecodeSettings, Decoded, SpecialTokens, StepDecoder, generate_all, logit_rows,
+};
 use crate::ops::products::{matmul_transposed, per_token};
 
 /// The Dis-AE's sizes and special tokens (`config.json`).
@@ -517,14 +519,15 @@ impl<B: Backend> DisAe<B> {
 
 impl<B: Backend> DisAe<B> {
     /// Decodes every row of `latent` (LASS: beam 4, at most 70 tokens), a copying Dis-AE
-    /// attending to `memory`.
+    /// attending to `memory`: every output the search ends with, the best first
+    /// ([`generate_all`]).
     pub fn generate(
         &self,
         latent: Tensor<B, 2>,
         memory: Option<Memory<B>>,
         tokens: SpecialTokens,
         settings: &DecodeSettings,
-    ) -> Vec<Decoded> {
+    ) -> Vec<Vec<Decoded>> {
         let mut steps = DisAeSteps {
             model: self,
             state: self.initial_state(&latent),
@@ -532,7 +535,7 @@ impl<B: Backend> DisAe<B> {
             memory,
             tokens,
         };
-        generate(&mut steps, settings)
+        generate_all(&mut steps, settings)
     }
 }
 
@@ -792,7 +795,7 @@ mod tests {
             model
                 .generate(latent, encoded.memory, config.special_tokens(), &settings)
                 .into_iter()
-                .map(|d| d.tokens)
+                .map(|mut outputs| outputs.swap_remove(0).tokens)
                 .collect()
         };
         // Each positive text's content with the negative label gives its negative twin, and
@@ -973,8 +976,8 @@ mod tests {
             let latent = model.latent(Sentiment::Label(class), encoded.content);
             let decoded =
                 model.generate(latent, encoded.memory, config.special_tokens(), &settings);
-            for (content, decoded) in contents.iter().zip(decoded) {
-                let tokens = decoded.tokens;
+            for (content, mut decoded) in contents.iter().zip(decoded) {
+                let tokens = decoded.swap_remove(0).tokens;
                 // The content copied, and a word of the target sentiment where the masked
                 // one was.
                 assert_eq!(&tokens[..content.len()], *content, "class {class}");

@@ -157,6 +157,21 @@ impl<B: Backend> Reproducer<B> {
         sentiment: TargetSentiment,
         settings: &DecodeSettings,
     ) -> Result<Vec<Reproduction>, DisAeError> {
+        Ok(self
+            .reproduce_all(contents, sentiment, settings)?
+            .into_iter()
+            .map(|mut outputs| outputs.swap_remove(0))
+            .collect())
+    }
+
+    /// As [`Self::reproduce`], with every output the search ends with for each text, the best
+    /// first (a beam search's finished hypotheses; never empty).
+    pub fn reproduce_all(
+        &self,
+        contents: &[&str],
+        sentiment: TargetSentiment,
+        settings: &DecodeSettings,
+    ) -> Result<Vec<Vec<Reproduction>>, DisAeError> {
         if contents.is_empty() {
             return Ok(Vec::new());
         }
@@ -183,14 +198,19 @@ impl<B: Backend> Reproducer<B> {
             )
             .into_iter()
             .zip(contents)
-            .map(|(decoded, content)| {
-                let text = self.vocabulary.decode(&decoded.tokens)?;
-                Ok(Reproduction {
-                    text: copy_surface(content, &text),
-                    tokens: decoded.tokens.len(),
-                    log_prob: decoded.log_prob,
-                    finished: decoded.finished,
-                })
+            .map(|(outputs, content)| {
+                outputs
+                    .into_iter()
+                    .map(|decoded| {
+                        let text = self.vocabulary.decode(&decoded.tokens)?;
+                        Ok(Reproduction {
+                            text: copy_surface(content, &text),
+                            tokens: decoded.tokens.len(),
+                            log_prob: decoded.log_prob,
+                            finished: decoded.finished,
+                        })
+                    })
+                    .collect()
             })
             .collect()
     }
