@@ -235,45 +235,43 @@ impl Editor for DisAeEditor {
             .reproduce_all(&[&item.text], sentiment, &settings)?
             .remove(0);
         let count = hypotheses.len();
-        // The best hypothesis the fluency filter keeps; else why the first changed one failed
-        // (else why the first failed).
-        let mut first_failure: Option<(NoEdit, bool)> = None;
+        let source = item.text.trim();
+        let unchanged = source.to_lowercase();
+        // The best hypothesis the fluency filter keeps; else why the first changed one failed,
+        // else why the first failed.
+        let (mut first_changed, mut first_failure): (Option<NoEdit>, Option<NoEdit>) = (None, None);
         let mut tried: HashSet<String> = HashSet::new();
         let mut kept = None;
         for (rank, reproduced) in hypotheses.into_iter().enumerate() {
             let text = reproduced.text.trim().to_string();
-            let (failure, changed) = if text.is_empty() {
-                (NoEdit::new("the Dis-AE decoded nothing", None), false)
-            } else if text.to_lowercase() == item.text.trim().to_lowercase() {
-                let why = "the Dis-AE reproduced the text unchanged";
-                (NoEdit::new(why, Some(text)), false)
-            } else if !tried.insert(text.clone()) {
+            if text.is_empty() {
+                first_failure.get_or_insert(NoEdit::new("the Dis-AE decoded nothing", None));
                 continue;
-            } else {
-                match &self.fluency {
-                    Some(filter) => match filter.check(&text, item.text.trim()) {
-                        Ok(perplexity) => {
-                            kept = Some((rank, text, reproduced, Some(perplexity)));
-                            break;
-                        }
-                        Err(why) => (NoEdit::new(why, Some(text)), true),
-                    },
-                    None => {
-                        kept = Some((rank, text, reproduced, None));
-                        break;
-                    }
-                }
-            };
-            if first_failure
-                .as_ref()
-                .is_none_or(|(_, first)| !first && changed)
-            {
-                first_failure = Some((failure, changed));
             }
+            if text.to_lowercase() == unchanged {
+                let why = "the Dis-AE reproduced the text unchanged";
+                first_failure.get_or_insert(NoEdit::new(why, Some(text)));
+                continue;
+            }
+            if !tried.insert(text.clone()) {
+                continue;
+            }
+            let perplexity = match &self.fluency {
+                Some(filter) => match filter.check(&text, source) {
+                    Ok(perplexity) => Some(perplexity),
+                    Err(why) => {
+                        first_changed.get_or_insert(NoEdit::new(why, Some(text)));
+                        continue;
+                    }
+                },
+                None => None,
+            };
+            kept = Some((rank, text, reproduced, perplexity));
+            break;
         }
         let Some((rank, text, reproduced, perplexity)) = kept else {
-            let (failure, _) = first_failure.expect("a search ends with an output");
-            return Ok(Err(failure));
+            let failure = first_changed.or(first_failure);
+            return Ok(Err(failure.expect("a search ends with an output")));
         };
         let search = match settings.search {
             Search::Beam { .. } => format!("{search}, hypothesis {} of {count}", rank + 1),

@@ -9,7 +9,7 @@ use burn::tensor::backend::Backend;
 use super::vocabulary::{Vocabulary, has_word_in};
 use super::{DisAe, DisAeConfig, MASK_ID, PaddedIds, Sentiment};
 use crate::models::checkpoint::CheckpointError;
-use crate::models::search::{DecodeSettings, Search};
+use crate::models::search::{DecodeSettings, Decoded, Search};
 use crate::surface::copy_surface;
 use crate::tokenize::TokenizeError;
 
@@ -157,11 +157,11 @@ impl<B: Backend> Reproducer<B> {
         sentiment: TargetSentiment,
         settings: &DecodeSettings,
     ) -> Result<Vec<Reproduction>, DisAeError> {
-        Ok(self
-            .reproduce_all(contents, sentiment, settings)?
+        self.decode(contents, sentiment, settings)?
             .into_iter()
-            .map(|mut outputs| outputs.swap_remove(0))
-            .collect())
+            .zip(contents)
+            .map(|(mut outputs, content)| self.reproduction(content, outputs.swap_remove(0)))
+            .collect()
     }
 
     /// As [`Self::reproduce`], with every output the search ends with for each text, the best
@@ -172,6 +172,25 @@ impl<B: Backend> Reproducer<B> {
         sentiment: TargetSentiment,
         settings: &DecodeSettings,
     ) -> Result<Vec<Vec<Reproduction>>, DisAeError> {
+        self.decode(contents, sentiment, settings)?
+            .into_iter()
+            .zip(contents)
+            .map(|(outputs, content)| {
+                outputs
+                    .into_iter()
+                    .map(|decoded| self.reproduction(content, decoded))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Every output the search ends with for each text of `contents`, as ids.
+    fn decode(
+        &self,
+        contents: &[&str],
+        sentiment: TargetSentiment,
+        settings: &DecodeSettings,
+    ) -> Result<Vec<Vec<Decoded>>, DisAeError> {
         if contents.is_empty() {
             return Ok(Vec::new());
         }
@@ -189,29 +208,22 @@ impl<B: Backend> Reproducer<B> {
             }
         };
         let latent = self.model.latent(sentiment, encoded.content);
-        self.model
-            .generate(
-                latent,
-                encoded.memory,
-                self.config.special_tokens(),
-                settings,
-            )
-            .into_iter()
-            .zip(contents)
-            .map(|(outputs, content)| {
-                outputs
-                    .into_iter()
-                    .map(|decoded| {
-                        let text = self.vocabulary.decode(&decoded.tokens)?;
-                        Ok(Reproduction {
-                            text: copy_surface(content, &text),
-                            tokens: decoded.tokens.len(),
-                            log_prob: decoded.log_prob,
-                            finished: decoded.finished,
-                        })
-                    })
-                    .collect()
-            })
-            .collect()
+        Ok(self.model.generate(
+            latent,
+            encoded.memory,
+            self.config.special_tokens(),
+            settings,
+        ))
+    }
+
+    /// `decoded` as text in `content`'s surface form.
+    fn reproduction(&self, content: &str, decoded: Decoded) -> Result<Reproduction, DisAeError> {
+        let text = self.vocabulary.decode(&decoded.tokens)?;
+        Ok(Reproduction {
+            text: copy_surface(content, &text),
+            tokens: decoded.tokens.len(),
+            log_prob: decoded.log_prob,
+            finished: decoded.finished,
+        })
     }
 }
