@@ -13,6 +13,7 @@ mod datasets;
 mod encoder_parity;
 mod experiment;
 mod faults;
+mod fluency;
 mod generate;
 mod hostile;
 mod infiller;

@@ -3,7 +3,9 @@
 //!
 //! One context serves requests one at a time and keeps the tokens of the last prompt in its KV
 //! cache: a request that shares a prefix with the previous one (every few-shot prompt does)
-//! only evaluates the tokens after it.
+//! only evaluates the tokens after it. Perplexity does the same: texts that differ in a few
+//! words (LASS's beam hypotheses, AutoCAD's candidates, their source) share their opening's
+//! log probabilities.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -69,6 +71,9 @@ struct Session {
     context: LlamaContext<'static>,
     /// The tokens whose keys and values are in the context's cache, in order.
     cached: Vec<LlamaToken>,
+    /// `next_log_probs[i]`: the log probability of `cached[i + 1]` given `cached[..=i]`, for
+    /// the opening of `cached` that [`LocalEngine::token_log_probs`] scored.
+    next_log_probs: Vec<f32>,
 }
 
 fn backend() -> Result<&'static LlamaBackend> {
@@ -127,6 +132,7 @@ impl LocalEngine {
             session: Mutex::new(Session {
                 context,
                 cached: Vec::new(),
+                next_log_probs: Vec::new(),
             }),
             batch: options.batch as usize,
         })
@@ -209,13 +215,20 @@ impl LocalEngine {
             "{} tokens exceed the context of {limit}",
             tokens.len()
         );
-        session.context.clear_kv_cache();
-        session.cached.clear();
-        let mut log_probs = Vec::with_capacity(tokens.len() - 1);
+        let session = &mut *session;
+        // The log probabilities of the opening shared with the last scored text are known; the
+        // position after them is evaluated again for its logits.
+        let shared = common_prefix(&session.cached, &tokens);
+        let known = session.next_log_probs.len().min(shared.saturating_sub(1));
+        session
+            .context
+            .clear_kv_cache_seq(Some(0), Some(known as u32), None)?;
+        session.cached.truncate(known);
+        session.next_log_probs.truncate(known);
         let mut batch = LlamaBatch::new(self.batch, 1);
-        for (chunk_index, chunk) in tokens.chunks(self.batch).enumerate() {
+        for chunk in tokens[known..].chunks(self.batch) {
             batch.clear();
-            let start = chunk_index * self.batch;
+            let start = session.cached.len();
             for (offset, &token) in chunk.iter().enumerate() {
                 batch.add(token, (start + offset) as i32, &[0], true)?;
             }
@@ -225,11 +238,13 @@ impl LocalEngine {
                     break;
                 };
                 let logits = session.context.get_logits_ith(offset as i32);
-                log_probs.push(log_softmax_at(logits, next.0 as usize));
+                session
+                    .next_log_probs
+                    .push(log_softmax_at(logits, next.0 as usize));
             }
             session.cached.extend_from_slice(chunk);
         }
-        Ok(log_probs)
+        Ok(session.next_log_probs.clone())
     }
 
     /// Speed measurement: evaluates `prompt` from an empty cache, then decodes `decode` tokens
@@ -242,6 +257,7 @@ impl LocalEngine {
         );
         session.context.clear_kv_cache();
         session.cached.clear();
+        session.next_log_probs.clear();
         let mut batch = LlamaBatch::new(self.batch, 1);
         let started = Instant::now();
         for (chunk_index, chunk) in prompt.chunks(self.batch).enumerate() {
@@ -297,6 +313,7 @@ impl LocalEngine {
             .context
             .clear_kv_cache_seq(Some(0), Some(shared as u32), None)?;
         session.cached.truncate(shared);
+        session.next_log_probs.truncate(shared.saturating_sub(1));
         session.context.reset_timings();
 
         let mut batch = LlamaBatch::new(self.batch, 1);
