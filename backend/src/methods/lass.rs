@@ -8,10 +8,12 @@
 //! An item without an opinion word fails at once and for good ([`NoEdit::hopeless`]): a copying
 //! Dis-AE would reproduce it unchanged.
 //!
-//! The first attempt decodes with the paper's beam search (4 beams, at most 70 tokens) and keeps
-//! the best of its finished hypotheses that the perplexity filter passes (on `bench cf`, 65 of
-//! 200 items against 53 with the best hypothesis alone); later attempts sample (nucleus, seeded
-//! by the attempt), and with sentiment parents each attempt draws another parent.
+//! Each attempt decodes with the paper's beam search (4 beams, at most 70 tokens) and keeps the
+//! best of its finished hypotheses that the perplexity filter passes (on `bench cf`, 65 of 200
+//! items against 53 with the best hypothesis alone). With the label vector the search is
+//! deterministic, so an item's first attempt is its only one (sampled attempts after it kept
+//! about one item in 200 tries, each costing a decode and its scoring); with sentiment parents
+//! each attempt draws another parent.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -172,26 +174,6 @@ impl FluencyFilter {
 /// Sources whose perplexity the filter remembers (a run's concurrent items, many times over).
 const MAX_CACHED_SOURCES: usize = 4096;
 
-/// Decoding for `attempt`: the paper's beam search first, then seeded nucleus sampling.
-fn decoding(attempt: Attempt) -> (DecodeSettings, String) {
-    let paper = lass_decoding();
-    if attempt.number <= 1 {
-        return (paper, "beam 4".into());
-    }
-    let (top_p, temperature) = (0.9, 0.5);
-    (
-        DecodeSettings {
-            search: Search::Nucleus {
-                top_p,
-                temperature,
-                seed: attempt.seed,
-            },
-            ..paper
-        },
-        format!("nucleus p {top_p} t {temperature}"),
-    )
-}
-
 impl Editor for DisAeEditor {
     fn model(&self) -> Option<&str> {
         Some(self.reproducer.name())
@@ -209,6 +191,12 @@ impl Editor for DisAeEditor {
             )));
         }
         let parent = match self.sentiment {
+            SentimentSource::Label if attempt.number > 1 => {
+                return Ok(Err(NoEdit::hopeless(
+                    "the label vector's beam search is deterministic: the first attempt tried \
+                     its every hypothesis",
+                )));
+            }
             SentimentSource::Label => None,
             SentimentSource::Parent => {
                 let parents = self.reproducer.sentiment_parents(&item.target);
@@ -229,7 +217,7 @@ impl Editor for DisAeEditor {
             Some(parents) => TargetSentiment::Parents(parents),
             None => TargetSentiment::Label(&item.target),
         };
-        let (settings, search) = decoding(attempt);
+        let settings = lass_decoding();
         let hypotheses = self
             .reproducer
             .reproduce_all(&[&item.text], sentiment, &settings)?
@@ -271,11 +259,19 @@ impl Editor for DisAeEditor {
         }
         let Some((rank, text, reproduced, perplexity)) = kept else {
             let failure = first_changed.or(first_failure);
-            return Ok(Err(failure.expect("a search ends with an output")));
+            let failure = failure.expect("a search ends with an output");
+            // No later attempt decodes anything else from the label vector.
+            let hopeless = self.sentiment == SentimentSource::Label;
+            return Ok(Err(NoEdit {
+                hopeless,
+                ..failure
+            }));
         };
         let search = match settings.search {
-            Search::Beam { .. } => format!("{search}, hypothesis {} of {count}", rank + 1),
-            _ => search,
+            Search::Beam { beams, .. } => {
+                format!("beam {beams}, hypothesis {} of {count}", rank + 1)
+            }
+            other => format!("{other:?}"),
         };
         Ok(Ok(Candidate {
             text,
@@ -393,6 +389,16 @@ mod tests {
             "{}",
             failed.reason
         );
+        // The label vector's search is deterministic: its failure is final, and a later attempt
+        // (after the judge refused a flip) ends at once.
+        assert!(failed.hopeless);
+        let calls = fluency.1.load(Ordering::Relaxed);
+        let second = editor(vec!["awful"])
+            .propose(&item, &Context::default(), Attempt { number: 2, seed: 8 })
+            .unwrap()
+            .unwrap_err();
+        assert!(second.hopeless && second.reason.contains("deterministic"));
+        assert_eq!(fluency.1.load(Ordering::Relaxed), calls);
     }
 
     #[test]
