@@ -1,7 +1,9 @@
 //! The embedded engine's perplexity: texts scored one after another reuse the log
-//! probabilities of the opening they share, and must score as they do from an empty cache.
+//! probabilities of the opening they share, and must score as they do from an empty cache; a
+//! Q4_1 model's Q8_0 scoring copy scores as the model does.
 
 use flipside_backend::llm::local::{EngineOptions, LocalEngine};
+use flipside_backend::llm::{Fluency, scoring_copy};
 
 use crate::common::{MODEL, asset};
 
@@ -39,5 +41,40 @@ fn texts_sharing_an_opening_score_as_they_do_alone() {
                 "{text}: {scored:?} against {expected:?}"
             );
         }
+    }
+}
+
+#[test]
+fn a_q4_1_model_scores_from_its_q8_0_copy_as_it_does_itself() {
+    let model = asset(MODEL).join("model.gguf");
+    let copy = scoring_copy(&model).unwrap();
+    assert_eq!(copy, model.with_extension("q8_0.gguf"));
+    // Made once: a second call finds it.
+    let written = copy.metadata().unwrap().modified().unwrap();
+    assert_eq!(scoring_copy(&model).unwrap(), copy);
+    assert_eq!(copy.metadata().unwrap().modified().unwrap(), written);
+    // A Q8_0 model is scored as it is.
+    assert_eq!(scoring_copy(&copy).unwrap(), copy);
+    let options = EngineOptions {
+        context: 512,
+        batch: 512,
+        threads: Some(1),
+    };
+    let (q4_1, q8_0) = (
+        LocalEngine::load(MODEL, &model, options).unwrap(),
+        LocalEngine::load(MODEL, &copy, options).unwrap(),
+    );
+    for text in [
+        "The acting was wooden and the plot made no sense.",
+        "A moving, wonderful story that I would watch again tomorrow.",
+        "Omar Epps is an bad actor.",
+    ] {
+        // Both round activations to 8 bits: against the Q4_1 weights in f32, each was within
+        // 9 % on five sentences, and within 5 % of each other.
+        let (a, b) = (
+            q4_1.perplexity(text).unwrap(),
+            q8_0.perplexity(text).unwrap(),
+        );
+        assert!((a / b - 1.0).abs() < 0.08, "{text}: {a} against {b}");
     }
 }

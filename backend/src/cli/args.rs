@@ -193,13 +193,13 @@ impl FluencyArgs {
     }
 
     /// The fluency model, loaded by the embedded engine as `--model` loads it (its threads, the
-    /// FLIPSIDE_LLM_THREADS variable).
+    /// FLIPSIDE_LLM_THREADS variable), from its scoring copy ([`LlmArgs::scorer`]).
     pub fn model(&self, home: &Home) -> Result<Arc<dyn Fluency>> {
         let llm = LlmArgs {
             model: self.fluency_model.clone(),
             ..super::defaults::<LlmArgs>()
         };
-        Ok(Arc::new(llm.local(home)?))
+        Ok(Arc::new(llm.scorer(home)?))
     }
 }
 

@@ -1,7 +1,7 @@
 //! The LLM options shared by `generate`, `serve`, `eval cf`, `pairs make` and `bench llm`, and
 //! `flipside prompts …`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +12,7 @@ use crate::editing::prompts::{BUILTIN_TEMPLATES, PromptTemplate};
 use crate::home::Home;
 use crate::llm::local::EngineOptions;
 use crate::llm::openai::ClientOptions;
-use crate::llm::{Api, DEFAULT_EDITOR_MODEL, LlmClient, LocalEngine, OpenAiClient};
+use crate::llm::{Api, DEFAULT_EDITOR_MODEL, LlmClient, LocalEngine, OpenAiClient, scoring_copy};
 
 /// Which LLM: the embedded engine (default) or an OpenAI-compatible server.
 #[derive(Debug, Clone, Args)]
@@ -66,15 +66,29 @@ impl LlmArgs {
 
     /// The embedded engine.
     pub fn local(&self, home: &Home) -> Result<LocalEngine> {
-        let path = self.model_path(home)?;
-        let name = path
-            .file_stem()
-            .filter(|_| path.to_string_lossy() == self.model)
-            .map_or(self.model.clone(), |s| s.to_string_lossy().into_owned());
+        self.load(&self.model_path(home)?)
+    }
+
+    /// The embedded engine that scores perplexity: a Q4_1 model runs from its Q8_0 copy
+    /// ([`scoring_copy`]).
+    pub fn scorer(&self, home: &Home) -> Result<LocalEngine> {
+        self.load(&scoring_copy(&self.model_path(home)?)?)
+    }
+
+    /// The engine on `path`, the file of `--model` or one made from it, named as `--model`
+    /// names it (a file by its stem).
+    fn load(&self, path: &Path) -> Result<LocalEngine> {
+        let given = Path::new(&self.model);
+        let name = match given.is_file() {
+            true => given
+                .file_stem()
+                .map_or(self.model.clone(), |s| s.to_string_lossy().into_owned()),
+            false => self.model.clone(),
+        };
         let spinner = crate::progress::spinner(format!("loading {name}"));
         let engine = LocalEngine::load(
             &name,
-            &path,
+            path,
             EngineOptions {
                 context: self.context,
                 threads: self.threads,

@@ -76,7 +76,8 @@ struct Session {
     next_log_probs: Vec<f32>,
 }
 
-fn backend() -> Result<&'static LlamaBackend> {
+/// llama.cpp, initialised once.
+pub(super) fn backend() -> Result<&'static LlamaBackend> {
     static BACKEND: OnceLock<LlamaBackend> = OnceLock::new();
     if let Some(backend) = BACKEND.get() {
         return Ok(backend);

@@ -4,6 +4,7 @@
 
 pub mod local;
 pub mod openai;
+pub mod scoring_copy;
 
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 pub use flipside_shared::records::Sampling;
 pub use local::LocalEngine;
 pub use openai::{Api, OpenAiClient};
+pub use scoring_copy::scoring_copy;
 
 /// The default editor model: the only small model seen to make correct sentiment-flipping edits.
 pub const DEFAULT_EDITOR_MODEL: &str = "qwen2.5-coder-1.5b";

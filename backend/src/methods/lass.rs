@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::{Context as _, Result};
 use flipside_shared::models::dis_ae::reproduce::{TargetSentiment, lass_decoding};
-use flipside_shared::models::search::{DecodeSettings, Search};
+use flipside_shared::models::search::Search;
 use flipside_shared::records::{LassProvenance, Provenance};
 use serde::{Deserialize, Serialize};
 
@@ -292,6 +292,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use flipside_shared::models::dis_ae::reproduce::Reproduction;
+    use flipside_shared::models::search::DecodeSettings;
 
     use super::*;
 
