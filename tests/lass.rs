@@ -115,7 +115,13 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
     // search from the item's content and the target label's vector.
     success(&mut generate("label.jsonl", &["--max-perplexity", "0"]));
     let made = records(&root.join("label.jsonl"));
-    assert!(made.len() >= 36, "{} of 48 items reproduced", made.len());
+    let failures =
+        std::fs::read_to_string(root.join("label.jsonl.failures.jsonl")).unwrap_or_default();
+    assert!(
+        made.len() >= 36,
+        "{} of 48 items reproduced; failures:\n{failures}",
+        made.len()
+    );
     for target in ["negative", "positive"] {
         assert!(made.iter().any(|r| r["target"] == target), "no {target}");
     }
