@@ -1,6 +1,6 @@
-//! The embedded engine's perplexity: texts scored one after another reuse the log
-//! probabilities of the opening they share, and must score as they do from an empty cache; a
-//! Q4_1 model's Q8_0 scoring copy scores as the model does.
+//! The embedded engine's perplexity: texts scored together (sharing their openings, in one
+//! batch) must score as they do alone; a Q4_1 model's Q8_0
+//! scoring copy scores as the model does.
 
 use flipside_backend::llm::local::{EngineOptions, LocalEngine};
 use flipside_backend::llm::{Fluency, scoring_copy};
@@ -17,7 +17,7 @@ fn engine() -> LocalEngine {
 }
 
 #[test]
-fn texts_sharing_an_opening_score_as_they_do_alone() {
+fn texts_scored_together_score_as_they_do_alone() {
     let texts = [
         "The acting was wooden and the plot made no sense.",
         "The acting was superb and the plot made perfect sense.",
@@ -26,22 +26,45 @@ fn texts_sharing_an_opening_score_as_they_do_alone() {
         "The acting was wooden and the plot made no sense at all, sadly.",
         "A moving, wonderful story that I would watch again tomorrow.",
         "The acting was superb and the plot made perfect sense.",
+        "A moving, dreadful story that I would never watch again.",
+        "Terrible.",
+        "The acting was wooden and the plot made no sense at all.",
+        // More than one pass.
+        "The soundtrack alone is worth the price of the ticket.",
     ];
     let alone: Vec<Vec<f32>> = texts
         .iter()
         .map(|text| engine().token_log_probs(text).unwrap())
         .collect();
     let shared = engine();
-    for (text, expected) in texts.iter().zip(&alone) {
-        let scored = shared.token_log_probs(text).unwrap();
-        assert_eq!(scored.len(), expected.len(), "{text}");
-        for (a, b) in scored.iter().zip(expected) {
-            assert!(
-                (a - b).abs() < 1e-3,
-                "{text}: {scored:?} against {expected:?}"
-            );
+    // All at once, then in two calls, then one by one.
+    let together = shared.token_log_probs_all(&texts).unwrap();
+    let mut in_two = shared.token_log_probs_all(&texts[..2]).unwrap();
+    in_two.extend(shared.token_log_probs_all(&texts[2..]).unwrap());
+    let one_by_one = texts
+        .iter()
+        .map(|text| shared.token_log_probs(text))
+        .collect();
+    for (way, scored) in [
+        ("together", together),
+        ("in two calls", in_two),
+        ("one by one", one_by_one),
+    ] {
+        for ((text, expected), scored) in texts.iter().zip(&alone).zip(scored) {
+            let scored = scored.unwrap();
+            assert_eq!(scored.len(), expected.len(), "{way}: {text}");
+            for (a, b) in scored.iter().zip(expected) {
+                assert!(
+                    (a - b).abs() < 1e-3,
+                    "{way}: {text}: {scored:?} against {expected:?}"
+                );
+            }
         }
     }
+    // A text too short to score fails alone.
+    let scored = shared.token_log_probs_all(&["Hi", texts[0]]).unwrap();
+    assert!(scored[0].is_err());
+    assert_eq!(scored[1].as_ref().unwrap().len(), alone[0].len());
 }
 
 #[test]

@@ -11,7 +11,7 @@ use super::llm::LlmArgs;
 use crate::compute::DeviceChoice;
 use crate::editing::evaluate::{CfMetrics, cf_metrics, flip_rate_under, record_labels};
 use crate::home::Home;
-use crate::llm::LocalEngine;
+use crate::llm::{LocalEngine, SCORED_TOGETHER};
 use crate::model_dirs::resolve_model_dir;
 use crate::pipeline::store::read_repairing;
 use crate::with_backend;
@@ -121,12 +121,13 @@ pub fn run(home: &Home, command: EvalCommand) -> Result<()> {
 fn perplexity(engine: &LocalEngine, records: &[Counterfactual]) -> Result<f64> {
     let bar = crate::progress::items(records.len() as u64, "perplexity");
     let (mut nll, mut tokens) = (0.0f64, 0usize);
-    for record in records {
-        if let Ok(log_probs) = engine.token_log_probs(&record.edited) {
+    for chunk in records.chunks(SCORED_TOGETHER) {
+        let texts: Vec<&str> = chunk.iter().map(|r| r.edited.as_str()).collect();
+        for log_probs in engine.token_log_probs_all(&texts)?.into_iter().flatten() {
             nll -= log_probs.iter().map(|&l| f64::from(l)).sum::<f64>();
             tokens += log_probs.len();
         }
-        bar.inc(1);
+        bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();
     Ok((nll / tokens.max(1) as f64).exp())

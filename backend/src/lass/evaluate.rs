@@ -25,7 +25,7 @@ use serde::Serialize;
 use super::model::load_reproducer;
 use super::train::LabelledPair;
 use crate::compute::Compute;
-use crate::llm::Fluency;
+use crate::llm::{Fluency, SCORED_TOGETHER};
 
 /// Texts decoded together.
 const BATCH: usize = 32;
@@ -193,12 +193,16 @@ fn score_outputs<'p>(
     let perplexity = match fluency {
         Some(fluency) => {
             let mut values = Vec::new();
-            for output in outputs {
-                let text = output.text.trim();
-                if text.chars().count() >= MIN_PERPLEXITY_CHARS {
-                    values.push(fluency.perplexity(text)?);
+            for chunk in outputs.chunks(SCORED_TOGETHER) {
+                let texts: Vec<&str> = chunk
+                    .iter()
+                    .map(|output| output.text.trim())
+                    .filter(|text| text.chars().count() >= MIN_PERPLEXITY_CHARS)
+                    .collect();
+                for perplexity in fluency.perplexities(&texts) {
+                    values.push(perplexity?);
                 }
-                progress(1);
+                progress(chunk.len());
             }
             PerplexitySummary::of(values, max_perplexity)
         }

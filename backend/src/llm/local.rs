@@ -3,9 +3,9 @@
 //!
 //! One context serves requests one at a time and keeps the tokens of the last prompt in its KV
 //! cache: a request that shares a prefix with the previous one (every few-shot prompt does)
-//! only evaluates the tokens after it. Perplexity does the same: texts that differ in a few
-//! words (LASS's beam hypotheses, AutoCAD's candidates, their source) share their opening's
-//! log probabilities.
+//! only evaluates the tokens after it. Perplexity scores texts together, as sequences of one
+//! batch: texts that differ in a few words (LASS's beam hypotheses and their source, AutoCAD's
+//! candidates) evaluate their shared opening once, and the larger batch runs faster.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -69,12 +69,56 @@ pub struct LocalEngine {
 
 struct Session {
     context: LlamaContext<'static>,
-    /// The tokens whose keys and values are in the context's cache, in order.
+    /// The tokens a generation left in the context's cache (sequence 0), in order; empty
+    /// after scoring, which clears the cache.
     cached: Vec<LlamaToken>,
-    /// `next_log_probs[i]`: the log probability of `cached[i + 1]` given `cached[..=i]`, for
-    /// the opening of `cached` that [`LocalEngine::token_log_probs`] scored.
-    next_log_probs: Vec<f32>,
 }
+
+/// The prefix tree of texts in token order: each node is one token at one position, on the
+/// path of texts `first..=last`, depth first (a node before its children).
+struct PrefixTree {
+    nodes: Vec<Node>,
+}
+
+struct Node {
+    token: LlamaToken,
+    position: usize,
+    first: usize,
+    last: usize,
+}
+
+impl PrefixTree {
+    /// The tree of `texts` (sorted).
+    fn new(texts: &[&[LlamaToken]]) -> Self {
+        let mut nodes: Vec<Node> = Vec::new();
+        // The nodes of the previous text's path.
+        let mut path: Vec<usize> = Vec::new();
+        for (index, text) in texts.iter().enumerate() {
+            let shared = match index {
+                0 => 0,
+                _ => common_prefix(texts[index - 1], text),
+            };
+            path.truncate(shared);
+            for &node in &path {
+                nodes[node].last = index;
+            }
+            for (position, &token) in text.iter().enumerate().skip(shared) {
+                path.push(nodes.len());
+                nodes.push(Node {
+                    token,
+                    position,
+                    first: index,
+                    last: index,
+                });
+            }
+        }
+        PrefixTree { nodes }
+    }
+}
+
+/// Texts [`LocalEngine::token_log_probs_all`] evaluates in one pass, each a sequence of the
+/// context's (unified) cache. Eight covers LASS's four beam hypotheses and their source.
+pub const SCORED_TOGETHER: usize = 8;
 
 /// llama.cpp, initialised once.
 pub(super) fn backend() -> Result<&'static LlamaBackend> {
@@ -123,6 +167,8 @@ impl LocalEngine {
             .with_n_ubatch(options.batch)
             .with_n_threads(threads)
             .with_n_threads_batch(threads)
+            .with_n_seq_max(SCORED_TOGETHER as u32)
+            .with_kv_unified(true)
             .with_no_perf(false);
         let context = model
             .new_context(backend()?, params)
@@ -133,7 +179,6 @@ impl LocalEngine {
             session: Mutex::new(Session {
                 context,
                 cached: Vec::new(),
-                next_log_probs: Vec::new(),
             }),
             batch: options.batch as usize,
         })
@@ -207,45 +252,96 @@ impl LocalEngine {
     /// The natural-log probability of each token of `text` given the ones before it (the first
     /// token, or the start token, is the context only). Used for perplexity.
     pub fn token_log_probs(&self, text: &str) -> Result<Vec<f32>> {
-        let tokens = self.tokenize(text, false);
-        ensure!(tokens.len() >= 2, "too short to score: {text:?}");
+        self.token_log_probs_all(&[text])?.remove(0)
+    }
+
+    /// [`Self::token_log_probs`] of each of `texts`, evaluated together: up to
+    /// [`SCORED_TOGETHER`] texts share a pass as sequences of one batch, and an opening several
+    /// of them share (LASS's hypotheses and their source, AutoCAD's candidates) is evaluated
+    /// once. A text too short or too long to score fails alone; a failing pass fails all.
+    pub fn token_log_probs_all(&self, texts: &[&str]) -> Result<Vec<Result<Vec<f32>>>> {
         let mut session = self.session.lock().unwrap();
-        let limit = session.context.n_ctx() as usize;
-        ensure!(
-            tokens.len() <= limit,
-            "{} tokens exceed the context of {limit}",
-            tokens.len()
-        );
         let session = &mut *session;
-        // The log probabilities of the opening shared with the last scored text are known; the
-        // position after them is evaluated again for its logits.
-        let shared = common_prefix(&session.cached, &tokens);
-        let known = session.next_log_probs.len().min(shared.saturating_sub(1));
-        session
-            .context
-            .clear_kv_cache_seq(Some(0), Some(known as u32), None)?;
-        session.cached.truncate(known);
-        session.next_log_probs.truncate(known);
-        let mut batch = LlamaBatch::new(self.batch, 1);
-        for chunk in tokens[known..].chunks(self.batch) {
+        let limit = session.context.n_ctx() as usize;
+        let tokens: Vec<Vec<LlamaToken>> = texts.iter().map(|t| self.tokenize(t, false)).collect();
+        let mut scored: Vec<Result<Vec<f32>>> = texts
+            .iter()
+            .zip(&tokens)
+            .map(|(text, tokens)| {
+                ensure!(tokens.len() >= 2, "too short to score: {text:?}");
+                ensure!(
+                    tokens.len() <= limit,
+                    "{} tokens exceed the context of {limit}",
+                    tokens.len()
+                );
+                Ok(Vec::new())
+            })
+            .collect();
+        // In token order, texts sharing an opening are neighbours.
+        let mut order: Vec<usize> = (0..texts.len()).filter(|&i| scored[i].is_ok()).collect();
+        order.sort_by(|&a, &b| tokens[a].cmp(&tokens[b]));
+        let mut passes: Vec<(Vec<&[LlamaToken]>, Vec<usize>)> = Vec::new();
+        let mut cells = 0;
+        for index in order {
+            let text = tokens[index].as_slice();
+            let pass = passes.last_mut().filter(|(pass, _)| {
+                let shared = common_prefix(pass.last().expect("not empty"), text);
+                pass.len() < SCORED_TOGETHER && cells + text.len() - shared <= limit
+            });
+            match pass {
+                Some((pass, indices)) => {
+                    cells += text.len() - common_prefix(pass.last().expect("not empty"), text);
+                    pass.push(text);
+                    indices.push(index);
+                }
+                None => {
+                    cells = text.len();
+                    passes.push((vec![text], vec![index]));
+                }
+            }
+        }
+        for (pass, indices) in passes {
+            for (index, log_probs) in indices.into_iter().zip(self.score_pass(session, pass)?) {
+                scored[index] = Ok(log_probs);
+            }
+        }
+        Ok(scored)
+    }
+
+    /// The log probabilities of `texts` (in token order, fitting the cache together), text
+    /// `i` evaluated as sequence `i` of an emptied cache.
+    fn score_pass(
+        &self,
+        session: &mut Session,
+        texts: Vec<&[LlamaToken]>,
+    ) -> Result<Vec<Vec<f32>>> {
+        session.context.clear_kv_cache();
+        session.cached.clear();
+        let mut log_probs: Vec<Vec<f32>> = texts.iter().map(|t| vec![0.0; t.len() - 1]).collect();
+        // A text's last token predicts nothing: leaves that end texts only are left out.
+        let predicting =
+            |node: &&Node| (node.first..=node.last).any(|t| texts[t].len() > node.position + 1);
+        let tree = PrefixTree::new(&texts);
+        let nodes: Vec<&Node> = tree.nodes.iter().filter(predicting).collect();
+        let mut batch = LlamaBatch::new(self.batch, SCORED_TOGETHER as i32);
+        for chunk in nodes.chunks(self.batch) {
             batch.clear();
-            let start = session.cached.len();
-            for (offset, &token) in chunk.iter().enumerate() {
-                batch.add(token, (start + offset) as i32, &[0], true)?;
+            for node in chunk {
+                let sequences: Vec<i32> = (node.first..=node.last).map(|t| t as i32).collect();
+                batch.add(node.token, node.position as i32, &sequences, true)?;
             }
             session.context.decode(&mut batch)?;
-            for offset in 0..chunk.len() {
-                let Some(&next) = tokens.get(start + offset + 1) else {
-                    break;
-                };
+            for (offset, node) in chunk.iter().enumerate() {
                 let logits = session.context.get_logits_ith(offset as i32);
-                session
-                    .next_log_probs
-                    .push(log_softmax_at(logits, next.0 as usize));
+                let normaliser = log_sum_exp(logits);
+                for t in node.first..=node.last {
+                    if let Some(next) = texts[t].get(node.position + 1) {
+                        log_probs[t][node.position] = logits[next.0 as usize] - normaliser;
+                    }
+                }
             }
-            session.cached.extend_from_slice(chunk);
         }
-        Ok(session.next_log_probs.clone())
+        Ok(log_probs)
     }
 
     /// Speed measurement: evaluates `prompt` from an empty cache, then decodes `decode` tokens
@@ -258,7 +354,6 @@ impl LocalEngine {
         );
         session.context.clear_kv_cache();
         session.cached.clear();
-        session.next_log_probs.clear();
         let mut batch = LlamaBatch::new(self.batch, 1);
         let started = Instant::now();
         for (chunk_index, chunk) in prompt.chunks(self.batch).enumerate() {
@@ -314,7 +409,6 @@ impl LocalEngine {
             .context
             .clear_kv_cache_seq(Some(0), Some(shared as u32), None)?;
         session.cached.truncate(shared);
-        session.next_log_probs.truncate(shared.saturating_sub(1));
         session.context.reset_timings();
 
         let mut batch = LlamaBatch::new(self.batch, 1);
@@ -412,21 +506,35 @@ impl Fluency for LocalEngine {
     }
 
     fn perplexity(&self, text: &str) -> Result<f64> {
-        let log_probs = self.token_log_probs(text)?;
-        let mean = log_probs.iter().map(|&l| f64::from(l)).sum::<f64>() / log_probs.len() as f64;
-        Ok((-mean).exp())
+        self.perplexities(&[text]).remove(0)
     }
+
+    fn perplexities(&self, texts: &[&str]) -> Vec<Result<f64>> {
+        match self.token_log_probs_all(texts) {
+            Ok(scored) => scored
+                .into_iter()
+                .map(|log_probs| Ok(perplexity(&log_probs?)))
+                .collect(),
+            Err(error) => texts.iter().map(|_| Err(anyhow!("{error:#}"))).collect(),
+        }
+    }
+}
+
+/// `exp` of the mean negative log probability.
+pub fn perplexity(log_probs: &[f32]) -> f64 {
+    let mean = log_probs.iter().map(|&l| f64::from(l)).sum::<f64>() / log_probs.len() as f64;
+    (-mean).exp()
 }
 
 fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// `log softmax(logits)[index]`, computed stably.
-fn log_softmax_at(logits: &[f32], index: usize) -> f32 {
+/// `log Σ exp(logits)`, computed stably: `logits[i] − log_sum_exp(logits)` is `log softmax`.
+fn log_sum_exp(logits: &[f32]) -> f32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
-    (f64::from(logits[index] - max) - sum.ln()) as f32
+    max + sum.ln() as f32
 }
 
 #[cfg(test)]
@@ -436,8 +544,39 @@ mod tests {
     #[test]
     fn log_softmax_matches_a_hand_computed_value() {
         // log(e^1 / (e^1 + e^2 + e^3)) = 1 - log(e + e^2 + e^3) = -2.4076059
-        let value = log_softmax_at(&[1.0, 2.0, 3.0], 0);
+        let value = 1.0 - log_sum_exp(&[1.0, 2.0, 3.0]);
         assert!((value - (-2.407_606)).abs() < 1e-5, "{value}");
+    }
+
+    #[test]
+    fn the_prefix_tree_has_a_node_per_distinct_opening_depth_first() {
+        let t = |v: &[i32]| v.iter().map(|&i| LlamaToken(i)).collect::<Vec<_>>();
+        let texts = [
+            t(&[1, 2, 3]),
+            t(&[1, 2, 4, 5]),
+            t(&[1, 2, 4, 6]),
+            t(&[7, 8]),
+        ];
+        let texts: Vec<&[LlamaToken]> = texts.iter().map(Vec::as_slice).collect();
+        // (token, position, first text, last text)
+        let nodes = |texts: &[&[LlamaToken]]| {
+            let tree = PrefixTree::new(texts);
+            let nodes = tree.nodes.iter();
+            nodes
+                .map(|n| (n.token.0, n.position, n.first, n.last))
+                .collect::<Vec<_>>()
+        };
+        let expected = [
+            (1, 0, 0, 2),
+            (2, 1, 0, 2),
+            (3, 2, 0, 0),
+            (4, 2, 1, 2),
+            (5, 3, 1, 1),
+            (6, 3, 2, 2),
+            (7, 0, 3, 3),
+            (8, 1, 3, 3),
+        ];
+        assert_eq!(nodes(&texts), expected);
     }
 
     #[test]

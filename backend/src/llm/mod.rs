@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 pub use flipside_shared::records::Sampling;
-pub use local::LocalEngine;
+pub use local::{LocalEngine, SCORED_TOGETHER};
 pub use openai::{Api, OpenAiClient};
 pub use scoring_copy::scoring_copy;
 
@@ -129,6 +129,11 @@ pub trait Fluency: Send + Sync {
     fn model(&self) -> &str;
     /// `exp` of the mean negative log-likelihood of the text's tokens.
     fn perplexity(&self, text: &str) -> Result<f64>;
+    /// The perplexity of each of `texts`, in order. An engine that scores texts faster
+    /// together (texts sharing their opening, a larger batch) overrides it.
+    fn perplexities(&self, texts: &[&str]) -> Vec<Result<f64>> {
+        texts.iter().map(|text| self.perplexity(text)).collect()
+    }
 }
 
 /// Cuts `text` before the first occurrence of any stop string; true if one was found.

@@ -489,19 +489,19 @@ impl Ranking {
         let sure =
             |kept: &Kept| kept.verdict.passed && kept.verdict.target_probability >= CONFIDENT_FLIP;
         let any_sure = eligible.iter().any(sure);
-        // Only the candidates that can win are scored.
-        let scored: Vec<(usize, Option<f64>)> = eligible
+        // Only the candidates that can win are scored (together).
+        let contenders: Vec<usize> = (0..eligible.len())
+            .filter(|&index| !any_sure || sure(&eligible[index]))
+            .collect();
+        let texts: Vec<&str> = contenders
             .iter()
-            .enumerate()
-            .filter(|(_, kept)| !any_sure || sure(kept))
-            .map(|(index, kept)| {
-                let perplexity = self
-                    .fluency
-                    .perplexity(&kept.candidate.text)
-                    .ok()
-                    .filter(|p| p.is_finite());
-                (index, perplexity)
-            })
+            .map(|&index| eligible[index].candidate.text.as_str())
+            .collect();
+        let perplexities = self.fluency.perplexities(&texts);
+        let scored: Vec<(usize, Option<f64>)> = contenders
+            .into_iter()
+            .zip(perplexities)
+            .map(|(index, perplexity)| (index, perplexity.ok().filter(|p| p.is_finite())))
             .collect();
         let rank = |perplexity: Option<f64>| perplexity.unwrap_or(f64::INFINITY);
         scored

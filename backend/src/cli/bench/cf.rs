@@ -32,7 +32,7 @@ use crate::editing::items::{Selection, Unit, select_items};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::infiller::rationales::RationaleSettings;
-use crate::llm::{Fluency, Sampling};
+use crate::llm::{Fluency, SCORED_TOGETHER, Sampling};
 use crate::methods::{
     self, EditSettings, GenerationPlan, METHODS, Method, ModelsConfig, check_models, load_models,
 };
@@ -606,13 +606,12 @@ fn score(
 /// least fluent.
 fn perplexities(fluency: &dyn Fluency, texts: &[&str]) -> Vec<f64> {
     let bar = crate::progress::items(texts.len() as u64, "perplexity");
-    let values = texts
-        .iter()
-        .map(|text| {
-            bar.inc(1);
-            fluency.perplexity(text).unwrap_or(f64::INFINITY)
-        })
-        .collect();
+    let mut values = Vec::with_capacity(texts.len());
+    for chunk in texts.chunks(SCORED_TOGETHER) {
+        let scored = fluency.perplexities(chunk).into_iter();
+        values.extend(scored.map(|p| p.unwrap_or(f64::INFINITY)));
+        bar.inc(chunk.len() as u64);
+    }
     bar.finish_and_clear();
     values
 }
