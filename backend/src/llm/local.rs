@@ -412,14 +412,19 @@ impl LocalEngine {
         session.context.reset_timings();
 
         let mut batch = LlamaBatch::new(self.batch, 1);
+        // The last prompt token is evaluated alone whether or not the rest came from the cache:
+        // a batch's size picks llama.cpp's kernels, and so the last digits of the logits sampling
+        // starts from; this way the same request gets the same reply either way.
         let pending = &tokens[shared..];
-        for (chunk_index, chunk) in pending.chunks(self.batch).enumerate() {
+        let (opening, last) = pending.split_at(pending.len() - 1);
+        let chunks = opening.chunks(self.batch).chain([last]);
+        let mut position = shared;
+        for chunk in chunks.filter(|chunk| !chunk.is_empty()) {
             ensure!(!request.cancel.is_cancelled(), Abandoned);
             batch.clear();
-            for (offset, &token) in chunk.iter().enumerate() {
-                let position = shared + chunk_index * self.batch + offset;
-                let last = position + 1 == tokens.len();
-                batch.add(token, position as i32, &[0], last)?;
+            for &token in chunk {
+                batch.add(token, position as i32, &[0], position + 1 == tokens.len())?;
+                position += 1;
             }
             session.context.decode(&mut batch)?;
         }
