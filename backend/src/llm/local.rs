@@ -284,17 +284,17 @@ impl LocalEngine {
         let mut cells = 0;
         for index in order {
             let text = tokens[index].as_slice();
-            let pass = passes.last_mut().filter(|(pass, _)| {
-                let shared = common_prefix(pass.last().expect("not empty"), text);
-                pass.len() < SCORED_TOGETHER && cells + text.len() - shared <= limit
+            // The cells `text` adds to the last pass: those after the opening it shares there.
+            let added = passes.last().map_or(text.len(), |(pass, _)| {
+                text.len() - common_prefix(pass.last().expect("not empty"), text)
             });
-            match pass {
-                Some((pass, indices)) => {
-                    cells += text.len() - common_prefix(pass.last().expect("not empty"), text);
+            match passes.last_mut() {
+                Some((pass, indices)) if pass.len() < SCORED_TOGETHER && cells + added <= limit => {
+                    cells += added;
                     pass.push(text);
                     indices.push(index);
                 }
-                None => {
+                _ => {
                     cells = text.len();
                     passes.push((vec![text], vec![index]));
                 }
@@ -526,7 +526,7 @@ impl Fluency for LocalEngine {
 }
 
 /// `exp` of the mean negative log probability.
-pub fn perplexity(log_probs: &[f32]) -> f64 {
+fn perplexity(log_probs: &[f32]) -> f64 {
     let mean = log_probs.iter().map(|&l| f64::from(l)).sum::<f64>() / log_probs.len() as f64;
     (-mean).exp()
 }
@@ -564,13 +564,11 @@ mod tests {
         ];
         let texts: Vec<&[LlamaToken]> = texts.iter().map(Vec::as_slice).collect();
         // (token, position, first text, last text)
-        let nodes = |texts: &[&[LlamaToken]]| {
-            let tree = PrefixTree::new(texts);
-            let nodes = tree.nodes.iter();
-            nodes
-                .map(|n| (n.token.0, n.position, n.first, n.last))
-                .collect::<Vec<_>>()
-        };
+        let nodes: Vec<_> = PrefixTree::new(&texts)
+            .nodes
+            .iter()
+            .map(|n| (n.token.0, n.position, n.first, n.last))
+            .collect();
         let expected = [
             (1, 0, 0, 2),
             (2, 1, 0, 2),
@@ -581,7 +579,7 @@ mod tests {
             (7, 0, 3, 3),
             (8, 1, 3, 3),
         ];
-        assert_eq!(nodes(&texts), expected);
+        assert_eq!(nodes, expected);
     }
 
     #[test]
