@@ -59,18 +59,39 @@ impl<B: Backend> FusedLstm<B> {
         fed: Tensor<B, 2>,
         state: Option<LstmState<B, 2>>,
     ) -> (Tensor<B, 3>, LstmState<B, 2>) {
-        let [batch, seq, d] = tokens.dims();
+        let fed_gates = self.fed_gates(fed);
+        self.forward_beside_gates(tokens, fed_gates, state)
+    }
+
+    /// What `fed` (`[batch, d_input − d]`) adds to every step's gates, the bias included
+    /// (`[batch, 4·d_hidden]`): computed once, it serves a decoding's every step
+    /// ([`FusedLstm::forward_beside_gates`]).
+    pub fn fed_gates(&self, fed: Tensor<B, 2>) -> Tensor<B, 2> {
+        let [_, d_fed] = fed.dims();
         let [d_input, four] = self.input.weight.dims();
-        let weight = self.input.weight.val();
+        let rows = d_input - d_fed..d_input;
+        let of_fed = matmul(fed, self.input.weight.val().slice([rows, 0..four]));
+        match &self.input.bias {
+            Some(bias) => of_fed + bias.val().unsqueeze(),
+            None => of_fed,
+        }
+    }
+
+    /// [`FusedLstm::forward_beside`] given what the fed input adds ([`FusedLstm::fed_gates`]).
+    pub fn forward_beside_gates(
+        &self,
+        tokens: Tensor<B, 3>,
+        fed_gates: Tensor<B, 2>,
+        state: Option<LstmState<B, 2>>,
+    ) -> (Tensor<B, 3>, LstmState<B, 2>) {
+        let [batch, seq, d] = tokens.dims();
+        let four = fed_gates.dims()[1];
         let of_tokens = matmul(
             tokens.reshape([batch * seq, d]),
-            weight.clone().slice([0..d, 0..four]),
+            self.input.weight.val().slice([0..d, 0..four]),
         );
-        let mut of_fed = matmul(fed, weight.slice([d..d_input, 0..four]));
-        if let Some(bias) = &self.input.bias {
-            of_fed = of_fed + bias.val().unsqueeze();
-        }
-        let transformed = of_tokens.reshape([batch, seq, four]) + of_fed.reshape([batch, 1, four]);
+        let transformed =
+            of_tokens.reshape([batch, seq, four]) + fed_gates.reshape([batch, 1, four]);
         self.recur(transformed, state)
     }
 

@@ -230,8 +230,9 @@ pub trait StepDecoder {
     /// Repeats every row `times` times (row r becomes rows r·times … r·times + times − 1),
     /// before the first step.
     fn repeat_rows(&mut self, times: usize);
-    /// Keeps the rows `rows` in that order; a row is only ever replaced by a row of the same
-    /// input, so what every copy of an input shares need not move.
+    /// Keeps the rows `rows` in that order. A row is only ever replaced by a row of the same
+    /// input, so what every copy of an input shares need not move while the row count stays;
+    /// fewer rows than before drop whole inputs (finished ones), and then it moves too.
     fn reorder(&mut self, rows: &[usize]);
 }
 
@@ -461,32 +462,38 @@ fn token_by_token(decoder: &mut impl StepDecoder, settings: &DecodeSettings) -> 
         };
         rows
     ];
+    // The rows still in the decoder, in its order: a row that ends leaves it.
+    let mut live: Vec<usize> = (0..rows).collect();
     let mut last = vec![tokens.start; rows];
     for _ in 0..settings.max_tokens {
-        let log_probs = step(decoder, &last, settings, |row| &out[row].tokens);
-        for (row, log_probs) in log_probs.iter().enumerate() {
-            let decoded = &mut out[row];
-            if decoded.finished {
-                last[row] = tokens.pad;
-                continue;
-            }
+        let log_probs = step(decoder, &last, settings, |slot| &out[live[slot]].tokens);
+        let (mut kept, mut next_last) = (Vec::with_capacity(live.len()), Vec::new());
+        for (slot, log_probs) in log_probs.iter().enumerate() {
+            let row = live[slot];
             let token = match settings.search {
                 Search::Nucleus {
                     top_p, temperature, ..
                 } => nucleus(log_probs, top_p, temperature, &mut rngs[row]),
                 _ => argmax(log_probs),
             };
+            let decoded = &mut out[row];
             decoded.log_prob += f64::from(log_probs[token]);
             if token as u32 == tokens.end {
                 decoded.finished = true;
             } else {
                 decoded.tokens.push(token as u32);
+                kept.push(slot);
+                next_last.push(token as u32);
             }
-            last[row] = token as u32;
         }
-        if out.iter().all(|d| d.finished) {
+        if kept.is_empty() {
             break;
         }
+        if kept.len() < live.len() {
+            decoder.reorder(&kept);
+            live = kept.iter().map(|&slot| live[slot]).collect();
+        }
+        last = next_last;
     }
     out
 }
@@ -507,6 +514,8 @@ fn beam_search(
     let tokens = decoder.special_tokens();
     decoder.repeat_rows(beams);
     let normalise = |sum: f64, length: usize| sum / (length.max(1) as f64).powf(length_penalty);
+    // The inputs still in the decoder, `beams` rows each, in its order: a done input leaves it.
+    let mut live: Vec<usize> = (0..inputs).collect();
     // Only the first beam of each input is live at the start (the others would repeat it).
     let mut sums: Vec<f64> = (0..inputs * beams)
         .map(|i| {
@@ -519,24 +528,15 @@ fn beam_search(
         .collect();
     let mut sequences: Vec<Vec<u32>> = vec![Vec::new(); inputs * beams];
     let mut finished: Vec<Vec<Hypothesis>> = (0..inputs).map(|_| Vec::new()).collect();
-    let mut done = vec![false; inputs];
     let mut last = vec![tokens.start; inputs * beams];
     for _ in 0..settings.max_tokens {
         let log_probs = step(decoder, &last, settings, |row| &sequences[row]);
-        let mut parents = Vec::with_capacity(inputs * beams);
+        let mut parents = Vec::with_capacity(live.len() * beams);
         let (mut next_sums, mut next_sequences, mut next_last) =
             (Vec::new(), Vec::new(), Vec::new());
-        for input in 0..inputs {
-            let rows = input * beams..(input + 1) * beams;
-            if done[input] {
-                for row in rows {
-                    parents.push(row);
-                    next_sums.push(sums[row]);
-                    next_sequences.push(sequences[row].clone());
-                    next_last.push(tokens.pad);
-                }
-                continue;
-            }
+        let mut still_live = Vec::with_capacity(live.len());
+        for (slot, &input) in live.iter().enumerate() {
+            let rows = slot * beams..(slot + 1) * beams;
             // The input's best 2·beams continuations are among each row's best 2·beams tokens.
             let keep = 2 * beams;
             let mut candidates: Vec<(f64, usize, usize)> = rows
@@ -551,6 +551,7 @@ fn beam_search(
                 .collect();
             candidates.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
             candidates.truncate(keep);
+            let first = parents.len();
             let mut running = 0;
             for (rank, &(sum, row, token)) in candidates.iter().enumerate() {
                 if token as u32 == tokens.end {
@@ -590,36 +591,46 @@ fn beam_search(
             let hypotheses = &mut finished[input];
             hypotheses.sort_by(|a, b| b.score.total_cmp(&a.score));
             hypotheses.truncate(beams);
-            let best_running = next_sums[next_sums.len() - beams];
-            let length = next_sequences[next_sequences.len() - beams].len();
-            done[input] = hypotheses.len() == beams
-                && normalise(best_running, length) <= hypotheses[beams - 1].score;
+            let done = hypotheses.len() == beams
+                && normalise(next_sums[first], next_sequences[first].len())
+                    <= hypotheses[beams - 1].score;
+            if done {
+                parents.truncate(first);
+                next_sums.truncate(first);
+                next_sequences.truncate(first);
+                next_last.truncate(first);
+            } else {
+                still_live.push(input);
+            }
+        }
+        if still_live.is_empty() {
+            live.clear();
+            break;
         }
         decoder.reorder(&parents);
+        live = still_live;
         sums = next_sums;
         sequences = next_sequences;
         last = next_last;
-        if done.iter().all(|&d| d) {
-            break;
+    }
+    // Inputs still running at the length limit: their running hypotheses count too.
+    for (slot, &input) in live.iter().enumerate() {
+        for row in slot * beams..(slot + 1) * beams {
+            if sums[row].is_finite() {
+                finished[input].push(Hypothesis {
+                    score: normalise(sums[row], sequences[row].len()),
+                    decoded: Decoded {
+                        tokens: sequences[row].clone(),
+                        log_prob: sums[row],
+                        finished: false,
+                    },
+                });
+            }
         }
     }
-    (0..inputs)
-        .map(|input| {
-            let mut hypotheses = std::mem::take(&mut finished[input]);
-            if !done[input] {
-                for row in input * beams..(input + 1) * beams {
-                    if sums[row].is_finite() {
-                        hypotheses.push(Hypothesis {
-                            score: normalise(sums[row], sequences[row].len()),
-                            decoded: Decoded {
-                                tokens: sequences[row].clone(),
-                                log_prob: sums[row],
-                                finished: false,
-                            },
-                        });
-                    }
-                }
-            }
+    finished
+        .into_iter()
+        .map(|mut hypotheses| {
             // Among equal scores the one that finished last first (as `max_by` chose it).
             hypotheses.reverse();
             hypotheses.sort_by(|a, b| b.score.total_cmp(&a.score));
@@ -979,6 +990,87 @@ pub(crate) mod tests {
                 sorted,
                 "k = {k}, values {values:?}"
             );
+        }
+    }
+
+    /// Each row's input wants to write `length` tokens (words 2 and 3, 3 likelier at odd steps)
+    /// and then end; the decoder keeps each row's input and step, and records how many rows
+    /// each step fed.
+    struct Lengths {
+        /// Per row: its input's length and the steps it has taken.
+        rows: Vec<(usize, usize)>,
+        fed: Vec<usize>,
+    }
+
+    impl StepDecoder for Lengths {
+        fn rows(&self) -> usize {
+            self.rows.len()
+        }
+        fn special_tokens(&self) -> SpecialTokens {
+            TEST_TOKENS
+        }
+        fn step(&mut self, last: &[u32]) -> Vec<Vec<f32>> {
+            assert_eq!(last.len(), self.rows.len());
+            self.fed.push(last.len());
+            self.rows
+                .iter_mut()
+                .map(|(length, steps)| {
+                    *steps += 1;
+                    let end = if *steps > *length { 3.0 } else { -3.0 };
+                    let odd = (*steps % 2) as f32;
+                    vec![-9.0, end, 1.0 - odd, 0.5 + odd]
+                })
+                .collect()
+        }
+        fn repeat_rows(&mut self, times: usize) {
+            self.rows = self
+                .rows
+                .iter()
+                .flat_map(|&row| std::iter::repeat_n(row, times))
+                .collect();
+        }
+        fn reorder(&mut self, rows: &[usize]) {
+            self.rows = rows.iter().map(|&r| self.rows[r]).collect();
+        }
+    }
+
+    /// Inputs that end early leave the decoder, and each input's outputs are those it gets
+    /// decoded alone.
+    #[test]
+    fn finished_inputs_leave_the_batch_without_changing_any_output() {
+        let lengths = [2, 7, 4];
+        let decoder = |lengths: &[usize]| Lengths {
+            rows: lengths.iter().map(|&length| (length, 0)).collect(),
+            fed: Vec::new(),
+        };
+        for search in [
+            Search::Greedy,
+            Search::Beam {
+                beams: 3,
+                length_penalty: 1.0,
+            },
+        ] {
+            let settings = DecodeSettings {
+                search: search.clone(),
+                max_tokens: 20,
+                banned: vec![0],
+                logit_bias: Vec::new(),
+                sentinels: None,
+            };
+            let mut together = decoder(&lengths);
+            let outputs = generate_all(&mut together, &settings);
+            for (input, &length) in lengths.iter().enumerate() {
+                let alone = generate_all(&mut decoder(&[length]), &settings).remove(0);
+                assert_eq!(outputs[input], alone, "{search:?}, input {input}");
+                assert_eq!(alone[0].tokens.len(), length, "{search:?}");
+            }
+            let per_input = together.fed[0] / lengths.len();
+            let fed: Vec<usize> = together.fed.iter().map(|rows| rows / per_input).collect();
+            // Input 0 leaves first, then input 2; input 1 decodes alone to the end.
+            assert!(fed.windows(2).all(|w| w[0] >= w[1]), "{search:?}: {fed:?}");
+            assert_eq!(fed[0], 3, "{search:?}: {fed:?}");
+            assert!(fed.contains(&2), "{search:?}: {fed:?}");
+            assert_eq!(fed[fed.len() - 1], 1, "{search:?}: {fed:?}");
         }
     }
 }

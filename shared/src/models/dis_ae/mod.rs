@@ -479,24 +479,32 @@ impl<B: Backend> DisAe<B> {
         inputs: Tensor<B, 2, Int>,
     ) -> Tensor<B, 3> {
         let state = self.initial_state(&latent);
-        self.decode_from(latent, memory, inputs, state).0
+        self.decode_from(self.latent_gates(latent), memory, inputs, state)
+            .0
     }
 
-    /// As [`DisAe::decode`] from a given state; also returns the state after the last input
-    /// (one input per row decodes one step).
+    /// What `latent` adds to the decoder's gates at every step (computed once a decoding).
+    pub fn latent_gates(&self, latent: Tensor<B, 2>) -> Tensor<B, 2> {
+        self.decoder.fed_gates(latent)
+    }
+
+    /// As [`DisAe::decode`] from a given state, with the latent's [`DisAe::latent_gates`];
+    /// also returns the state after the last input (one input per row decodes one step).
     ///
     /// # Panics
     /// If the Dis-AE copies and `memory` is none.
     pub fn decode_from(
         &self,
-        latent: Tensor<B, 2>,
+        latent_gates: Tensor<B, 2>,
         memory: Option<&Memory<B>>,
         inputs: Tensor<B, 2, Int>,
         state: DecoderState<B>,
     ) -> (Tensor<B, 3>, DecoderState<B>) {
         let [batch, seq] = inputs.dims();
         let embedded = self.embedding.forward(inputs);
-        let (hidden, state) = self.decoder.forward_beside(embedded, latent, Some(state));
+        let (hidden, state) =
+            self.decoder
+                .forward_beside_gates(embedded, latent_gates, Some(state));
         let hidden = match &self.copy {
             Some(copy) => copy.attend(
                 hidden,
@@ -531,7 +539,7 @@ impl<B: Backend> DisAe<B> {
         let mut steps = DisAeSteps {
             model: self,
             state: self.initial_state(&latent),
-            latent,
+            latent_gates: self.latent_gates(latent),
             memory,
             tokens,
         };
@@ -542,7 +550,8 @@ impl<B: Backend> DisAe<B> {
 /// The decoder over fixed latents, one token per call.
 struct DisAeSteps<'a, B: Backend> {
     model: &'a DisAe<B>,
-    latent: Tensor<B, 2>,
+    /// Each row's [`DisAe::latent_gates`].
+    latent_gates: Tensor<B, 2>,
     memory: Option<Memory<B>>,
     state: DecoderState<B>,
     tokens: SpecialTokens,
@@ -554,10 +563,10 @@ impl<B: Backend> DisAeSteps<'_, B> {
     fn select(&mut self, rows: &[usize], latent_too: bool) {
         let rows: Vec<i64> = rows.iter().map(|&r| r as i64).collect();
         let n = rows.len();
-        let rows =
-            Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &self.latent.device());
+        let device = self.latent_gates.device();
+        let rows = Tensor::<B, 1, Int>::from_data(TensorData::new(rows, [n]), &device);
         if latent_too {
-            self.latent = self.latent.clone().select(0, rows.clone());
+            self.latent_gates = self.latent_gates.clone().select(0, rows.clone());
             self.memory = self.memory.as_ref().map(|m| m.select(rows.clone()));
         }
         self.state = LstmState::new(
@@ -569,7 +578,7 @@ impl<B: Backend> DisAeSteps<'_, B> {
 
 impl<B: Backend> StepDecoder for DisAeSteps<'_, B> {
     fn rows(&self) -> usize {
-        self.latent.dims()[0]
+        self.latent_gates.dims()[0]
     }
 
     fn special_tokens(&self) -> SpecialTokens {
@@ -580,12 +589,13 @@ impl<B: Backend> StepDecoder for DisAeSteps<'_, B> {
         let ids: Vec<i64> = last.iter().map(|&t| t as i64).collect();
         let ids = Tensor::<B, 2, Int>::from_data(
             TensorData::new(ids, [last.len(), 1]),
-            &self.latent.device(),
+            &self.latent_gates.device(),
         );
         let state = LstmState::new(self.state.cell.clone(), self.state.hidden.clone());
+        let latent_gates = self.latent_gates.clone();
         let (logits, state) =
             self.model
-                .decode_from(self.latent.clone(), self.memory.as_ref(), ids, state);
+                .decode_from(latent_gates, self.memory.as_ref(), ids, state);
         self.state = state;
         logit_rows(logits)
     }
@@ -598,8 +608,8 @@ impl<B: Backend> StepDecoder for DisAeSteps<'_, B> {
     }
 
     fn reorder(&mut self, rows: &[usize]) {
-        // Every copy of an input has the same latent: only the state moves.
-        self.select(rows, false);
+        // Every copy of an input has the same latent: only the state moves, unless inputs leave.
+        self.select(rows, rows.len() != self.rows());
     }
 }
 
@@ -863,9 +873,10 @@ mod tests {
             let inputs = PaddedIds::<Flex>::new(&[vec![1, 7, 8, 9]], 0, &device).ids;
             let full = model.decode(latent.clone(), memory, inputs.clone());
             let mut state = model.initial_state(&latent);
+            let latent_gates = model.latent_gates(latent.clone());
             for t in 0..4 {
                 let (logits, next) = model.decode_from(
-                    latent.clone(),
+                    latent_gates.clone(),
                     memory,
                     inputs.clone().slice([0..1, t..t + 1]),
                     state,

@@ -86,7 +86,12 @@ impl<B: Backend> StepDecoder for T5Steps<'_, B> {
     }
 
     fn reorder(&mut self, rows: &[usize]) {
-        // Every copy of an input has the same encoder output: only the cache moves.
-        self.cache.select(self.rows_tensor(rows));
+        // Every copy of an input has the same encoder output: only the cache moves, unless
+        // inputs leave.
+        let index = self.rows_tensor(rows);
+        if rows.len() != self.rows() {
+            self.encoded = self.encoded.select(index.clone());
+        }
+        self.cache.select(index);
     }
 }
