@@ -14,6 +14,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, ensure};
+use flipside_shared::ops::softmax::log_sum_exp;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
@@ -535,23 +536,9 @@ fn common_prefix(a: &[LlamaToken], b: &[LlamaToken]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// `log Σ exp(logits)`, computed stably: `logits[i] − log_sum_exp(logits)` is `log softmax`.
-fn log_sum_exp(logits: &[f32]) -> f32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
-    max + sum.ln() as f32
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn log_softmax_matches_a_hand_computed_value() {
-        // log(e^1 / (e^1 + e^2 + e^3)) = 1 - log(e + e^2 + e^3) = -2.4076059
-        let value = 1.0 - log_sum_exp(&[1.0, 2.0, 3.0]);
-        assert!((value - (-2.407_606)).abs() < 1e-5, "{value}");
-    }
 
     #[test]
     fn the_prefix_tree_has_a_node_per_distinct_opening_depth_first() {

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use burn::tensor::Tensor;
 use burn::tensor::backend::Backend;
 
+use crate::ops::softmax::log_sum_exp;
 use crate::random::SplitMix64;
 
 /// How to choose each next token.
@@ -326,9 +327,7 @@ pub fn logit_rows<B: Backend>(logits: Tensor<B, 3>) -> Vec<Vec<f32>> {
 
 /// Log-probabilities of `logits`.
 pub(crate) fn log_softmax(logits: &[f32]) -> Vec<f32> {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = logits.iter().map(|&x| (x - max).exp()).sum();
-    let log_sum = max + sum.ln();
+    let log_sum = log_sum_exp(logits);
     logits.iter().map(|&x| x - log_sum).collect()
 }
 

@@ -84,6 +84,33 @@ pub fn softmax_in_place(row: &mut [f32]) {
     }
 }
 
+/// `ln Σ e^x` over `values`, stably: `max + ln Σ e^(x − max)`, the exponentials summed in 16
+/// lanes so that the loop vectorises (libm's scalar `exp` is a call per value). `x − ln Σ e^x`
+/// is `x`'s log-probability. −∞ for no values.
+pub fn log_sum_exp(values: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let chunks = values.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    let mut maxima = [f32::NEG_INFINITY; LANES];
+    for chunk in chunks.clone() {
+        for (max, &v) in maxima.iter_mut().zip(chunk) {
+            *max = max.max(v);
+        }
+    }
+    let max = rest
+        .iter()
+        .chain(&maxima)
+        .fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let mut sums = [0.0f32; LANES];
+    for chunk in chunks {
+        for (sum, &v) in sums.iter_mut().zip(chunk) {
+            *sum += exp_non_positive(v - max);
+        }
+    }
+    let rest: f32 = rest.iter().map(|&v| exp_non_positive(v - max)).sum();
+    max + (sums.iter().sum::<f32>() + rest).ln()
+}
+
 /// Softmax with its gradient on `Autodiff<Flex>`: burn-flex's fused softmax forward, and a
 /// backward step that keeps the output.
 #[cfg(not(target_arch = "wasm32"))]
@@ -228,6 +255,37 @@ mod tests {
     use super::*;
     use burn::backend::Flex;
     use burn::tensor::{Bool, TensorData, Tolerance};
+
+    #[test]
+    fn log_sum_exp_matches_f64_over_a_vocabulary_with_ruled_out_tokens() {
+        let reference = |values: &[f32]| {
+            let max = values
+                .iter()
+                .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+            let sum: f64 = values.iter().map(|&v| (f64::from(v) - max).exp()).sum();
+            max + sum.ln()
+        };
+        let vocabulary: Vec<f32> = (0..8_003)
+            .map(|i| match i % 97 {
+                0 => f32::NEG_INFINITY,
+                k => ((i * 7_919) % 2_003) as f32 * 0.01 - 12.0 + k as f32 * 1e-3,
+            })
+            .collect();
+        for values in [
+            &vocabulary[..],
+            &vocabulary[..5],
+            &[3.0],
+            &[-1e3, 40.0, 39.5],
+        ] {
+            let ours = f64::from(log_sum_exp(values));
+            let expected = reference(values);
+            assert!(
+                (ours - expected).abs() < 2e-6 * expected.abs().max(1.0),
+                "{ours} {expected}"
+            );
+        }
+        assert_eq!(log_sum_exp(&[]), f32::NEG_INFINITY);
+    }
 
     #[test]
     fn matches_burns_softmax_with_masked_and_extreme_scores() {
