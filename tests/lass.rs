@@ -96,6 +96,59 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
         "a resumed run must end with the same weights"
     );
 
+    // Trained further on the pairs alone (`--from`): the trained Dis-AE's vocabulary and sizes
+    // carry over, and its first pass over the pairs costs less than a fresh model's.
+    let on_pairs = |out: &str, extra: &[&str]| {
+        success(
+            flipside()
+                .args(["lass", "train", "--data", "none", "--pairs"])
+                .arg(root.join("pairs.jsonl"))
+                .arg("--out")
+                .arg(root.join(out))
+                .args([
+                    "--vocabulary",
+                    "200",
+                    "--d-embed",
+                    "16",
+                    "--d-encoder",
+                    "16",
+                ])
+                .args(["--d-latent", "8", "--d-decoder", "32", "--ramp-steps", "4"])
+                .args(["--pair-epochs", "3", "--batch-size", "8", "--lr", "1e-2"])
+                .args(extra),
+        );
+        let report: Value =
+            serde_json::from_slice(&std::fs::read(root.join(out).join("lass.json")).unwrap())
+                .unwrap();
+        report["pair_losses"][0].as_f64().unwrap()
+    };
+    let from = root.join("dis-ae");
+    let further = on_pairs("further", &["--from", from.to_str().unwrap()]);
+    let fresh = on_pairs("fresh", &["--labels", "negative,positive"]);
+    assert!(
+        further < fresh / 2.0,
+        "from the trained Dis-AE {further}, fresh {fresh}"
+    );
+    for file in ["tokenizer.json", "config.json"] {
+        assert_eq!(
+            std::fs::read(root.join("dis-ae").join(file)).unwrap(),
+            std::fs::read(root.join("further").join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    let both = failure(
+        flipside()
+            .args(["lass", "train", "--unit", "text", "--data"])
+            .arg(root.join("toy.csv"))
+            .arg("--pairs")
+            .arg(root.join("pairs.jsonl"))
+            .arg("--from")
+            .arg(&from)
+            .arg("--out")
+            .arg(root.join("both")),
+    );
+    assert!(both.contains("--data none"), "{both}");
+
     let generate_from = |data: &Path, out: &str, extra: &[&str]| {
         let mut command = flipside();
         command

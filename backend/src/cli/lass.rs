@@ -20,7 +20,7 @@ use crate::lass::train::{
     LabelledPair, LassTrainRun, corpus_train, default_model, opinion_masking, pair_train,
     train_lass,
 };
-use crate::model_dirs::write_atomic;
+use crate::model_dirs::{resolve_model_dir, write_atomic};
 use crate::retrieval::cfdpr::{SeedPair, read_pairs};
 use crate::with_backend;
 
@@ -84,6 +84,11 @@ pub struct TrainArgs {
     /// Output directory [default: HOME/models/dis-ae]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Start from a trained Dis-AE (a directory, or a name under HOME/models such as
+    /// dis-ae-shipped): its vocabulary, sizes and weights, trained further on --pairs alone
+    /// (with --data none)
+    #[arg(long, value_name = "MODEL")]
+    pub from: Option<String>,
     #[command(flatten)]
     pub run: ResumableArgs,
     #[command(flatten)]
@@ -249,10 +254,21 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
                 .collect()
         }
     };
+    let start = args
+        .from
+        .as_deref()
+        .map(|model| resolve_model_dir(home, model))
+        .transpose()?;
     let pairs = match &args.pairs {
         Some(spec) => {
             let pairs = read_pairs(spec)?;
-            let labels = pair_labels(&pairs, &texts, args.read.labels.as_deref());
+            // The Dis-AE started from knows both labels when the pairs name one.
+            let start_labels = match (&start, &args.read.labels) {
+                (Some(dir), None) => Some(dis_ae_labels(dir)?),
+                _ => None,
+            };
+            let known = args.read.labels.as_deref().or(start_labels.as_deref());
+            let labels = pair_labels(&pairs, &texts, known);
             labelled_pairs(pairs, &labels)?
         }
         None => Vec::new(),
@@ -290,6 +306,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
             .out
             .unwrap_or_else(|| home.models().join(DEFAULT_DIS_AE)),
         pause_after: args.run.pause_after,
+        start,
     };
     let outcome = with_backend!(args.run.device, train_lass(&run))?;
     if report_pause(&outcome.outcome) {
@@ -332,6 +349,16 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
 }
 
 /// The labels of `texts` and `pairs`, or `labels` if given, sorted.
+/// The labels of the Dis-AE in `dir`.
+fn dis_ae_labels(dir: &std::path::Path) -> Result<Vec<String>> {
+    let path = dir.join(CONFIG_FILE);
+    let bytes = std::fs::read(&path)
+        .with_context(|| format!("no {CONFIG_FILE} in {}: not a Dis-AE", dir.display()))?;
+    let config: DisAeConfig =
+        serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?;
+    Ok(config.labels)
+}
+
 fn pair_labels(
     pairs: &[SeedPair],
     texts: &[(String, String)],

@@ -277,6 +277,9 @@ pub struct LassTrainRun {
     pub out: PathBuf,
     /// Stop each stage after this many steps; running the same command again resumes.
     pub pause_after: Option<usize>,
+    /// A trained Dis-AE to start from: its vocabulary, sizes and weights (then `model` and
+    /// `vocabulary_size` are unused, and there is no corpus stage: only pairs).
+    pub start: Option<PathBuf>,
 }
 
 /// Where a `lass train` run stands.
@@ -300,9 +303,19 @@ pub fn train_lass<B: Backend>(compute: Compute<B>, run: &LassTrainRun) -> Result
     let labels = labels_of(run)?;
     std::fs::create_dir_all(&run.out)
         .with_context(|| format!("cannot create {}", run.out.display()))?;
-    let vocabulary_json = vocabulary_for(run)?;
+    let start = match &run.start {
+        Some(dir) => Some(StartingModel::read(dir, &labels, run)?),
+        None => None,
+    };
+    let vocabulary_json = match &start {
+        Some(start) => start.vocabulary_json.clone(),
+        None => vocabulary_for(run)?,
+    };
     let vocabulary = Vocabulary::from_json(&vocabulary_json, MAX_TOKENS)?;
-    let mut config = run.model.clone();
+    let mut config = match &start {
+        Some(start) => start.config.clone(),
+        None => run.model.clone(),
+    };
     config.vocab_size = vocabulary.size();
     config.labels = labels.clone();
     let tokens = vocabulary.special_tokens();
@@ -423,9 +436,10 @@ pub fn train_lass<B: Backend>(compute: Compute<B>, run: &LassTrainRun) -> Result
         let (_, outcome) = corpus.clone().expect("texts when there are no pairs");
         ("corpus", outcome, None)
     } else {
-        let base = match &corpus {
-            Some((dir, _)) => Some(std::fs::read(dir.join(WEIGHTS_FILE))?),
-            None => None,
+        let base = match (&corpus, &start) {
+            (Some((dir, _)), _) => Some(std::fs::read(dir.join(WEIGHTS_FILE))?),
+            (None, Some(start)) => Some(start.weights.clone()),
+            (None, None) => None,
         };
         let outcome = stage(
             "pairs",
@@ -493,6 +507,42 @@ fn labels_of(run: &LassTrainRun) -> Result<Vec<String>> {
         bail!("LASS learns two sentiments; the texts and pairs have the labels {labels:?}");
     }
     Ok(labels.into_iter().map(str::to_string).collect())
+}
+
+/// A trained Dis-AE a run starts from.
+struct StartingModel {
+    config: DisAeConfig,
+    vocabulary_json: Vec<u8>,
+    weights: Vec<u8>,
+}
+
+impl StartingModel {
+    /// The Dis-AE in `dir`, checked against the run: pairs only, the same two labels.
+    fn read(dir: &Path, labels: &[String], run: &LassTrainRun) -> Result<Self> {
+        if !run.texts.is_empty() || run.pairs.is_empty() {
+            bail!(
+                "starting from a trained Dis-AE trains on pairs only: give --pairs and --data none"
+            );
+        }
+        let read = |name: &str| {
+            std::fs::read(dir.join(name))
+                .with_context(|| format!("no {name} in {}: not a Dis-AE", dir.display()))
+        };
+        let config: DisAeConfig = serde_json::from_slice(&read(CONFIG_FILE)?)
+            .with_context(|| format!("reading {}", dir.join(CONFIG_FILE).display()))?;
+        if config.labels != labels {
+            bail!(
+                "the Dis-AE in {} knows the labels {:?}, the pairs have {labels:?}",
+                dir.display(),
+                config.labels
+            );
+        }
+        Ok(Self {
+            config,
+            vocabulary_json: read(VOCABULARY_FILE)?,
+            weights: read(WEIGHTS_FILE)?,
+        })
+    }
 }
 
 /// The run's vocabulary: the one already in `out` (a resumed run), else one learnt from every
