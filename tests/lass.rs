@@ -9,7 +9,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::common::{failure, flipside, success, tiny_dis_ae, toy_classifier, toy_sentiment_csv};
+use crate::common::{
+    TINY_DIS_AE_SIZES, failure, flipside, success, tiny_dis_ae, toy_classifier, toy_sentiment_csv,
+};
 
 fn records(path: &Path) -> Vec<Value> {
     std::fs::read_to_string(path)
@@ -105,15 +107,8 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
                 .arg(root.join("pairs.jsonl"))
                 .arg("--out")
                 .arg(root.join(out))
-                .args([
-                    "--vocabulary",
-                    "200",
-                    "--d-embed",
-                    "16",
-                    "--d-encoder",
-                    "16",
-                ])
-                .args(["--d-latent", "8", "--d-decoder", "32", "--ramp-steps", "4"])
+                .args(TINY_DIS_AE_SIZES)
+                .args(["--ramp-steps", "4"])
                 .args(["--pair-epochs", "3", "--batch-size", "8", "--lr", "1e-2"])
                 .args(extra),
         );

@@ -144,6 +144,20 @@ pub fn toy_pairs(out: &Path) {
     std::fs::write(out, pairs).unwrap();
 }
 
+/// `lass train`'s sizes for the toy task's tiny Dis-AE.
+pub const TINY_DIS_AE_SIZES: &[&str] = &[
+    "--vocabulary",
+    "200",
+    "--d-embed",
+    "16",
+    "--d-encoder",
+    "16",
+    "--d-latent",
+    "8",
+    "--d-decoder",
+    "32",
+];
+
 /// Trains a tiny Dis-AE on the toy task into `root/out` (writing `root/toy.csv` and
 /// `root/pairs.jsonl` first); returns `lass train`'s output.
 pub fn tiny_dis_ae(root: &Path, out: &str, extra: &[&str]) -> String {
@@ -157,15 +171,8 @@ pub fn tiny_dis_ae(root: &Path, out: &str, extra: &[&str]) -> String {
             .arg(root.join("pairs.jsonl"))
             .arg("--out")
             .arg(root.join(out))
-            .args([
-                "--vocabulary",
-                "200",
-                "--d-embed",
-                "16",
-                "--d-encoder",
-                "16",
-            ])
-            .args(["--d-latent", "8", "--d-decoder", "32", "--ramp-steps", "50"])
+            .args(TINY_DIS_AE_SIZES)
+            .args(["--ramp-steps", "50"])
             .args(["--epochs", "20", "--pair-epochs", "60", "--batch-size", "8"])
             .args(["--lr", "1e-2", "--checkpoint-every", "20"])
             .args(extra),
