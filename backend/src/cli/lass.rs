@@ -2,9 +2,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
-use flipside_shared::models::dis_ae::DisAeConfig;
 use flipside_shared::models::dis_ae::loss::Annealing;
 
 use super::args::{DEFAULT_DIS_AE, FluencyArgs, OptimiserArgs, ResumableArgs, dis_ae_dir};
@@ -15,7 +14,7 @@ use crate::editing::items::{Selection, Unit, every_sentence, select_examples};
 use crate::editing::keywords::Lexicons;
 use crate::home::Home;
 use crate::lass::evaluate::evaluate_dis_ae;
-use crate::lass::model::CONFIG_FILE;
+use crate::lass::model::read_config;
 use crate::lass::train::{
     LabelledPair, LassTrainRun, corpus_train, default_model, opinion_masking, pair_train,
     train_lass,
@@ -166,12 +165,7 @@ pub fn run(home: &Home, command: LassCommand) -> Result<()> {
 
 fn evaluate(home: &Home, args: EvaluateArgs) -> Result<()> {
     let dir = dis_ae_dir(home, args.dis_ae.as_deref())?;
-    let config_path = dir.join(CONFIG_FILE);
-    let config: DisAeConfig = serde_json::from_slice(
-        &std::fs::read(&config_path).with_context(|| format!("no Dis-AE at {}", dir.display()))?,
-    )
-    .with_context(|| format!("reading {}", config_path.display()))?;
-    let labels = config.labels;
+    let labels = read_config(&dir)?.labels;
     let mut pairs = labelled_pairs(read_pairs(&args.pairs)?, &labels)?;
     pairs.truncate(args.limit.unwrap_or(usize::MAX));
     let fluency = args.fluency.load(home)?;
@@ -264,7 +258,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
             let pairs = read_pairs(spec)?;
             // The Dis-AE started from knows both labels when the pairs name one.
             let start_labels = match (&start, &args.read.labels) {
-                (Some(dir), None) => Some(dis_ae_labels(dir)?),
+                (Some(dir), None) => Some(read_config(dir)?.labels),
                 _ => None,
             };
             let known = args.read.labels.as_deref().or(start_labels.as_deref());
@@ -349,16 +343,6 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
 }
 
 /// The labels of `texts` and `pairs`, or `labels` if given, sorted.
-/// The labels of the Dis-AE in `dir`.
-fn dis_ae_labels(dir: &std::path::Path) -> Result<Vec<String>> {
-    let path = dir.join(CONFIG_FILE);
-    let bytes = std::fs::read(&path)
-        .with_context(|| format!("no {CONFIG_FILE} in {}: not a Dis-AE", dir.display()))?;
-    let config: DisAeConfig =
-        serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))?;
-    Ok(config.labels)
-}
-
 fn pair_labels(
     pairs: &[SeedPair],
     texts: &[(String, String)],

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use anyhow::{Context as _, Result};
 use burn::tensor::backend::Backend;
+use flipside_shared::models::dis_ae::DisAeConfig;
 use flipside_shared::models::dis_ae::reproduce::{Reproducer, Reproduction, TargetSentiment};
 use flipside_shared::models::search::DecodeSettings;
 use serde::{Deserialize, Serialize};
@@ -16,6 +17,14 @@ pub const CONFIG_FILE: &str = "config.json";
 pub const WEIGHTS_FILE: &str = crate::model_dirs::WEIGHTS_FILE;
 pub const VOCABULARY_FILE: &str = "tokenizer.json";
 pub const REPORT_FILE: &str = "lass.json";
+
+/// The config of the Dis-AE in `dir`.
+pub fn read_config(dir: &Path) -> Result<DisAeConfig> {
+    let path = dir.join(CONFIG_FILE);
+    let bytes = std::fs::read(&path)
+        .with_context(|| format!("no Dis-AE at {}: no {CONFIG_FILE}", dir.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("reading {}", path.display()))
+}
 
 /// Texts of each label that can lend their sentiment (sentiment parents), saved in `lass.json`.
 pub type SentimentParents = BTreeMap<String, Vec<String>>;

@@ -19,6 +19,7 @@ use flipside_shared::models::dis_ae::{ContentCopy, DisAe, DisAeConfig, MASK_ID, 
 
 use super::model::{
     CONFIG_FILE, LassReport, REPORT_FILE, SentimentParents, VOCABULARY_FILE, WEIGHTS_FILE,
+    read_config,
 };
 use super::vocabulary::train_vocabulary;
 use crate::compute::Compute;
@@ -528,8 +529,7 @@ impl StartingModel {
             std::fs::read(dir.join(name))
                 .with_context(|| format!("no {name} in {}: not a Dis-AE", dir.display()))
         };
-        let config: DisAeConfig = serde_json::from_slice(&read(CONFIG_FILE)?)
-            .with_context(|| format!("reading {}", dir.join(CONFIG_FILE).display()))?;
+        let config = read_config(dir)?;
         if config.labels != labels {
             bail!(
                 "the Dis-AE in {} knows the labels {:?}, the pairs have {labels:?}",

@@ -50,22 +50,9 @@ impl<B: Backend> FusedLstm<B> {
         self.recur(per_token(&self.input, inputs), state)
     }
 
-    /// [`FusedLstm::forward`] over the inputs `[tokens_t ; fed]` (`tokens` `[batch, seq, d]`,
-    /// `fed` `[batch, d_input − d]`: a decoder given its latent beside every token), without
-    /// building them: the rows of `W_x` that read `fed` multiply it once a row, not once a step.
-    pub fn forward_beside(
-        &self,
-        tokens: Tensor<B, 3>,
-        fed: Tensor<B, 2>,
-        state: Option<LstmState<B, 2>>,
-    ) -> (Tensor<B, 3>, LstmState<B, 2>) {
-        let fed_gates = self.fed_gates(fed);
-        self.forward_beside_gates(tokens, fed_gates, state)
-    }
-
     /// What `fed` (`[batch, d_input − d]`) adds to every step's gates, the bias included
     /// (`[batch, 4·d_hidden]`): computed once, it serves a decoding's every step
-    /// ([`FusedLstm::forward_beside_gates`]).
+    /// ([`FusedLstm::forward_beside`]).
     pub fn fed_gates(&self, fed: Tensor<B, 2>) -> Tensor<B, 2> {
         let [_, d_fed] = fed.dims();
         let [d_input, four] = self.input.weight.dims();
@@ -77,8 +64,11 @@ impl<B: Backend> FusedLstm<B> {
         }
     }
 
-    /// [`FusedLstm::forward_beside`] given what the fed input adds ([`FusedLstm::fed_gates`]).
-    pub fn forward_beside_gates(
+    /// [`FusedLstm::forward`] over the inputs `[tokens_t ; fed]` (`tokens` `[batch, seq, d]`,
+    /// `fed` one input a row: a decoder given its latent beside every token), given `fed` as its
+    /// [`FusedLstm::fed_gates`]: the rows of `W_x` that read `fed` multiply it once a row, not
+    /// once a step, and the inputs are never built.
+    pub fn forward_beside(
         &self,
         tokens: Tensor<B, 3>,
         fed_gates: Tensor<B, 2>,
@@ -292,7 +282,8 @@ mod tests {
             2,
         );
         let tolerance = Tolerance::<f32>::absolute(1e-5);
-        let (beside, beside_state) = lstm.forward_beside(tokens.clone(), fed.clone(), None);
+        let (beside, beside_state) =
+            lstm.forward_beside(tokens.clone(), lstm.fed_gates(fed.clone()), None);
         let (full, full_state) = lstm.forward(built, None);
         beside
             .clone()
@@ -336,7 +327,7 @@ mod tests {
             ],
             2,
         );
-        let (beside, _) = plain.forward_beside(tokens, fed, None);
+        let (beside, _) = plain.forward_beside(tokens, plain.fed_gates(fed), None);
         let (full, _) = plain.forward_with_burn_ops(built, None);
         beside
             .into_data()

@@ -502,9 +502,9 @@ impl<B: Backend> DisAe<B> {
     ) -> (Tensor<B, 3>, DecoderState<B>) {
         let [batch, seq] = inputs.dims();
         let embedded = self.embedding.forward(inputs);
-        let (hidden, state) =
-            self.decoder
-                .forward_beside_gates(embedded, latent_gates, Some(state));
+        let (hidden, state) = self
+            .decoder
+            .forward_beside(embedded, latent_gates, Some(state));
         let hidden = match &self.copy {
             Some(copy) => copy.attend(
                 hidden,
