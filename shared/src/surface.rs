@@ -12,8 +12,9 @@ use crate::words::word_spans;
 /// spelling, and two matched tokens that are neighbours in the source take the source's
 /// spacing between them. A new token takes the spelling the source gives the same word
 /// elsewhere (names, acronyms), else the generated one. Sentence starts are capitalised when
-/// the source's are, a mid-sentence copy of a source's capitalised sentence start is not, and
-/// the pronoun "i" is written "I".
+/// the source's are, a mid-sentence copy of a source's capitalised sentence start is not, the
+/// pronoun "i" is written "I", and "a" or "an" before a new word agrees with it ("an awful",
+/// "a dull": a filled-in word may begin otherwise than the one it replaces).
 pub fn copy_surface(source: &str, generated: &str) -> String {
     let source_spans = word_spans(source);
     let generated_spans = word_spans(generated);
@@ -79,7 +80,19 @@ pub fn copy_surface(source: &str, generated: &str) -> String {
                 own_spelling(i)
             }
         });
-        let spelling = copied
+        let next_is_new = copied_from.get(j + 1).is_some_and(Option::is_none);
+        let article = match generated_words.get(j + 1) {
+            Some(next)
+                if next_is_new
+                    && matches!(word.as_str(), "a" | "an")
+                    && next.starts_with(char::is_alphabetic) =>
+            {
+                Some(if takes_an(next) { "an" } else { "a" })
+            }
+            _ => None,
+        };
+        let spelling = article
+            .or(copied)
             .or_else(|| spellings.get(word.as_str()).copied())
             .unwrap_or(&generated[span.clone()]);
         if is_pronoun_i(word) || (generated_starts[j] && capitalises) {
@@ -117,6 +130,21 @@ fn is_pronoun_i(word: &str) -> bool {
         word,
         "i" | "i'm" | "i've" | "i'd" | "i'll" | "i’m" | "i’ve" | "i’d" | "i’ll"
     )
+}
+
+/// Whether the indefinite article before the lower-case `word` is "an": before a vowel letter
+/// but for a "you" or "w" sound ("a unique", "a useful", "a one-off", "a European"), and before
+/// a silent "h" ("an honest", "an hour").
+fn takes_an(word: &str) -> bool {
+    const VOWEL_SOUNDING_H: [&str; 4] = ["hones", "honor", "honour", "hour"];
+    const CONSONANT_SOUNDING_VOWEL: [&str; 9] = [
+        "uni", "use", "usu", "uti", "ura", "eu", "one", "once", "ubiq",
+    ];
+    if VOWEL_SOUNDING_H.iter().any(|p| word.starts_with(p)) {
+        return true;
+    }
+    word.starts_with(['a', 'e', 'i', 'o', 'u'])
+        && !CONSONANT_SOUNDING_VOWEL.iter().any(|p| word.starts_with(p))
 }
 
 /// `word` with its first character upper-cased.
@@ -169,6 +197,37 @@ mod tests {
         );
         // A lower-case source stays lower-case, but for "I".
         assert_eq!(copy_surface("loved it", "i hated it"), "I hated it");
+    }
+
+    #[test]
+    fn an_article_agrees_with_the_new_word_after_it() {
+        assert_eq!(
+            copy_surface(
+                "Omar Epps is an outstanding actor.",
+                "omar epps is an bad actor."
+            ),
+            "Omar Epps is a bad actor."
+        );
+        assert_eq!(
+            copy_surface("A dull, tedious film.", "a awful, tedious film."),
+            "An awful, tedious film."
+        );
+        assert_eq!(
+            copy_surface("It was a bad hour.", "it was a honest hour."),
+            "It was an honest hour."
+        );
+        assert_eq!(
+            copy_surface("An ugly plot.", "an unique plot."),
+            "A unique plot."
+        );
+        // Before a copied word the source's article stays, right or wrong.
+        assert_eq!(
+            copy_surface(
+                "It is an film about a ocean.",
+                "it is an film about a ocean."
+            ),
+            "It is an film about a ocean."
+        );
     }
 
     #[test]
