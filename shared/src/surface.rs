@@ -80,13 +80,13 @@ pub fn copy_surface(source: &str, generated: &str) -> String {
                 own_spelling(i)
             }
         });
-        let next_is_new = copied_from.get(j + 1).is_some_and(Option::is_none);
-        let article = match generated_words.get(j + 1) {
-            Some(next)
-                if next_is_new
-                    && matches!(word.as_str(), "a" | "an")
-                    && next.starts_with(char::is_alphabetic) =>
-            {
+        // An article before a new word agrees with it.
+        let article = match (
+            word.as_str(),
+            generated_words.get(j + 1),
+            copied_from.get(j + 1),
+        ) {
+            ("a" | "an", Some(next), Some(None)) if next.starts_with(char::is_alphabetic) => {
                 Some(if takes_an(next) { "an" } else { "a" })
             }
             _ => None,
