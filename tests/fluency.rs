@@ -3,7 +3,6 @@
 //! scoring copy scores as the model does.
 
 use flipside_backend::llm::local::{EngineOptions, LocalEngine};
-use flipside_backend::llm::scoring_copy::convert;
 use flipside_backend::llm::{Fluency, scoring_copy};
 
 use crate::common::{MODEL, asset};
@@ -69,37 +68,36 @@ fn texts_scored_together_score_as_they_do_alone() {
 }
 
 #[test]
-fn a_q4_1_model_scores_from_its_f16_copy_as_its_weights_in_f32_do() {
+fn a_q4_1_model_scores_from_its_q8_0_copy_as_it_does_itself() {
     let model = asset(MODEL).join("model.gguf");
     let copy = scoring_copy(&model).unwrap();
-    assert_eq!(copy, model.with_extension("f16.gguf"));
+    assert_eq!(copy, model.with_extension("q8_0.gguf"));
     // Made once: a second call finds it.
     let written = copy.metadata().unwrap().modified().unwrap();
     assert_eq!(scoring_copy(&model).unwrap(), copy);
     assert_eq!(copy.metadata().unwrap().modified().unwrap(), written);
-    // An F16 model is scored as it is.
+    // A Q8_0 model is scored as it is.
     assert_eq!(scoring_copy(&copy).unwrap(), copy);
-    // The reference: the Q4_1 weights in f32.
-    let dir = tempfile::tempdir().unwrap();
-    let exact = dir.path().join("model.f32.gguf");
-    convert(&model, &exact, llama_cpp_sys_2::LLAMA_FTYPE_ALL_F32).unwrap();
     let options = EngineOptions {
         context: 512,
         batch: 512,
         threads: Some(1),
     };
-    let (f16, f32) = (
+    let (q4_1, q8_0) = (
+        LocalEngine::load(MODEL, &model, options).unwrap(),
         LocalEngine::load(MODEL, &copy, options).unwrap(),
-        LocalEngine::load(MODEL, &exact, options).unwrap(),
     );
     for text in [
         "The acting was wooden and the plot made no sense.",
         "A moving, wonderful story that I would watch again tomorrow.",
         "Omar Epps is an bad actor.",
     ] {
-        // Within 0.1 % when measured; the model read as shipped (8-bit activations) and a Q8_0
-        // copy were 2 to 10 % off.
-        let (a, b) = (f16.perplexity(text).unwrap(), f32.perplexity(text).unwrap());
-        assert!((a / b - 1.0).abs() < 0.01, "{text}: {a} against {b}");
+        // Both round activations to 8 bits: against the Q4_1 weights in f32, each was within
+        // 9 % on five sentences, and within 5 % of each other.
+        let (a, b) = (
+            q4_1.perplexity(text).unwrap(),
+            q8_0.perplexity(text).unwrap(),
+        );
+        assert!((a / b - 1.0).abs() < 0.08, "{text}: {a} against {b}");
     }
 }

@@ -1,11 +1,9 @@
-//! The GGUF file a fluency model scores from. llama.cpp's CPU matrix products read F16 and Q8_0
+//! The GGUF file a fluency model scores from. llama.cpp's CPU matrix products read Q8_0
 //! weights through tiled kernels but Q4_1 ones a row at a time, and scoring perplexity is a
-//! prompt-sized pass over every text: a Q4_1 model is scored from an F16 copy made once beside
-//! it (`model.f16.gguf`). Its weights are the Q4_1 ones to within f16's rounding (2⁻¹¹ of each
-//! weight; a Q8_0 copy rounds to 1/254 of each block of 32's largest). SmolLM2-135M on 2 Zen 4
-//! cores, llama.cpp built for AVX2 (`bench llm`, 367-token prompt): 375 prompt tokens/s as
-//! shipped, 528–552 from a Q8_0 copy, 569–594 from the F16 one; LASS's `bench cf` spends most
-//! of its CPU time there.
+//! prompt-sized pass over every text: a Q4_1 model is scored from a Q8_0 copy made once beside
+//! it (`model.q8_0.gguf`). Its weights are the Q4_1 ones to within Q8_0's rounding (1/254 of
+//! each block of 32's largest). SmolLM2-135M on 2 Zen 4 cores (`bench llm`): 375 → 574 prompt
+//! tokens/s; LASS's `bench cf` spends most of its CPU time there.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -14,32 +12,25 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, ensure};
 use llama_cpp_sys_2 as sys;
 
-/// The scoring copy's type (a `llama_ftype`).
-const COPY_TYPE: u32 = sys::LLAMA_FTYPE_MOSTLY_F16;
-
-/// The file to score with for the GGUF model at `path`: an F16 copy beside a Q4_1 model (made
+/// The file to score with for the GGUF model at `path`: a Q8_0 copy beside a Q4_1 model (made
 /// now when missing or older than the model), else `path` itself. When the copy cannot be
 /// written (a read-only cache), the model is scored as it is.
 pub fn scoring_copy(path: &Path) -> Result<PathBuf> {
     if file_type(path)? != Some(sys::LLAMA_FTYPE_MOSTLY_Q4_1) {
         return Ok(path.to_path_buf());
     }
-    let copy = path.with_extension("f16.gguf");
+    let copy = path.with_extension("q8_0.gguf");
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
-    let fresh =
-        modified(&copy) >= modified(path) && file_type(&copy).ok().flatten() == Some(COPY_TYPE);
+    let fresh = modified(&copy) >= modified(path)
+        && file_type(&copy).ok().flatten() == Some(sys::LLAMA_FTYPE_MOSTLY_Q8_0);
     if fresh {
         return Ok(copy);
     }
-    match convert(path, &copy, COPY_TYPE) {
-        Ok(()) => {
-            // The Q8_0 copy earlier versions scored from.
-            let _ = std::fs::remove_file(path.with_extension("q8_0.gguf"));
-            Ok(copy)
-        }
+    match requantize_q8_0(path, &copy) {
+        Ok(()) => Ok(copy),
         Err(error) => {
             tracing::warn!(
-                "scoring with {} as it is (slower): no F16 copy: {error:#}",
+                "scoring with {} as it is (slower): no Q8_0 copy: {error:#}",
                 path.display()
             );
             Ok(path.to_path_buf())
@@ -67,12 +58,12 @@ fn file_type(path: &Path) -> Result<Option<u32>> {
     }
 }
 
-/// Writes the GGUF model `source` converted to `file_type` (a `llama_ftype`) at `target`,
-/// through a temporary file beside it so that concurrent runs never read a partial copy.
-pub fn convert(source: &Path, target: &Path, file_type: u32) -> Result<()> {
+/// Writes `source` requantized to Q8_0 at `target` (through a temporary file beside it, so
+/// that concurrent runs never read a partial copy).
+fn requantize_q8_0(source: &Path, target: &Path) -> Result<()> {
     let dir = target.parent().context("a model file has a directory")?;
     let partial = tempfile::Builder::new()
-        .prefix(".scoring-copy-")
+        .prefix(".q8_0-")
         .suffix(".partial")
         .tempfile_in(dir)
         .with_context(|| format!("cannot write in {}", dir.display()))?;
@@ -81,14 +72,14 @@ pub fn convert(source: &Path, target: &Path, file_type: u32) -> Result<()> {
     // SAFETY: plain-data parameters from llama.cpp's defaults; both paths are NUL-terminated.
     let status = unsafe {
         let mut params = sys::llama_model_quantize_default_params();
-        params.ftype = file_type as _;
+        params.ftype = sys::LLAMA_FTYPE_MOSTLY_Q8_0;
         params.allow_requantize = true;
         params.nthread = std::thread::available_parallelism().map_or(1, |n| n.get()) as i32;
         sys::llama_model_quantize(input.as_ptr(), output.as_ptr(), &params)
     };
     ensure!(
         status == 0,
-        "llama.cpp could not convert {}",
+        "llama.cpp could not requantize {}",
         source.display()
     );
     partial
