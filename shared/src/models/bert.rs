@@ -14,8 +14,8 @@ use burn::tensor::{Bool, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, load_safetensors};
+use crate::ops::activation::gelu;
 use crate::ops::dropout::dropout;
-use crate::ops::gelu::gelu;
 use crate::ops::heads::{merge_heads, split_heads};
 use crate::ops::int8::{Int8Copy, Kernel};
 use crate::ops::layer_norm::layer_norm;

@@ -19,9 +19,10 @@ use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Tensor, TensorData, TensorPrimitive};
 use rayon::prelude::*;
 
+use super::activation::exp_non_positive;
 use super::bf16::Strided;
 use super::cpu_products::Products;
-use super::gelu::exp_non_positive;
+use super::register_gradient;
 
 type Ad = Autodiff<Flex>;
 
@@ -60,21 +61,12 @@ impl Backward<Flex, 4> for LstmStep {
         let [transformed, weight, cell, hidden] = ops.parents;
         let gradients = backward(&saved, grad);
         let (b, s, h) = (gradients.cell.len() / saved.hidden, saved.seq, saved.hidden);
-        let tensor = |values: Vec<f32>, shape: Vec<usize>| {
-            FlexTensor::from_data(TensorData::new(values, shape))
-        };
-        if let Some(node) = transformed {
-            grads.register::<Flex>(node.id, tensor(gradients.inputs, vec![b, s, 4 * h]));
-        }
-        if let Some(node) = weight {
-            grads.register::<Flex>(node.id, tensor(gradients.weight, vec![h, 4 * h]));
-        }
-        if let Some(node) = cell {
-            grads.register::<Flex>(node.id, tensor(gradients.cell, vec![b, h]));
-        }
-        if let Some(node) = hidden {
-            grads.register::<Flex>(node.id, tensor(gradients.hidden, vec![b, h]));
-        }
+        let [transformed, weight, cell, hidden] =
+            [transformed, weight, cell, hidden].map(|node| node.map(|n| n.id));
+        register_gradient(grads, transformed, gradients.inputs, vec![b, s, 4 * h]);
+        register_gradient(grads, weight, gradients.weight, vec![h, 4 * h]);
+        register_gradient(grads, cell, gradients.cell, vec![b, h]);
+        register_gradient(grads, hidden, gradients.hidden, vec![b, h]);
     }
 }
 

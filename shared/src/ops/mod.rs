@@ -1,11 +1,13 @@
 //! Hand-written kernels and fused operations the models stand on: int8 and bf16 matrix
 //! products per instruction set (AMX, AVX-512, AVX2, and WebAssembly's SIMD128 and relaxed
 //! SIMD), BERT's and T5's linear layers and attention products on burn's CPU backend as ops of ours with
-//! their gradients (`cpu_products`), GELU, softmax, LayerNorm, dropout, the attention heads'
+//! their gradients (`cpu_products`), GELU and tanh, additive attention scores, softmax, LayerNorm, dropout, the attention heads'
 //! reshapes and the token loss over a vocabulary as loops (and, for training, autodiff ops with
 //! one-pass gradients), and the fixed-order f32 steps that make the page's numbers native's
 //! (`portable`). The architectures that use them are in [`crate::models`].
 
+pub mod activation;
+pub mod additive_scores;
 #[cfg(target_arch = "x86_64")]
 pub mod amx;
 #[cfg(not(target_arch = "wasm32"))]
@@ -15,7 +17,6 @@ pub mod chunks;
 pub mod cpu_products;
 pub mod dot;
 pub mod dropout;
-pub mod gelu;
 pub mod heads;
 pub mod int8;
 pub mod layer_norm;
@@ -33,4 +34,22 @@ pub fn same_type<T: 'static, U: 'static>(value: T) -> U {
     *(Box::new(value) as Box<dyn std::any::Any>)
         .downcast::<U>()
         .expect("the value has the type it was matched as")
+}
+
+/// Registers `values`, of `shape`, as the gradient of an op's input `parent`, if it needs one
+/// (an autodiff op of ours on burn's CPU backend).
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn register_gradient(
+    grads: &mut burn::backend::autodiff::grads::Gradients,
+    parent: Option<burn::backend::autodiff::NodeId>,
+    values: Vec<f32>,
+    shape: Vec<usize>,
+) {
+    if let Some(id) = parent {
+        let tensor = burn::tensor::TensorData::new(values, shape);
+        grads.register::<burn::backend::Flex>(
+            id,
+            burn::backend::flex::FlexTensor::from_data(tensor),
+        );
+    }
 }

@@ -11,7 +11,7 @@
 use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, activation};
 
-use super::gelu::exp_non_positive;
+use super::activation::exp_non_positive;
 use super::same_type;
 
 /// Softmax of `x` over its last dimension.

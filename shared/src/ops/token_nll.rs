@@ -18,8 +18,8 @@ use burn::backend::{Autodiff, Flex};
 use burn::tensor::ops::FloatTensor;
 use burn::tensor::{Int, Tensor, TensorData, TensorPrimitive};
 
+use super::activation::exp_non_positive;
 use super::chunks::for_each_chunk_mut;
-use super::gelu::exp_non_positive;
 
 /// The backward step; its state is the logits, each row's log-sum-exp and label.
 #[derive(Debug)]

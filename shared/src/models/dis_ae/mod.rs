@@ -29,17 +29,19 @@ use std::collections::HashSet;
 
 use burn::module::{Module, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, Linear, LinearConfig, LstmState};
-use burn::tensor::activation::{softmax, tanh};
+use burn::tensor::activation::softmax;
 use burn::tensor::backend::Backend;
 use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, load_renamed, save_renamed};
 use super::lstm::FusedLstm;
-use super::pooling::mean_pool;
+use super::pooling::{mean_pool, weighted_sum};
 use super::search::{
     DecodeSettings, Decoded, SpecialTokens, StepDecoder, generate_all, logit_rows,
 };
+use crate::ops::activation::tanh;
+use crate::ops::additive_scores::additive_scores;
 use crate::ops::products::{matmul_transposed, per_token};
 
 /// The Dis-AE's sizes and special tokens (`config.json`).
@@ -250,14 +252,15 @@ impl<B: Backend> AttentionPool<B> {
         mask: &Tensor<B, 2>,
         query: Tensor<B, 2>,
     ) -> Tensor<B, 2> {
-        let [batch, seq, d] = states.dims();
-        let keys = per_token(&self.state, states.clone())
-            + self.query.forward(query).reshape([batch, 1, d]);
-        let scores = self.score.forward(tanh(keys)).reshape([batch, seq]);
+        let [_, _, d] = states.dims();
+        let scores = additive_scores(
+            per_token(&self.state, states.clone()),
+            self.query.forward(query),
+            self.score.weight.val().reshape([d]),
+        );
         let scores = scores.mask_fill(mask.clone().equal_elem(0.0), f32::NEG_INFINITY);
-        let weights = softmax(scores, 1).reshape([batch, seq, 1]);
         self.project
-            .forward((states * weights).sum_dim(1).reshape([batch, d]))
+            .forward(weighted_sum(states, softmax(scores, 1)))
     }
 }
 

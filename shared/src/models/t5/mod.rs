@@ -21,8 +21,8 @@ use burn::tensor::{Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 
 use super::checkpoint::{CheckpointError, HfCheckpoint, KeyMap, has_key_prefix, load_safetensors};
+use crate::ops::activation::{self, activate, gelu};
 use crate::ops::dropout::dropout;
-use crate::ops::gelu::{GeluForm, gelu, gelu_of_form};
 use crate::ops::heads::{merge_heads, split_heads};
 use crate::ops::products::{batched_matmul, matmul_transposed, per_token};
 use crate::ops::softmax::softmax_last;
@@ -127,7 +127,7 @@ impl Activation {
         match self {
             Self::Relu => relu(x),
             Self::Gelu => gelu(x),
-            Self::GeluTanh => gelu_of_form(x, GeluForm::Tanh),
+            Self::GeluTanh => activate(x, activation::Activation::GeluTanh),
         }
     }
 }

@@ -1,16 +1,17 @@
-//! GELU, `0.5·x·(1 + erf(x/√2))` (Hugging Face's "gelu"), with an erf the compiler vectorises,
-//! and its tanh approximation `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` (Hugging Face's
-//! "gelu_new", T5 v1.1's gated-GELU).
+//! Activations as loops: GELU, `0.5·x·(1 + erf(x/√2))` (Hugging Face's "gelu"), with an erf the
+//! compiler vectorises; its tanh approximation `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`
+//! (Hugging Face's "gelu_new", T5 v1.1's gated-GELU); and tanh itself (the Dis-AE's attended
+//! states and initial state).
 //!
 //! burn's CPU backend (Flex) evaluates erf (and, for the gradient, exp) one value at a time with
 //! libm, on one thread: `perf` put erf at 9.5 % of MiniLM's encoding and 7.8 % of its fine-tuning
 //! on an AVX2 machine; composed of burn ops, the tanh form's `powf`, `tanhf` and `expm1f` took
-//! 12 % of a T5 training step on AVX-512. On Flex, with or without autodiff, both forms and
-//! their gradients take the loops here instead: an erf without branches, tables or libm calls
-//! (Abramowitz & Stegun 7.1.28), a tanh and an exp of the same kind, which compile to AVX2
-//! natively and SIMD128 in the page, in chunks on rayon's threads. The erf GELU is
-//! within 9e-7 of the exact one for every f32 input (PyTorch's own f32 GELU: 4e-7). Every other
-//! backend uses burn's ops.
+//! 12 % of a T5 training step on AVX-512, and burn's tanh recomputes `tanhf` for its gradient.
+//! On Flex, with or without autodiff, these activations and their gradients take the loops here
+//! instead: an erf without branches, tables or libm calls (Abramowitz & Stegun 7.1.28), a tanh
+//! and an exp of the same kind, which compile to AVX2 natively and SIMD128 in the page, in chunks
+//! on rayon's threads. The erf GELU is within 9e-7 of the exact one for every f32 input
+//! (PyTorch's own f32 GELU: 4e-7). Every other backend uses burn's ops.
 
 use std::any::Any;
 
@@ -21,33 +22,37 @@ use burn::tensor::{DType, Tensor, TensorData, TensorPrimitive, activation};
 use super::chunks::for_each_chunk_mut;
 use super::same_type;
 
-/// Which GELU: exact (erf) or the tanh approximation.
+/// An activation the loops here compute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GeluForm {
-    Erf,
+pub enum Activation {
+    /// The exact GELU (erf).
+    Gelu,
+    /// GELU's tanh approximation.
+    GeluTanh,
     Tanh,
 }
 
-impl GeluForm {
+impl Activation {
     #[inline(always)]
     fn value(self, x: f32) -> f32 {
         match self {
-            Self::Erf => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
-            Self::Tanh => 0.5 * x * (1.0 + tanh(tanh_argument(x))),
+            Self::Gelu => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
+            Self::GeluTanh => 0.5 * x * (1.0 + tanh_f32(tanh_argument(x))),
+            Self::Tanh => tanh_f32(x),
         }
     }
 
-    /// The derivative at `x`: `Φ(x) + x·φ(x)` for erf; for tanh, with `t = tanh(u)`,
-    /// `0.5·(1 + t) + 0.5·x·(1 − t²)·√(2/π)·(1 + 3·0.044715·x²)`.
+    /// The derivative at `x`: `Φ(x) + x·φ(x)` for GELU; for its tanh form, with `t = tanh(u)`,
+    /// `0.5·(1 + t) + 0.5·x·(1 − t²)·√(2/π)·(1 + 3·0.044715·x²)`; `1 − tanh²(x)` for tanh.
     #[inline(always)]
     fn derivative(self, x: f32) -> f32 {
         match self {
-            Self::Erf => {
+            Self::Gelu => {
                 const FRAC_1_SQRT_2PI: f32 = 0.398_942_3;
                 let cdf = 0.5 * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2));
                 cdf + x * FRAC_1_SQRT_2PI * exp_non_positive(-0.5 * x * x)
             }
-            Self::Tanh => {
+            Self::GeluTanh => {
                 // t = tanh(u) and 1 − t² = 4e/(1 + e)² from e = e^(−2|u|), which does not cancel
                 // as 1 − t·t does where t is near ±1.
                 let u = tanh_argument(x);
@@ -57,14 +62,19 @@ impl GeluForm {
                 0.5 * (1.0 + t)
                     + 0.5 * x * sech2 * SQRT_2_OVER_PI * (1.0 + 3.0 * TANH_CUBIC * x * x)
             }
+            Self::Tanh => {
+                let e = exp_non_positive(-2.0 * x.abs());
+                4.0 * e / ((1.0 + e) * (1.0 + e))
+            }
         }
     }
 
-    /// burn's ops for this form (the path of every backend but Flex).
+    /// burn's ops for this activation (the path of every backend but Flex).
     fn by_burn<B: Backend, const D: usize>(self, x: Tensor<B, D>) -> Tensor<B, D> {
         match self {
-            Self::Erf => activation::gelu(x),
-            Self::Tanh => {
+            Self::Gelu => activation::gelu(x),
+            Self::Tanh => activation::tanh(x),
+            Self::GeluTanh => {
                 let inner = (x.clone() + x.clone() * x.clone() * x.clone() * TANH_CUBIC as f64)
                     * SQRT_2_OVER_PI as f64;
                 x * (inner.tanh() + 1.0) * 0.5
@@ -84,11 +94,16 @@ fn tanh_argument(x: f32) -> f32 {
 /// GELU (erf) of every element: the vectorised loops for f32 tensors on Flex (and, natively,
 /// `Autodiff<Flex>`), burn's `gelu` otherwise.
 pub fn gelu<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
-    gelu_of_form(x, GeluForm::Erf)
+    activate(x, Activation::Gelu)
 }
 
-/// GELU of either form, on the loops here where the tensor is on Flex.
-pub fn gelu_of_form<B: Backend, const D: usize>(x: Tensor<B, D>, form: GeluForm) -> Tensor<B, D> {
+/// tanh of every element, as [`gelu`].
+pub fn tanh<B: Backend, const D: usize>(x: Tensor<B, D>) -> Tensor<B, D> {
+    activate(x, Activation::Tanh)
+}
+
+/// `form` of every element, on the loops here where the tensor is on Flex.
+pub fn activate<B: Backend, const D: usize>(x: Tensor<B, D>, form: Activation) -> Tensor<B, D> {
     if x.dtype() != DType::F32 {
         return form.by_burn(x);
     }
@@ -99,7 +114,7 @@ pub fn gelu_of_form<B: Backend, const D: usize>(x: Tensor<B, D>, form: GeluForm)
     };
     #[cfg(not(target_arch = "wasm32"))]
     let x = match x.downcast::<Tensor<burn::backend::Autodiff<Flex>, D>>() {
-        Ok(x) => return same_type(training::gelu(*x, form)),
+        Ok(x) => return same_type(training::activate(*x, form)),
         Err(x) => x,
     };
     form.by_burn(*x.downcast::<Tensor<B, D>>().expect("x is a Tensor<B, D>"))
@@ -108,7 +123,7 @@ pub fn gelu_of_form<B: Backend, const D: usize>(x: Tensor<B, D>, form: GeluForm)
 /// GELU of a Flex tensor: in place when it holds its data alone (`into_data` then takes the
 /// buffer without copying), else into a new buffer read straight from the shared one (training
 /// keeps the input for the gradient, and `into_data` would copy it twice first).
-fn on_flex<const D: usize>(x: Tensor<Flex, D>, form: GeluForm) -> Tensor<Flex, D> {
+fn on_flex<const D: usize>(x: Tensor<Flex, D>, form: Activation) -> Tensor<Flex, D> {
     let device = x.device();
     let dims = x.dims();
     let input = x.into_primitive().tensor();
@@ -124,7 +139,7 @@ fn on_flex<const D: usize>(x: Tensor<Flex, D>, form: GeluForm) -> Tensor<Flex, D
         return Tensor::from_data(TensorData::new(output, dims), &device);
     }
     let mut data = Tensor::<Flex, D>::from_primitive(TensorPrimitive::Float(input)).into_data();
-    gelu_in_place(f32_values(&mut data), form);
+    activate_in_place(f32_values(&mut data), form);
     Tensor::from_data(data, &device)
 }
 
@@ -146,11 +161,11 @@ mod training {
 
     use super::*;
 
-    /// The backward step of a GELU form; its state is the GELU's input.
+    /// The backward step of an activation; its state is the activation's input.
     #[derive(Debug)]
-    struct GeluStep(GeluForm);
+    struct ActivationStep(Activation);
 
-    impl Backward<Flex, 1> for GeluStep {
+    impl Backward<Flex, 1> for ActivationStep {
         type State = FloatTensor<Flex>;
 
         fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
@@ -158,7 +173,7 @@ mod training {
             if let Some(parent) = &ops.parents[0] {
                 let input = ops.state.into_data();
                 let mut grad = grad.into_data();
-                gelu_gradient_in_place(
+                gradient_in_place(
                     f32_values(&mut grad),
                     input
                         .as_slice::<f32>()
@@ -170,17 +185,17 @@ mod training {
         }
     }
 
-    /// GELU of `x`, recording [`GeluStep`] when `x` needs its gradient.
-    pub fn gelu<const D: usize>(
+    /// `form` of `x`, recording [`ActivationStep`] when `x` needs its gradient.
+    pub fn activate<const D: usize>(
         x: Tensor<Autodiff<Flex>, D>,
-        form: GeluForm,
+        form: Activation,
     ) -> Tensor<Autodiff<Flex>, D> {
         let x = x.into_primitive().tensor();
         let forward = |input: FloatTensor<Flex>| {
             let input = Tensor::<Flex, D>::from_primitive(TensorPrimitive::Float(input));
             on_flex(input, form).into_primitive().tensor()
         };
-        let output = match GeluStep(form)
+        let output = match ActivationStep(form)
             .prepare::<NoCheckpointing>([x.node.clone()])
             .compute_bound()
             .stateful()
@@ -192,8 +207,8 @@ mod training {
     }
 }
 
-/// Replaces every value `x` with its GELU of `form`.
-pub fn gelu_in_place(values: &mut [f32], form: GeluForm) {
+/// Replaces every value `x` with `form` of it.
+pub fn activate_in_place(values: &mut [f32], form: Activation) {
     for_each_chunk_mut(values, CHUNK, |_, values| {
         for value in values {
             *value = form.value(*value);
@@ -204,8 +219,8 @@ pub fn gelu_in_place(values: &mut [f32], form: GeluForm) {
 /// Values per task of the loops here.
 const CHUNK: usize = 1 << 14;
 
-/// Multiplies every `grad` by the derivative of `form`'s GELU at its `input`.
-pub fn gelu_gradient_in_place(grad: &mut [f32], input: &[f32], form: GeluForm) {
+/// Multiplies every `grad` by the derivative of `form` at its `input`.
+pub fn gradient_in_place(grad: &mut [f32], input: &[f32], form: Activation) {
     for_each_chunk_mut(grad, CHUNK, |i, grad| {
         for (g, &x) in grad.iter_mut().zip(&input[i * CHUNK..]) {
             *g *= form.derivative(x);
@@ -215,7 +230,7 @@ pub fn gelu_gradient_in_place(grad: &mut [f32], input: &[f32], form: GeluForm) {
 
 /// tanh(u) to an absolute 4e-7, as `(1 − e)/(1 + e)` with `e = e^(−2|u|)`, sign restored.
 #[inline(always)]
-fn tanh(u: f32) -> f32 {
+pub(crate) fn tanh_f32(u: f32) -> f32 {
     let e = exp_non_positive(-2.0 * u.abs());
     ((1.0 - e) / (1.0 + e)).copysign(u)
 }
@@ -296,7 +311,7 @@ mod tests {
             let x = i as f32 * 5e-5;
             worst_erf = worst_erf.max((erf(x) as f64 - erf_f64(x as f64)).abs());
             let mut value = [x];
-            gelu_in_place(&mut value, GeluForm::Erf);
+            activate_in_place(&mut value, Activation::Gelu);
             let exact = 0.5 * x as f64 * (1.0 + erf_f64(x as f64 / 2f64.sqrt()));
             worst_gelu =
                 worst_gelu.max((value[0] as f64 - exact).abs() / (x as f64).abs().max(1.0));
@@ -335,25 +350,25 @@ mod tests {
                 let u = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
                 0.5 * x * (1.0 + u.tanh())
             };
-            let ours = GeluForm::Tanh.value(x) as f64;
+            let ours = Activation::GeluTanh.value(x) as f64;
             worst = worst.max((ours - exact(x as f64)).abs() / (x as f64).abs().max(1.0));
             // The derivative against a central difference of the exact function.
             let h = 1e-4;
             let slope = (exact(x as f64 + h) - exact(x as f64 - h)) / (2.0 * h);
-            let derivative = GeluForm::Tanh.derivative(x) as f64;
+            let derivative = Activation::GeluTanh.derivative(x) as f64;
             assert!(
                 (derivative - slope).abs() < 2e-6,
                 "at {x}: {derivative} vs {slope}"
             );
         }
         assert!(worst < 1e-6, "tanh gelu: {worst:e}");
-        assert_eq!(tanh(f32::INFINITY), 1.0);
-        assert_eq!(tanh(-1e30), -1.0);
+        assert_eq!(tanh_f32(f32::INFINITY), 1.0);
+        assert_eq!(tanh_f32(-1e30), -1.0);
         let values: Vec<f32> = (-20_000..20_000).map(|i| i as f32 * 4.3e-4).collect();
         let input =
             Tensor::<Flex, 2>::from_data(TensorData::new(values, [400, 100]), &Default::default());
-        let ours = gelu_of_form(input.clone(), GeluForm::Tanh).into_data();
-        let burns = GeluForm::Tanh.by_burn(input).into_data();
+        let ours = activate(input.clone(), Activation::GeluTanh).into_data();
+        let burns = Activation::GeluTanh.by_burn(input).into_data();
         ours.assert_approx_eq::<f32>(&burns, Tolerance::absolute(2e-6));
         assert_ne!(ours, burns, "burn's ops ran");
     }
@@ -376,12 +391,12 @@ mod tests {
 
     #[test]
     fn autodiff_flex_takes_the_loops_here_with_burns_gradient() {
-        for form in [GeluForm::Erf, GeluForm::Tanh] {
+        for form in [Activation::Gelu, Activation::GeluTanh, Activation::Tanh] {
             autodiff_gradient_matches_burns(form);
         }
     }
 
-    fn autodiff_gradient_matches_burns(form: GeluForm) {
+    fn autodiff_gradient_matches_burns(form: Activation) {
         type Ad = burn::backend::Autodiff<Flex>;
         let values: Vec<f32> = (-12_000..12_000).map(|i| i as f32 * 5.5e-4).collect();
         let device = Default::default();
@@ -391,7 +406,7 @@ mod tests {
             let x = Tensor::<Ad, 2>::from_data(TensorData::new(values.clone(), [300, 80]), &device)
                 .require_grad();
             let y = if ours {
-                gelu_of_form(x.clone(), form)
+                activate(x.clone(), form)
             } else {
                 form.by_burn(x.clone())
             };
