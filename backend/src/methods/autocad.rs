@@ -278,6 +278,7 @@ impl Editor for InfillEditor {
             }),
             prompt_tokens: 0,
             completion_tokens: 0,
+            fallbacks: Vec::new(),
         }))
     }
 }

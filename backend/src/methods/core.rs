@@ -317,6 +317,7 @@ impl Editor for PromptEditor {
             }),
             prompt_tokens: completion.prompt_tokens,
             completion_tokens: completion.completion_tokens,
+            fallbacks: Vec::new(),
         }))
     }
 }
@@ -354,6 +355,7 @@ impl Editor for Substitution {
                 }),
                 prompt_tokens: 0,
                 completion_tokens: 0,
+                fallbacks: Vec::new(),
             }),
             None => Err(NoEdit::new("nothing was retrieved", None)),
         })

@@ -12,7 +12,10 @@
 //! the best of its finished hypotheses that the perplexity filter passes (on `bench cf`, 65 of
 //! 200 items against 53 with the best hypothesis alone), all of them scored with their source in
 //! one batch that evaluates their shared openings once (0.88 CPU-seconds an accepted edit on
-//! `bench cf` against 1.01 scoring each alone); later attempts sample (nucleus, seeded
+//! `bench cf` against 1.01 scoring each alone); the other hypotheses the filter passes follow it
+//! as [`Candidate::fallbacks`], which the flip check takes in turn when it refuses the first (the
+//! paper's two filters over the search's outputs: 66 of 200 on `bench cf` against 63 with the
+//! first alone); later attempts sample (nucleus, seeded
 //! by the attempt), and with sentiment parents each attempt draws another parent. With the label
 //! vector, a beam attempt that no hypothesis of passes the filter is final: the sampled attempts
 //! after it kept about one item in 200 tries, each costing a decode and its scoring; after a flip
@@ -285,19 +288,32 @@ impl Editor for DisAeEditor {
             _ => texts.iter().map(|_| Ok(None)).collect(),
         };
         let mut first_disfluent: Option<NoEdit> = None;
-        let mut kept = None;
+        let mut fluent = Vec::new();
         for ((rank, text, reproduced), verdict) in changed.into_iter().zip(verdicts) {
             match verdict {
-                Ok(perplexity) => {
-                    kept = Some((rank, text, reproduced, perplexity));
-                    break;
-                }
+                Ok(perplexity) => fluent.push(Candidate {
+                    text,
+                    provenance: Provenance::Lass(LassProvenance {
+                        sentiment_parent: parent.map(str::to_string),
+                        search: match settings.search {
+                            Search::Beam { .. } => {
+                                format!("{search}, hypothesis {} of {count}", rank + 1)
+                            }
+                            _ => search.clone(),
+                        },
+                        mean_log_prob: reproduced.log_prob / (reproduced.tokens + 1) as f64,
+                        perplexity,
+                    }),
+                    prompt_tokens: 0,
+                    completion_tokens: 0,
+                    fallbacks: Vec::new(),
+                }),
                 Err(why) => {
                     first_disfluent.get_or_insert(NoEdit::new(why, Some(text)));
                 }
             }
         }
-        let Some((rank, text, reproduced, perplexity)) = kept else {
+        if fluent.is_empty() {
             // With the label vector the beam search is deterministic, and the sampled attempts
             // after a beam that no hypothesis of passes the filter kept about one item in 200.
             let hopeless = self.sentiment == SentimentSource::Label && attempt.number == 1;
@@ -306,22 +322,11 @@ impl Editor for DisAeEditor {
                 hopeless,
                 ..failure.expect("a search ends with an output")
             }));
-        };
-        let search = match settings.search {
-            Search::Beam { .. } => format!("{search}, hypothesis {} of {count}", rank + 1),
-            _ => search,
-        };
-        Ok(Ok(Candidate {
-            text,
-            provenance: Provenance::Lass(LassProvenance {
-                sentiment_parent: parent.map(str::to_string),
-                search,
-                mean_log_prob: reproduced.log_prob / (reproduced.tokens + 1) as f64,
-                perplexity,
-            }),
-            prompt_tokens: 0,
-            completion_tokens: 0,
-        }))
+        }
+        // The best fluent hypothesis, the others after it should the flip check refuse it.
+        let mut kept = fluent.remove(0);
+        kept.fallbacks = fluent;
+        Ok(Ok(kept))
     }
 }
 
@@ -406,11 +411,14 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(kept.text, "awful");
-        let Provenance::Lass(provenance) = kept.provenance else {
+        let Provenance::Lass(provenance) = kept.provenance.clone() else {
             panic!("a LASS edit");
         };
         assert_eq!(provenance.search, "beam 4, hypothesis 4 of 5");
         assert_eq!(provenance.perplexity, Some(80.0));
+        // The other fluent hypothesis follows it, should the flip check refuse it.
+        let fallbacks: Vec<_> = kept.fallbacks.iter().map(|f| f.text.as_str()).collect();
+        assert_eq!(fallbacks, ["poor"]);
         // The changed texts and their source, scored together.
         assert_eq!(fluency.1.load(Ordering::Relaxed), 4);
         // None passes: the failure is the first changed text's, not the unchanged one's.

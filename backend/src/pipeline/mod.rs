@@ -107,6 +107,10 @@ pub struct Candidate {
     pub provenance: Provenance,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Other edits of the same proposal, the editor's next choices in order, judged in turn
+    /// when the judge refuses this one (LASS: its beam's other fluent hypotheses); their tokens
+    /// are counted in this one's.
+    pub fallbacks: Vec<Candidate>,
 }
 
 /// Why an attempt has no usable edit.
@@ -337,7 +341,7 @@ impl Pipeline {
                 .editor
                 .propose(item, context, Attempt { number, seed })?;
             timing.edit_ms += started.elapsed().as_secs_f64() * 1e3;
-            let candidate = match proposal {
+            let mut candidate = match proposal {
                 Ok(candidate) => candidate,
                 Err(no_edit) => {
                     timing.prompt_tokens += no_edit.prompt_tokens;
@@ -346,18 +350,21 @@ impl Pipeline {
                     continue;
                 }
             };
-            let verdict = self.judge.judge(item, &candidate.text)?;
-            timing.judge_ms += verdict.millis;
             timing.prompt_tokens += candidate.prompt_tokens;
             timing.completion_tokens += candidate.completion_tokens;
-            if verdict.passed || !self.verify {
-                eligible.push(Kept {
-                    candidate,
-                    verdict,
-                    seed,
-                    chosen: None,
-                });
-            } else {
+            let fallbacks = std::mem::take(&mut candidate.fallbacks);
+            for candidate in std::iter::once(candidate).chain(fallbacks) {
+                let verdict = self.judge.judge(item, &candidate.text)?;
+                timing.judge_ms += verdict.millis;
+                if verdict.passed || !self.verify {
+                    eligible.push(Kept {
+                        candidate,
+                        verdict,
+                        seed,
+                        chosen: None,
+                    });
+                    break;
+                }
                 first_refusal.get_or_insert_with(|| {
                     format!(
                         "did not flip: the classifier says {} (p({}) = {:.3})",
@@ -372,7 +379,11 @@ impl Pipeline {
                 Some(reason) => {
                     let reply = refused.remove(0);
                     let reason = match count {
-                        1 => reason,
+                        1 if refused.is_empty() => reason,
+                        1 => format!(
+                            "{reason}, nor did the {} other edits its editor ranked after it",
+                            refused.len()
+                        ),
                         _ => format!(
                             "{reason} on the first of {} usable candidates of {count}",
                             refused.len() + 1
@@ -560,6 +571,7 @@ mod tests {
                 provenance: Provenance::Core(CoreProvenance::default()),
                 prompt_tokens: 10,
                 completion_tokens: 2,
+                fallbacks: Vec::new(),
             }))
         }
     }
@@ -617,6 +629,57 @@ mod tests {
             .map(|f| (f.attempt, &*f.reason))
             .collect();
         assert_eq!(reasons, [(1, "nothing to edit")]);
+    }
+
+    #[test]
+    fn the_judge_takes_an_edit_s_fallbacks_in_turn_when_it_refuses_it() {
+        fn edit(text: &str, fallbacks: Vec<Candidate>) -> Candidate {
+            Candidate {
+                text: text.into(),
+                provenance: Provenance::Core(CoreProvenance::default()),
+                prompt_tokens: 3,
+                completion_tokens: 1,
+                fallbacks,
+            }
+        }
+        let odd_first: Proposal = |_| {
+            let fallbacks = vec![edit("A film. 3", Vec::new()), edit("A film. 4", Vec::new())];
+            Ok(Ok(edit("A film. 1", fallbacks)))
+        };
+        let none_even: Proposal =
+            |_| Ok(Ok(edit("A film. 1", vec![edit("A film. 3", Vec::new())])));
+        let run = |proposal: Proposal, verify: bool| {
+            let run = Pipeline {
+                editor: Arc::new(ScriptedEditor::new(proposal)),
+                max_attempts: 1,
+                ..pipeline(verify)
+            };
+            run.edit_one(&item("7", "A film."), 3).unwrap()
+        };
+        // The first even one the editor ranked is kept, its proposal's tokens counted once.
+        let record = run(odd_first, true).record.unwrap();
+        assert_eq!(record.edited, "A film. 4");
+        assert_eq!(record.timing.prompt_tokens, 3);
+        assert_eq!(record.timing.judge_ms, 3.0);
+        // None flips: the first refusal is the failure, the others are recorded beside it.
+        let refused = run(none_even, true);
+        assert!(refused.record.is_none());
+        let failure = &refused.failures[0];
+        assert_eq!(failure.reply.as_deref(), Some("A film. 1"));
+        assert!(
+            failure
+                .reason
+                .ends_with("nor did the 1 other edits its editor ranked after it"),
+            "{}",
+            failure.reason
+        );
+        assert_eq!(failure.others, ["A film. 3"]);
+        // Unverified, the first is kept without judging the rest.
+        let record = run(odd_first, false).record.unwrap();
+        assert_eq!(
+            (record.edited.as_str(), record.timing.judge_ms),
+            ("A film. 1", 1.0)
+        );
     }
 
     #[test]
@@ -731,6 +794,7 @@ mod tests {
                 provenance: Provenance::Core(CoreProvenance::default()),
                 prompt_tokens: 0,
                 completion_tokens: 0,
+                fallbacks: Vec::new(),
             },
             verdict: Verdict {
                 passed: true,
