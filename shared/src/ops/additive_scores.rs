@@ -20,7 +20,7 @@ use burn::tensor::{DType, Tensor, TensorData};
 
 use super::activation::tanh_f32;
 use super::dot::dot_portable;
-use super::same_type;
+use super::{same_type, values};
 
 /// `scores[b, t] = Σ_j v[j] · tanh(keys[b, t, j] + query[b, j])`: keys `[batch, seq, d]`, query
 /// `[batch, d]`, `v` `[d]` → `[batch, seq]`.
@@ -71,10 +71,6 @@ fn by_burn<B: Backend>(keys: Tensor<B, 3>, query: Tensor<B, 2>, v: Tensor<B, 1>)
     (burn_tanh(keys + query.reshape([batch, 1, d])) * v.reshape([1, 1, d]))
         .sum_dim(2)
         .reshape([batch, seq])
-}
-
-fn values<const D: usize>(tensor: Tensor<Flex, D>) -> Vec<f32> {
-    tensor.into_data().into_vec::<f32>().expect("f32 values")
 }
 
 /// The scores `[batch·seq]` and every `tanh(k + q)` `[batch·seq·d]`, a batch row per task.

@@ -58,11 +58,9 @@ impl Backward<Flex, 4> for LstmStep {
         let grad = grads.consume::<Flex>(&ops.node).into_data();
         let grad = grad.as_slice::<f32>().expect("an f32 gradient");
         let saved = ops.state;
-        let [transformed, weight, cell, hidden] = ops.parents;
+        let [transformed, weight, cell, hidden] = ops.parents.map(|node| node.map(|n| n.id));
         let gradients = backward(&saved, grad);
         let (b, s, h) = (gradients.cell.len() / saved.hidden, saved.seq, saved.hidden);
-        let [transformed, weight, cell, hidden] =
-            [transformed, weight, cell, hidden].map(|node| node.map(|n| n.id));
         register_gradient(grads, transformed, gradients.inputs, vec![b, s, 4 * h]);
         register_gradient(grads, weight, gradients.weight, vec![h, 4 * h]);
         register_gradient(grads, cell, gradients.cell, vec![b, h]);

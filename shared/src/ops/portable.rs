@@ -20,6 +20,7 @@ use burn::tensor::backend::Backend;
 use burn::tensor::{Bool, Tensor, TensorData};
 
 use super::softmax::softmax_in_place;
+use super::values;
 
 /// Partial sums a row's reductions keep: a fixed number, so that every target sums alike
 /// (8 vectorises on AVX2 and as two SIMD128 vectors).
@@ -147,14 +148,6 @@ fn weighted_rows<'a>(out: &mut [f32], weights: &[f32], row: impl Fn(usize) -> &'
 
 /// Outputs of [`weighted_rows`] summed together: four SIMD128 vectors, two AVX2 ones.
 const BLOCK: usize = 16;
-
-fn values<B: Backend, const D: usize>(tensor: Tensor<B, D>) -> Vec<f32> {
-    tensor
-        .into_data()
-        .convert::<f32>()
-        .into_vec::<f32>()
-        .expect("converted to f32")
-}
 
 #[cfg(test)]
 mod tests {
