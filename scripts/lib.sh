@@ -219,3 +219,22 @@ train_imdb_classifiers() {
       --out "$MODELS/imdb-2000"
   fi
 }
+
+# lass_llm_pairs F RUNS N LOG: LASS's seed pairs from the embedded Qwen 1.5B, every step resumable.
+# Algorithm 1 first inserts Flipside's hand-fixed examples into LASS's prompt
+# (RUNS/prompt/prompt.toml; FAILURES and SUCCESSES size its evaluation set, default 40 and 10),
+# then the LLM rewrites the first N positive IMDb training sentences (a seeded shuffle, so a larger
+# N goes on where a smaller one stopped) into negatives with it at temperature 0.2
+# (RUNS/pairs-llm.jsonl), and those imdb-400 says flipped become the pairs (RUNS/pairs.jsonl).
+# CPU seconds go to LOG (see `timed`).
+lass_llm_pairs() {
+  local F="$1" RUNS="$2" N="$3" LOG="$4"
+  step "prompt optimisation: the fixed examples inserted into LASS's prompt (Algorithm 1)"
+  timed "$LOG" prompt "$F" pairs optimise-prompt --classifier imdb-400 --failures "${FAILURES:-40}" \
+    --successes "${SUCCESSES:-10}" --out "$RUNS/prompt"
+  step "LLM pairs: $N positive training sentences rewritten by Qwen 1.5B with the optimised prompt"
+  timed "$LOG" pairs "$F" generate --method llm-only --prompt "$RUNS/prompt/prompt.toml" \
+    --data imdb:train --unit sentence --target negative --temperature 0.2 --limit "$N" \
+    --classifier imdb-400 --out "$RUNS/pairs-llm.jsonl"
+  "$F" pairs make "$RUNS/pairs-llm.jsonl" --out "$RUNS/pairs.jsonl"
+}
