@@ -225,7 +225,8 @@ train_imdb_classifiers() {
 # (RUNS/prompt/prompt.toml; FAILURES and SUCCESSES size its evaluation set, default 40 and 10),
 # then the LLM rewrites the first N positive IMDb training sentences (a seeded shuffle, so a larger
 # N goes on where a smaller one stopped) into negatives with it at temperature 0.2
-# (RUNS/pairs-llm.jsonl), and those imdb-400 says flipped become the pairs (RUNS/pairs.jsonl).
+# (RUNS/pairs-llm.jsonl), and those imdb-400 says flipped that change at most half of the tokens
+# (Algorithm 1's success) become the pairs (RUNS/pairs.jsonl).
 # CPU seconds go to LOG (see `timed`).
 lass_llm_pairs() {
   local F="$1" RUNS="$2" N="$3" LOG="$4"
@@ -236,5 +237,5 @@ lass_llm_pairs() {
   timed "$LOG" pairs "$F" generate --method llm-only --prompt "$RUNS/prompt/prompt.toml" \
     --data imdb:train --unit sentence --target negative --temperature 0.2 --limit "$N" \
     --classifier imdb-400 --out "$RUNS/pairs-llm.jsonl"
-  "$F" pairs make "$RUNS/pairs-llm.jsonl" --out "$RUNS/pairs.jsonl"
+  "$F" pairs make "$RUNS/pairs-llm.jsonl" --max-change 0.5 --out "$RUNS/pairs.jsonl"
 }

@@ -455,6 +455,29 @@ fn seed_pairs_are_made_from_flipped_counterfactuals() {
     assert_eq!(self::lines(&out).len(), 2);
     let error = failure(&mut make("0.95"));
     assert!(error.contains("none of the 3 counterfactuals"), "{error}");
+
+    // --max-change keeps the minimal edits: "wooden (a)" changes 4 of 8 tokens, a rewrite all.
+    let mut rewritten = record("d", true, 0.9);
+    rewritten = rewritten.replace(
+        "The acting was wooden (d).",
+        "Nobody should sit through this dreary mess.",
+    );
+    std::fs::write(&input, [lines.join("\n"), rewritten].join("\n") + "\n").unwrap();
+    success(&mut make("0.5"));
+    assert_eq!(self::lines(&out).len(), 3);
+    success(make("0.5").args(["--max-change", "0.5"]));
+    let minimal = self::lines(&out);
+    assert_eq!(minimal.len(), 2);
+    assert!(
+        minimal
+            .iter()
+            .all(|p| p["counterfactual"] != "Nobody should sit through this dreary mess.")
+    );
+    let error = failure(make("0.5").args(["--max-change", "0.1"]));
+    assert!(
+        error.contains("none of the 3 flipped counterfactuals changes at most 0.1"),
+        "{error}"
+    );
 }
 
 #[test]

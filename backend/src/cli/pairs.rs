@@ -23,6 +23,7 @@ use crate::model_dirs::resolve_model_dir;
 use crate::pipeline::store::read_repairing;
 use crate::retrieval::cfdpr::{SeedPair, read_pairs};
 use crate::with_backend;
+use flipside_shared::metrics::levenshtein::normalised_levenshtein;
 use flipside_shared::records::Counterfactual;
 
 #[derive(Debug, Subcommand)]
@@ -105,6 +106,10 @@ pub struct MakeArgs {
     /// Keep only edits whose target label has at least this classifier probability
     #[arg(long, default_value_t = 0.5, value_name = "P")]
     pub min_probability: f32,
+    /// Keep only minimal edits: at most this share of the tokens changed (token Levenshtein
+    /// over the longer length, as `optimise-prompt --max-change` counts) [default: any]
+    #[arg(long, value_name = "SHARE")]
+    pub max_change: Option<f64>,
     /// Output JSON-lines file of seed pairs
     #[arg(short, long, value_name = "FILE")]
     pub out: PathBuf,
@@ -197,14 +202,21 @@ fn optimise_prompt(home: &Home, args: OptimiseArgs) -> Result<()> {
 
 fn make(args: MakeArgs) -> Result<()> {
     let mut pairs = Vec::new();
-    let mut seen = 0;
+    let (mut seen, mut flipped) = (0, 0);
+    let minimal = |r: &Counterfactual| {
+        args.max_change
+            .is_none_or(|max| normalised_levenshtein(&r.edited, &r.original) <= max)
+    };
     for file in &args.files {
         let records: Vec<Counterfactual> = read_repairing(file)?;
         seen += records.len();
+        let records = records
+            .into_iter()
+            .filter(|r| r.flipped && r.target_probability >= args.min_probability);
         pairs.extend(
             records
-                .into_iter()
-                .filter(|r| r.flipped && r.target_probability >= args.min_probability)
+                .inspect(|_| flipped += 1)
+                .filter(minimal)
                 .map(|r| SeedPair {
                     id: Some(r.key),
                     text: r.original,
@@ -215,8 +227,11 @@ fn make(args: MakeArgs) -> Result<()> {
                 }),
         );
     }
-    if pairs.is_empty() {
+    if flipped == 0 {
         bail!("none of the {seen} counterfactuals flipped the classifier: no pair to write");
+    }
+    if let (true, Some(max)) = (pairs.is_empty(), args.max_change) {
+        bail!("none of the {flipped} flipped counterfactuals changes at most {max} of the tokens");
     }
     let mut out = std::io::BufWriter::new(
         std::fs::File::create(&args.out)
@@ -227,11 +242,18 @@ fn make(args: MakeArgs) -> Result<()> {
         out.write_all(b"\n")?;
     }
     out.flush()?;
-    eprintln!(
-        "{} of {seen} counterfactuals flipped the classifier (p ≥ {}): pairs written",
-        pairs.len(),
-        args.min_probability
-    );
+    match args.max_change {
+        None => eprintln!(
+            "{flipped} of {seen} counterfactuals flipped the classifier (p ≥ {}): pairs written",
+            args.min_probability
+        ),
+        Some(max) => eprintln!(
+            "{flipped} of {seen} counterfactuals flipped the classifier (p ≥ {}), {} of them \
+             changing at most {max} of the tokens: pairs written",
+            args.min_probability,
+            pairs.len()
+        ),
+    }
     println!("{}", args.out.display());
     Ok(())
 }
