@@ -7,13 +7,18 @@ use flipside_backend::llm::{Fluency, scoring_copy};
 
 use crate::common::{MODEL, asset};
 
-fn engine() -> LocalEngine {
-    let options = EngineOptions {
+/// The options of the tests' engines: a 512-token context, `threads` shared by `contexts`.
+fn options(threads: usize, contexts: usize) -> EngineOptions {
+    EngineOptions {
         context: 512,
         batch: 512,
-        threads: Some(1),
-    };
-    LocalEngine::load(MODEL, &asset(MODEL).join("model.gguf"), options).unwrap()
+        threads: Some(threads),
+        contexts,
+    }
+}
+
+fn engine() -> LocalEngine {
+    LocalEngine::load(MODEL, &asset(MODEL).join("model.gguf"), options(1, 1)).unwrap()
 }
 
 #[test]
@@ -78,11 +83,7 @@ fn a_q4_1_model_scores_from_its_q8_0_copy_as_it_does_itself() {
     assert_eq!(copy.metadata().unwrap().modified().unwrap(), written);
     // A Q8_0 model is scored as it is.
     assert_eq!(scoring_copy(&copy).unwrap(), copy);
-    let options = EngineOptions {
-        context: 512,
-        batch: 512,
-        threads: Some(1),
-    };
+    let options = options(1, 1);
     let (q4_1, q8_0) = (
         LocalEngine::load(MODEL, &model, options).unwrap(),
         LocalEngine::load(MODEL, &copy, options).unwrap(),
@@ -100,4 +101,35 @@ fn a_q4_1_model_scores_from_its_q8_0_copy_as_it_does_itself() {
         );
         assert!((a / b - 1.0).abs() < 0.08, "{text}: {a} against {b}");
     }
+}
+
+#[test]
+fn callers_at_once_score_on_contexts_of_their_own_as_they_do_alone() {
+    let texts = [
+        "The acting was wooden and the plot made no sense.",
+        "A moving, wonderful story that I would watch again tomorrow.",
+        "The acting was superb and the plot made perfect sense.",
+    ];
+    let alone: Vec<Vec<f32>> = texts
+        .iter()
+        .map(|text| engine().token_log_probs(text).unwrap())
+        .collect();
+    let pooled = LocalEngine::load(MODEL, &asset(MODEL).join("model.gguf"), options(2, 2)).unwrap();
+    assert_eq!(pooled.contexts(), 2);
+    std::thread::scope(|scope| {
+        for caller in 0..4 {
+            let (pooled, alone) = (&pooled, &alone);
+            scope.spawn(move || {
+                for round in 0..3 {
+                    let i = (caller + round) % texts.len();
+                    let scored = pooled.token_log_probs_all(&[texts[i]]).unwrap().remove(0);
+                    let scored = scored.unwrap();
+                    assert_eq!(scored.len(), alone[i].len());
+                    for (a, b) in scored.iter().zip(&alone[i]) {
+                        assert!((a - b).abs() < 1e-3, "caller {caller}: {}", texts[i]);
+                    }
+                }
+            });
+        }
+    });
 }

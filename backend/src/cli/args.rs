@@ -169,37 +169,39 @@ pub struct FluencyArgs {
 }
 
 impl FluencyArgs {
-    /// The fluency model, unless the filter is off.
+    /// The fluency model for one caller at a time, unless the filter is off.
     pub fn load(&self, home: &Home) -> Result<Option<Arc<dyn Fluency>>> {
         if self.max_perplexity <= 0.0 {
             return Ok(None);
         }
-        self.model(home).map(Some)
+        self.model(home, 1).map(Some)
     }
 
-    /// The fluency model a run needs: to rank candidates (`candidates` > 1, whatever the
-    /// filter), else to filter LASS's outputs when it `reproduces`, else none.
+    /// The fluency model a run of `concurrency` items at once needs: to rank candidates
+    /// (`candidates` > 1, whatever the filter), else to filter LASS's outputs when it
+    /// `reproduces`, else none.
     pub fn for_run(
         &self,
         home: &Home,
         reproduces: bool,
         candidates: usize,
+        concurrency: usize,
     ) -> Result<Option<Arc<dyn Fluency>>> {
-        match (candidates > 1, reproduces) {
-            (true, _) => self.model(home).map(Some),
-            (false, true) => self.load(home),
+        match (candidates > 1, reproduces && self.max_perplexity > 0.0) {
+            (true, _) | (false, true) => self.model(home, concurrency).map(Some),
             (false, false) => Ok(None),
         }
     }
 
-    /// The fluency model, loaded by the embedded engine as `--model` loads it (its threads, the
-    /// FLIPSIDE_LLM_THREADS variable), from its scoring copy ([`LlmArgs::scorer`]).
-    pub fn model(&self, home: &Home) -> Result<Arc<dyn Fluency>> {
+    /// The fluency model for `callers` at once, loaded by the embedded engine as `--model`
+    /// loads it (its threads, the FLIPSIDE_LLM_THREADS variable), from its scoring copy
+    /// ([`LlmArgs::scorer`]).
+    pub fn model(&self, home: &Home, callers: usize) -> Result<Arc<dyn Fluency>> {
         let llm = LlmArgs {
             model: self.fluency_model.clone(),
             ..super::defaults::<LlmArgs>()
         };
-        Ok(Arc::new(llm.scorer(home)?))
+        Ok(Arc::new(llm.scorer(home, callers)?))
     }
 }
 

@@ -55,7 +55,7 @@ pub fn run(home: &Home, command: EvalCommand) -> Result<()> {
     let engine = if args.no_ppl {
         None
     } else {
-        Some(args.llm.scorer(home)?)
+        Some(args.llm.scorer(home, 1)?)
     };
     let classifier = match &args.classifier {
         Some(name) => Some(resolve_model_dir(home, name)?),

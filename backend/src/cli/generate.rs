@@ -55,7 +55,9 @@ pub struct GenerateArgs {
     /// Seed of the item shuffle and of each attempt's sampling
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Items edited at once [default: 1 with the embedded model, 4 with a server]
+    /// Items edited at once [default: 4 with a server; with the embedded model 1 for the methods
+    /// that prompt it, one per core for the others, the fluency model scoring each on a context
+    /// of its own]
     #[arg(long, value_name = "N")]
     pub concurrency: Option<usize>,
     /// Tries per item before it is given up (bad or empty replies are retried)
@@ -222,7 +224,13 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         false => None,
     };
     let candidates = plan.settings.candidates_for(method);
-    let fluency = args.lass.fluency.for_run(home, reproduces, candidates)?;
+    let concurrency = args
+        .concurrency
+        .unwrap_or(args.llm.default_concurrency(method.uses_llm()));
+    let fluency = args
+        .lass
+        .fluency
+        .for_run(home, reproduces, candidates, concurrency)?;
     let models = with_backend!(
         args.device,
         load_models(ModelsConfig {
@@ -260,9 +268,7 @@ pub fn run(home: &Home, args: GenerateArgs) -> Result<()> {
         pipeline: &pipeline,
         items: plan.items,
         seed: args.seed,
-        concurrency: args
-            .concurrency
-            .unwrap_or(if args.llm.remote() { 4 } else { 1 }),
+        concurrency,
         output: output.clone(),
     };
     let bar = crate::progress::items(run.items.len() as u64, "editing");

@@ -54,6 +54,17 @@ impl LlmArgs {
         self.api_base.is_some()
     }
 
+    /// Items edited at once unless told: 4 against a server; with the embedded engine one for
+    /// a method that prompts it, else one per core (the fluency model then scores each on a
+    /// context of its own, [`FluencyArgs::model`](super::args::FluencyArgs::model)).
+    pub fn default_concurrency(&self, prompts: bool) -> usize {
+        match (self.remote(), prompts) {
+            (true, _) => 4,
+            (false, true) => 1,
+            (false, false) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+
     /// The GGUF file of `--model`.
     pub fn model_path(&self, home: &Home) -> Result<PathBuf> {
         let path = PathBuf::from(&self.model);
@@ -66,18 +77,18 @@ impl LlmArgs {
 
     /// The embedded engine.
     pub fn local(&self, home: &Home) -> Result<LocalEngine> {
-        self.load(&self.model_path(home)?)
+        self.load(&self.model_path(home)?, 1)
     }
 
-    /// The embedded engine that scores perplexity: a Q4_1 model runs from its Q8_0 copy
-    /// ([`scoring_copy`]).
-    pub fn scorer(&self, home: &Home) -> Result<LocalEngine> {
-        self.load(&scoring_copy(&self.model_path(home)?)?)
+    /// The embedded engine that scores perplexity for `callers` at once: a Q4_1 model runs
+    /// from its Q8_0 copy ([`scoring_copy`]), on a context per caller ([`EngineOptions::contexts`]).
+    pub fn scorer(&self, home: &Home, callers: usize) -> Result<LocalEngine> {
+        self.load(&scoring_copy(&self.model_path(home)?)?, callers)
     }
 
     /// The engine on `path`, the file of `--model` or one made from it, named as `--model`
     /// names it (a file by its stem).
-    fn load(&self, path: &Path) -> Result<LocalEngine> {
+    fn load(&self, path: &Path, contexts: usize) -> Result<LocalEngine> {
         let given = Path::new(&self.model);
         let name = match given.is_file() {
             true => given
@@ -92,6 +103,7 @@ impl LlmArgs {
             EngineOptions {
                 context: self.context,
                 threads: self.threads,
+                contexts,
                 ..EngineOptions::default()
             },
         );

@@ -259,7 +259,7 @@ fn prepare(
     let fluency = args
         .lass
         .fluency
-        .for_run(home, dis_ae.is_some(), candidates)?;
+        .for_run(home, dis_ae.is_some(), candidates, 1)?;
     Resources::load(
         home,
         ResourceConfig {

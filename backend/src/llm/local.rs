@@ -10,7 +10,8 @@
 use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use anyhow::{Context, Result, anyhow, ensure};
@@ -39,6 +40,10 @@ pub struct EngineOptions {
     pub batch: u32,
     /// CPU threads (default: all cores).
     pub threads: Option<usize>,
+    /// Callers served at once, each by a context of its own with `threads / contexts` threads
+    /// (at least one). Scoring's small batches cost fewer CPU-seconds on one thread a context:
+    /// two threads on one batch wait for each other between its operations.
+    pub contexts: usize,
 }
 
 impl Default for EngineOptions {
@@ -47,6 +52,7 @@ impl Default for EngineOptions {
             context: 4096,
             batch: 512,
             threads: None,
+            contexts: 1,
         }
     }
 }
@@ -60,11 +66,13 @@ pub struct Timings {
     pub decode_ms: f64,
 }
 
-/// A loaded GGUF model with one inference context.
+/// A loaded GGUF model with its inference contexts ([`EngineOptions::contexts`]).
 pub struct LocalEngine {
     name: String,
     model: &'static LlamaModel,
-    session: Mutex<Session>,
+    sessions: Vec<Mutex<Session>>,
+    /// The session a caller tries first, in turn.
+    next: AtomicUsize,
     batch: usize,
 }
 
@@ -160,7 +168,9 @@ impl LocalEngine {
             std::thread::available_parallelism()
                 .map(|n| n.get())
                 .unwrap_or(1)
-        }) as i32;
+        });
+        let contexts = options.contexts.max(1);
+        let threads = (threads / contexts).max(1) as i32;
         let context_len = options.context.min(model.n_ctx_train().max(512));
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(context_len))
@@ -171,18 +181,38 @@ impl LocalEngine {
             .with_n_seq_max(SCORED_TOGETHER as u32)
             .with_kv_unified(true)
             .with_no_perf(false);
-        let context = model
-            .new_context(backend()?, params)
-            .map_err(|e| anyhow!("cannot create a llama.cpp context: {e}"))?;
+        let sessions = (0..contexts)
+            .map(|_| {
+                let context = model
+                    .new_context(backend()?, params.clone())
+                    .map_err(|e| anyhow!("cannot create a llama.cpp context: {e}"))?;
+                Ok(Mutex::new(Session {
+                    context,
+                    cached: Vec::new(),
+                }))
+            })
+            .collect::<Result<_>>()?;
         Ok(LocalEngine {
             name: name.to_string(),
             model,
-            session: Mutex::new(Session {
-                context,
-                cached: Vec::new(),
-            }),
+            sessions,
+            next: AtomicUsize::new(0),
             batch: options.batch as usize,
         })
+    }
+
+    /// The contexts that serve callers at once.
+    pub fn contexts(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// A free session, else the next one in turn once it is free.
+    fn session(&self) -> MutexGuard<'_, Session> {
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        let count = self.sessions.len();
+        (0..count)
+            .find_map(|i| self.sessions[(first + i) % count].try_lock().ok())
+            .unwrap_or_else(|| self.sessions[first % count].lock().unwrap())
     }
 
     /// The prompt's text: chats are formatted with the model's own chat template.
@@ -261,7 +291,7 @@ impl LocalEngine {
     /// of them share (LASS's hypotheses and their source, AutoCAD's candidates) is evaluated
     /// once. A text too short or too long to score fails alone; a failing pass fails all.
     pub fn token_log_probs_all(&self, texts: &[&str]) -> Result<Vec<Result<Vec<f32>>>> {
-        let mut session = self.session.lock().unwrap();
+        let mut session = self.session();
         let session = &mut *session;
         let limit = session.context.n_ctx() as usize;
         let tokens: Vec<Vec<LlamaToken>> = texts.iter().map(|t| self.tokenize(t, false)).collect();
@@ -348,7 +378,7 @@ impl LocalEngine {
     /// Speed measurement: evaluates `prompt` from an empty cache, then decodes `decode` tokens
     /// greedily (end-of-sequence tokens included, so the count is exact). Wall-clock times.
     pub fn bench(&self, prompt: &[LlamaToken], decode: usize) -> Result<Timings> {
-        let mut session = self.session.lock().unwrap();
+        let mut session = self.session();
         ensure!(
             prompt.len() + decode <= session.context.n_ctx() as usize,
             "the benchmark does not fit the context"
@@ -393,7 +423,7 @@ impl LocalEngine {
     ) -> Result<Completion> {
         let tokens = self.prompt_tokens(&request.prompt)?;
         ensure!(!tokens.is_empty(), "empty prompt");
-        let mut guard = self.session.lock().unwrap();
+        let mut guard = self.session();
         let session = &mut *guard;
         let limit = session.context.n_ctx() as usize;
         if tokens.len().saturating_add(request.sampling.max_tokens) > limit {

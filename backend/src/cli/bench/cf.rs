@@ -403,10 +403,18 @@ fn generate_all(
         reproduction: args.lass.settings(),
         ..EditSettings::default()
     };
-    let fluency = args
-        .lass
-        .fluency
-        .for_run(home, reproduces, settings.most_candidates(chosen))?;
+    // Contexts enough for the method that edits the most items at once.
+    let most_concurrent = chosen
+        .iter()
+        .map(|m| args.llm.default_concurrency(m.uses_llm()))
+        .max()
+        .unwrap_or(1);
+    let fluency = args.lass.fluency.for_run(
+        home,
+        reproduces,
+        settings.most_candidates(chosen),
+        most_concurrent,
+    )?;
     let models = with_backend!(
         args.device,
         load_models(ModelsConfig {
@@ -432,7 +440,7 @@ fn generate_all(
             pipeline: &pipeline,
             items: plan.items,
             seed: args.seed,
-            concurrency: if args.llm.remote() { 4 } else { 1 },
+            concurrency: args.llm.default_concurrency(method.uses_llm()),
             output: out.join(format!("{}.jsonl", method.id())),
         };
         let bar = crate::progress::items(run.items.len() as u64, method.id());
@@ -528,7 +536,7 @@ fn score(
         .count() as f64
         / items.len().max(1) as f64;
 
-    let fluency = args.lass.fluency.model(home)?;
+    let fluency = args.lass.fluency.model(home, 1)?;
     let originals: Vec<&str> = items.iter().map(|i| i.text.as_str()).collect();
     let originals = perplexities(fluency.as_ref(), &originals);
     let threshold = args.lass.settings().max_perplexity;
