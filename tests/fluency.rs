@@ -21,6 +21,25 @@ fn engine() -> LocalEngine {
     LocalEngine::load(MODEL, &asset(MODEL).join("model.gguf"), options(1, 1)).unwrap()
 }
 
+/// Each text's token log-probabilities from an engine of its own.
+fn scored_alone(texts: &[&str]) -> Vec<Vec<f32>> {
+    texts
+        .iter()
+        .map(|text| engine().token_log_probs(text).unwrap())
+        .collect()
+}
+
+/// `scored` equals `expected` within 1e-3 a token.
+fn assert_scores_as(scored: &[f32], expected: &[f32], what: &str) {
+    assert_eq!(scored.len(), expected.len(), "{what}");
+    for (a, b) in scored.iter().zip(expected) {
+        assert!(
+            (a - b).abs() < 1e-3,
+            "{what}: {scored:?} against {expected:?}"
+        );
+    }
+}
+
 #[test]
 fn texts_scored_together_score_as_they_do_alone() {
     let texts = [
@@ -37,10 +56,7 @@ fn texts_scored_together_score_as_they_do_alone() {
         // More than one pass.
         "The soundtrack alone is worth the price of the ticket.",
     ];
-    let alone: Vec<Vec<f32>> = texts
-        .iter()
-        .map(|text| engine().token_log_probs(text).unwrap())
-        .collect();
+    let alone = scored_alone(&texts);
     let shared = engine();
     // All at once, then in two calls, then one by one.
     let together = shared.token_log_probs_all(&texts).unwrap();
@@ -56,14 +72,7 @@ fn texts_scored_together_score_as_they_do_alone() {
         ("one by one", one_by_one),
     ] {
         for ((text, expected), scored) in texts.iter().zip(&alone).zip(scored) {
-            let scored = scored.unwrap();
-            assert_eq!(scored.len(), expected.len(), "{way}: {text}");
-            for (a, b) in scored.iter().zip(expected) {
-                assert!(
-                    (a - b).abs() < 1e-3,
-                    "{way}: {text}: {scored:?} against {expected:?}"
-                );
-            }
+            assert_scores_as(&scored.unwrap(), expected, &format!("{way}: {text}"));
         }
     }
     // A text too short to score fails alone.
@@ -110,10 +119,7 @@ fn callers_at_once_score_on_contexts_of_their_own_as_they_do_alone() {
         "A moving, wonderful story that I would watch again tomorrow.",
         "The acting was superb and the plot made perfect sense.",
     ];
-    let alone: Vec<Vec<f32>> = texts
-        .iter()
-        .map(|text| engine().token_log_probs(text).unwrap())
-        .collect();
+    let alone = scored_alone(&texts);
     let pooled = LocalEngine::load(MODEL, &asset(MODEL).join("model.gguf"), options(2, 2)).unwrap();
     assert_eq!(pooled.contexts(), 2);
     std::thread::scope(|scope| {
@@ -123,11 +129,8 @@ fn callers_at_once_score_on_contexts_of_their_own_as_they_do_alone() {
                 for round in 0..3 {
                     let i = (caller + round) % texts.len();
                     let scored = pooled.token_log_probs_all(&[texts[i]]).unwrap().remove(0);
-                    let scored = scored.unwrap();
-                    assert_eq!(scored.len(), alone[i].len());
-                    for (a, b) in scored.iter().zip(&alone[i]) {
-                        assert!((a - b).abs() < 1e-3, "caller {caller}: {}", texts[i]);
-                    }
+                    let what = format!("caller {caller}: {}", texts[i]);
+                    assert_scores_as(&scored.unwrap(), &alone[i], &what);
                 }
             });
         }
