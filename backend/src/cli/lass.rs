@@ -77,6 +77,11 @@ pub struct TrainArgs {
     /// content text with its opinion words (Liu and Hu's lexicons) masked
     #[arg(long)]
     pub no_copy: bool,
+    /// A Gaussian posterior over the sentiment and content vectors, as Coop's BiMeanVAE:
+    /// training decodes a draw and adds its KL divergence from N(0, I) (free bits 0.25, weight
+    /// rising to 1 with α); generation reads the mean
+    #[arg(long)]
+    pub variational: bool,
     /// Texts of each label kept for `generate --sentiment parent`
     #[arg(long, default_value_t = 200, value_name = "N")]
     pub sentiment_parents: usize,
@@ -275,6 +280,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
     model.d_encoder = args.model.d_encoder;
     model.d_latent = args.model.d_latent;
     model.d_decoder = args.model.d_decoder;
+    model.variational = args.variational;
     if !args.no_copy {
         model.copy = Some(opinion_masking(home)?);
     }
@@ -294,6 +300,7 @@ fn train(home: &Home, args: TrainArgs) -> Result<()> {
             beta: args.annealing.beta,
             gamma: args.annealing.gamma,
             ramp_steps: args.annealing.ramp_steps,
+            ..Annealing::default()
         },
         sentiment_parents: args.sentiment_parents,
         out: args

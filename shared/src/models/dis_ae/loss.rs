@@ -4,9 +4,10 @@
 //! BiMeanVAE (and Eq. 1's sum of log-likelihoods), so the weights α = 5, β = γ = 1 have the
 //! paper's scale. Eq. 3 prints a minus sign before the KL divergence; minimising it would push
 //! `C(z_c)` away from uniform, the opposite of what the text says, so `L_n` is `+KL(U ‖ p)`.
+//! A variational Dis-AE ([`super::DisAeConfig::variational`]) adds BiMeanVAE's KL term.
 
 use burn::tensor::backend::Backend;
-use burn::tensor::{Int, Tensor};
+use burn::tensor::{Distribution, Int, Tensor};
 use serde::{Deserialize, Serialize};
 
 use super::{DisAe, Encoding, Memory, PaddedIds, Sentiment};
@@ -75,24 +76,51 @@ pub fn distance<B: Backend>(
         .mean()
 }
 
-/// The weights of Eq. 7 at one step.
+/// Coop's free bits: a latent dimension's KL term counts only above this many nats, so that
+/// the posterior keeps some information instead of collapsing onto the prior.
+pub const FREE_BITS: f64 = 0.25;
+
+/// BiMeanVAE's KL term: `KL(N(μ, σ²) ‖ N(0, 1))` of each latent dimension of `mean` and
+/// `log_variance` (`[batch, d]`), averaged over rows, summed over the dimensions whose average
+/// exceeds `free_bits`.
+pub fn gaussian_kl<B: Backend>(
+    mean: Tensor<B, 2>,
+    log_variance: Tensor<B, 2>,
+    free_bits: f64,
+) -> Tensor<B, 1> {
+    let per_dimension = (mean.powi_scalar(2) + log_variance.clone().exp() - log_variance)
+        .sub_scalar(1.0)
+        .mul_scalar(0.5)
+        .mean_dim(0);
+    let counted = per_dimension.clone().greater_elem(free_bits).float();
+    (per_dimension * counted).sum()
+}
+
+/// The weights of Eq. 7 (and a variational Dis-AE's KL term) at one step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LossWeights {
     pub alpha: f64,
     pub beta: f64,
     pub gamma: f64,
+    pub kl: f64,
 }
 
-/// α (on `L_emo`), β (`L_dis`) and γ (`L_cf`), each rising linearly from 0 to its maximum over
-/// the first `ramp_steps` steps (LASS anneals them up from 0 to 5, 1 and 1; it does not say
-/// how fast). A training stage ramps over at most its first quarter ([`Annealing::for_stage`]):
+/// α (on `L_emo`), β (`L_dis`), γ (`L_cf`) and a variational Dis-AE's KL weight, each rising
+/// linearly from 0 to its maximum over the first `ramp_steps` steps (LASS anneals them up from
+/// 0 to 5, 1 and 1 as VAEs anneal their KL term, to 1; it does not say how fast). A training stage ramps over at most its first quarter ([`Annealing::for_stage`]):
 /// a few hundred pairs train for only tens of steps.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Annealing {
     pub alpha: f64,
     pub beta: f64,
     pub gamma: f64,
+    #[serde(default = "one")]
+    pub kl: f64,
     pub ramp_steps: usize,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 impl Default for Annealing {
@@ -101,6 +129,7 @@ impl Default for Annealing {
             alpha: 5.0,
             beta: 1.0,
             gamma: 1.0,
+            kl: 1.0,
             ramp_steps: 1000,
         }
     }
@@ -127,6 +156,7 @@ impl Annealing {
             alpha: self.alpha * fraction,
             beta: self.beta * fraction,
             gamma: self.gamma * fraction,
+            kl: self.kl * fraction,
         }
     }
 }
@@ -139,10 +169,12 @@ pub struct DisAeLosses<B: Backend> {
     pub emotion: Tensor<B, 1>,
     pub distance: Option<Tensor<B, 1>>,
     pub counterfactual: Option<Tensor<B, 1>>,
+    /// A variational Dis-AE's KL term.
+    pub kl: Option<Tensor<B, 1>>,
 }
 
 impl<B: Backend> DisAeLosses<B> {
-    /// `L_rec + α L_emo + β L_dis + γ L_cf`.
+    /// `L_rec + α L_emo + β L_dis + γ L_cf` (+ the KL term's weight × it).
     pub fn total(&self, weights: LossWeights) -> Tensor<B, 1> {
         let mut total =
             self.reconstruction.clone() + self.emotion.clone().mul_scalar(weights.alpha);
@@ -152,7 +184,41 @@ impl<B: Backend> DisAeLosses<B> {
         if let Some(counterfactual) = &self.counterfactual {
             total = total + counterfactual.clone().mul_scalar(weights.gamma);
         }
+        if let Some(kl) = &self.kl {
+            total = total + kl.clone().mul_scalar(weights.kl);
+        }
         total
+    }
+}
+
+impl<B: Backend> Encoding<B> {
+    /// For training: a variational Dis-AE's draw `z = μ + σ ε` of both vectors and their KL
+    /// term ([`gaussian_kl`] with [`FREE_BITS`], summed); a deterministic one's encoding as it is.
+    pub fn sampled(self) -> (Self, Option<Tensor<B, 1>>) {
+        let Some([sentiment_log_variance, content_log_variance]) = self.log_variances.clone()
+        else {
+            return (self, None);
+        };
+        let draw = |mean: Tensor<B, 2>, log_variance: Tensor<B, 2>| {
+            let noise =
+                Tensor::random(mean.shape(), Distribution::Normal(0.0, 1.0), &mean.device());
+            mean + log_variance.mul_scalar(0.5).exp() * noise
+        };
+        let kl = gaussian_kl(
+            self.sentiment.clone(),
+            sentiment_log_variance.clone(),
+            FREE_BITS,
+        ) + gaussian_kl(
+            self.content.clone(),
+            content_log_variance.clone(),
+            FREE_BITS,
+        );
+        let sampled = Self {
+            sentiment: draw(self.sentiment, sentiment_log_variance),
+            content: draw(self.content, content_log_variance),
+            ..self
+        };
+        (sampled, Some(kl))
     }
 }
 
@@ -182,7 +248,7 @@ impl<B: Backend> DisAe<B> {
 
     /// Unpaired texts (the corpus-first stage): `L_rec`, and `L_emo` with each text's class.
     pub fn text_losses(&self, batch: &LabelledBatch<B>) -> DisAeLosses<B> {
-        let encoded = self.encode(&batch.tokens);
+        let (encoded, kl) = self.encode(&batch.tokens).sampled();
         let emotion = emotion(
             self.classify(encoded.sentiment.clone()),
             batch.classes.clone(),
@@ -194,14 +260,15 @@ impl<B: Backend> DisAe<B> {
             emotion,
             distance: None,
             counterfactual: None,
+            kl,
         }
     }
 
     /// All of Eq. 7's terms for pairs: row i of `a` and of `b` share content and differ in
     /// sentiment. `L_cf` decodes each text from its own sentiment and its partner's content.
     pub fn pair_losses(&self, a: &LabelledBatch<B>, b: &LabelledBatch<B>) -> DisAeLosses<B> {
-        let ea = self.encode(&a.tokens);
-        let eb = self.encode(&b.tokens);
+        let (ea, kl_a) = self.encode(&a.tokens).sampled();
+        let (eb, kl_b) = self.encode(&b.tokens).sampled();
         let emotion = emotion(self.classify(ea.sentiment.clone()), a.classes.clone())
             + emotion(self.classify(eb.sentiment.clone()), b.classes.clone())
             + neutrality(self.classify(ea.content.clone()))
@@ -229,6 +296,7 @@ impl<B: Backend> DisAe<B> {
             counterfactual: Some(
                 decode(&ea.sentiment, &eb, &a.tokens) + decode(&eb.sentiment, &ea, &b.tokens),
             ),
+            kl: kl_a.zip(kl_b).map(|(a, b)| a + b),
         }
     }
 }
@@ -318,7 +386,8 @@ mod tests {
             LossWeights {
                 alpha: 0.0,
                 beta: 0.0,
-                gamma: 0.0
+                gamma: 0.0,
+                kl: 0.0
             }
         );
         assert_eq!(
@@ -326,7 +395,8 @@ mod tests {
             LossWeights {
                 alpha: 1.25,
                 beta: 0.25,
-                gamma: 0.25
+                gamma: 0.25,
+                kl: 0.25
             }
         );
         assert_eq!(annealing.weights(4), annealing.weights(400));
@@ -354,12 +424,33 @@ mod tests {
             emotion: one(2.0),
             distance: Some(one(1.5)),
             counterfactual: Some(one(7.0)),
+            kl: Some(one(4.0)),
         };
         let weights = LossWeights {
             alpha: 5.0,
             beta: 1.0,
             gamma: 0.5,
+            kl: 0.25,
         };
-        assert!((scalar(losses.total(weights)) - (10.0 + 10.0 + 1.5 + 3.5)).abs() < 1e-5);
+        assert!((scalar(losses.total(weights)) - (10.0 + 10.0 + 1.5 + 3.5 + 1.0)).abs() < 1e-5);
+    }
+
+    #[test]
+    fn gaussian_kl_by_hand_counts_only_dimensions_above_the_free_bits() {
+        // Dimension 0: μ = ±1, σ² = 1 → ½(1 + 1 − 0 − 1) = 0.5 in each row. Dimension 1: μ = 0,
+        // σ² = 1.5 → ½(1.5 − ln 1.5 − 1) = 0.047267, under 0.25.
+        let mean = matrix(vec![1.0, 0.0, -1.0, 0.0], [2, 2]);
+        let log_variance = matrix(vec![0.0, 1.5f32.ln(), 0.0, 1.5f32.ln()], [2, 2]);
+        let both = scalar(gaussian_kl(mean.clone(), log_variance.clone(), 0.0));
+        assert!((both - 0.547267).abs() < 1e-5, "{both}");
+        let counted = scalar(gaussian_kl(mean, log_variance, FREE_BITS));
+        assert!((counted - 0.5).abs() < 1e-6, "{counted}");
+        // The prior itself costs nothing.
+        let prior = gaussian_kl(
+            matrix(vec![0.0; 4], [2, 2]),
+            matrix(vec![0.0; 4], [2, 2]),
+            0.0,
+        );
+        assert!(scalar(prior).abs() < 1e-7);
     }
 }

@@ -64,6 +64,15 @@ pub struct DisAeConfig {
     /// The copying decoder and the words its memory masks (none: the paper's decoder).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub copy: Option<ContentCopy>,
+    /// BiMeanVAE's Gaussian posterior (Coop): each head also gives a log-variance, training
+    /// decodes a draw and pays its KL divergence from N(0, I), and everything else reads the
+    /// mean (false: LASS's deterministic Dis-AE).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub variational: bool,
+}
+
+fn is_false(flag: &bool) -> bool {
+    !flag
 }
 
 /// A Dis-AE that copies its content through attention (see the module documentation).
@@ -92,6 +101,7 @@ impl DisAeConfig {
             bos_id,
             eos_id,
             copy: None,
+            variational: false,
         }
     }
 
@@ -138,8 +148,8 @@ impl DisAeConfig {
                 .init(device),
             forward_lstm: FusedLstm::new(self.d_embed, self.d_encoder, device),
             backward_lstm: FusedLstm::new(self.d_embed, self.d_encoder, device),
-            sentiment_head: AttentionPool::new(states, self.d_latent, device),
-            content_head: AttentionPool::new(states, self.d_latent, device),
+            sentiment_head: AttentionPool::new(states, self.d_latent, self.variational, device),
+            content_head: AttentionPool::new(states, self.d_latent, self.variational, device),
             classifier: LinearConfig::new(self.d_latent, labels).init(device),
             label_vectors: Initializer::Normal {
                 mean: 0.0,
@@ -223,17 +233,19 @@ impl<B: Backend> Memory<B> {
 }
 
 /// Attention pooling: weights from `vᵀ tanh(W s_t + U q)` over the real positions, then the
-/// weighted sum of the states projected to the latent size.
+/// weighted sum of the states projected to the latent size (and, for a variational Dis-AE,
+/// to its log-variance).
 #[derive(Module, Debug)]
 pub struct AttentionPool<B: Backend> {
     state: Linear<B>,
     query: Linear<B>,
     score: Linear<B>,
     project: Linear<B>,
+    log_variance: Option<Linear<B>>,
 }
 
 impl<B: Backend> AttentionPool<B> {
-    fn new(d_states: usize, d_out: usize, device: &B::Device) -> Self {
+    fn new(d_states: usize, d_out: usize, variational: bool, device: &B::Device) -> Self {
         Self {
             state: LinearConfig::new(d_states, d_states).init(device),
             query: LinearConfig::new(d_states, d_states)
@@ -241,17 +253,18 @@ impl<B: Backend> AttentionPool<B> {
                 .init(device),
             score: LinearConfig::new(d_states, 1).with_bias(false).init(device),
             project: LinearConfig::new(d_states, d_out).init(device),
+            log_variance: variational.then(|| LinearConfig::new(d_states, d_out).init(device)),
         }
     }
 
     /// States `[batch, seq, d]`, their 1/0 mask `[batch, seq]` and the query `[batch, d]` →
-    /// `[batch, d_out]`.
+    /// the pooled vector `[batch, d_out]` (the posterior's mean) and its log-variance.
     fn forward(
         &self,
         states: Tensor<B, 3>,
         mask: &Tensor<B, 2>,
         query: Tensor<B, 2>,
-    ) -> Tensor<B, 2> {
+    ) -> (Tensor<B, 2>, Option<Tensor<B, 2>>) {
         let [_, _, d] = states.dims();
         let scores = additive_scores(
             per_token(&self.state, states.clone()),
@@ -259,8 +272,12 @@ impl<B: Backend> AttentionPool<B> {
             self.score.weight.val().reshape([d]),
         );
         let scores = scores.mask_fill(mask.clone().equal_elem(0.0), f32::NEG_INFINITY);
-        self.project
-            .forward(weighted_sum(states, softmax(scores, 1)))
+        let pooled = weighted_sum(states, softmax(scores, 1));
+        let log_variance = self
+            .log_variance
+            .as_ref()
+            .map(|layer| layer.forward(pooled.clone()));
+        (self.project.forward(pooled), log_variance)
     }
 }
 
@@ -357,6 +374,27 @@ pub struct Encoding<B: Backend> {
     pub content: Tensor<B, 2>,
     /// A copying Dis-AE's memory of the content.
     pub memory: Option<Memory<B>>,
+    /// A variational Dis-AE's log-variances of `sentiment` and `content` (which are then the
+    /// posterior's means).
+    pub log_variances: Option<[Tensor<B, 2>; 2]>,
+}
+
+impl<B: Backend> Encoding<B> {
+    /// The heads' means and log-variances (both or neither) as an encoding.
+    fn of_heads(
+        (sentiment, sentiment_log_variance): (Tensor<B, 2>, Option<Tensor<B, 2>>),
+        (content, content_log_variance): (Tensor<B, 2>, Option<Tensor<B, 2>>),
+        memory: Option<Memory<B>>,
+    ) -> Self {
+        Self {
+            sentiment,
+            content,
+            memory,
+            log_variances: sentiment_log_variance
+                .zip(content_log_variance)
+                .map(Into::into),
+        }
+    }
 }
 
 /// Where a decoded text's sentiment comes from.
@@ -383,13 +421,11 @@ impl<B: Backend> DisAe<B> {
         let Some(copy) = &self.copy else {
             let states = self.states(batch.ids.clone(), &batch.lengths);
             let pooled = mean_pool(states.clone(), &batch.mask);
-            return Encoding {
-                sentiment: self
-                    .sentiment_head
-                    .forward(states.clone(), &batch.mask, pooled.clone()),
-                content: self.content_head.forward(states, &batch.mask, pooled),
-                memory: None,
-            };
+            let sentiment =
+                self.sentiment_head
+                    .forward(states.clone(), &batch.mask, pooled.clone());
+            let content = self.content_head.forward(states, &batch.mask, pooled);
+            return Encoding::of_heads(sentiment, content, None);
         };
         // Both readings in one pass of the BiLSTM: the texts, then their masked copies (as wide).
         let [rows, seq] = batch.ids.dims();
@@ -411,15 +447,12 @@ impl<B: Backend> DisAe<B> {
             &content.mask,
             mean_pool(masked.clone(), &content.mask),
         );
-        Encoding {
-            sentiment,
-            content: content_vector,
-            memory: Some(Memory {
-                keys: per_token(&copy.key, masked.clone()),
-                states: masked,
-                mask: content.mask.clone(),
-            }),
-        }
+        let memory = Memory {
+            keys: per_token(&copy.key, masked.clone()),
+            states: masked,
+            mask: content.mask.clone(),
+        };
+        Encoding::of_heads(sentiment, content_vector, Some(memory))
     }
 
     /// The BiLSTM's states of `ids` (`[batch, seq]`, rows of `lengths` real tokens),
@@ -799,6 +832,7 @@ mod tests {
             alpha: 5.0,
             beta: 1.0,
             gamma: 1.0,
+            kl: 1.0,
         };
         let model = train_small(&config, |model| model.pair_losses(&a, &b).total(weights));
         let settings = beam_search(Vec::new());
@@ -847,6 +881,50 @@ mod tests {
             config
                 .load::<Flex>(model.to_safetensors().unwrap(), &device)
                 .is_err()
+        );
+    }
+
+    #[test]
+    fn a_variational_dis_ae_draws_around_its_mean_only_for_training() {
+        let device = Default::default();
+        let config = DisAeConfig {
+            variational: true,
+            ..tiny_config()
+        };
+        let json = serde_json::to_string(&config).unwrap();
+        assert!(json.contains("\"variational\":true"));
+        assert!(
+            !serde_json::to_string(&tiny_config())
+                .unwrap()
+                .contains("variational")
+        );
+        let model: DisAe<Flex> = config.init(&device);
+        let batch = PaddedIds::new(&[vec![1, 5, 6, 2], vec![1, 7, 2]], 0, &device);
+        // Encoding reads the mean: the same twice, and the same after saving and loading.
+        let (once, twice) = (model.encode(&batch), model.encode(&batch));
+        assert_eq!(max_abs_diff(once.content.clone(), twice.content), 0.0);
+        let loaded: DisAe<Flex> = config
+            .load(model.to_safetensors().unwrap(), &device)
+            .unwrap();
+        let reloaded = loaded.encode(&batch);
+        let [_, content_log_variance] = once.log_variances.clone().expect("log-variances");
+        let [_, reloaded_log_variance] = reloaded.log_variances.expect("log-variances");
+        assert_eq!(
+            max_abs_diff(content_log_variance, reloaded_log_variance),
+            0.0
+        );
+        // Training draws around it and pays a KL term.
+        let (drawn, kl) = model.encode(&batch).sampled();
+        assert!(max_abs_diff(drawn.content, once.content.clone()) > 1e-3);
+        assert!(max_abs_diff(drawn.sentiment, once.sentiment) > 1e-3);
+        assert!(kl.expect("a KL term").into_scalar() >= 0.0);
+        // A deterministic Dis-AE trains on its encoding itself.
+        let plain = tiny();
+        let (kept, none) = plain.encode(&batch).sampled();
+        assert!(none.is_none() && kept.log_variances.is_none());
+        assert_eq!(
+            max_abs_diff(kept.content, plain.encode(&batch).content),
+            0.0
         );
     }
 
@@ -966,41 +1044,52 @@ mod tests {
             tokens: PaddedIds::with_content(&rows, &masks, 0, &device),
             classes: Tensor::from_data(TensorData::new(classes, [n]), &device),
         };
-        let config = small_config(23, true);
-        let weights = LossWeights {
-            alpha: 5.0,
-            beta: 0.0,
-            gamma: 0.0,
-        };
-        let model = train_small(&config, |model| model.text_losses(&batch).total(weights));
-        let settings = beam_search(vec![0, 3]);
-        for class in [0, 1] {
-            let sources: Vec<Vec<u32>> = contents
-                .iter()
-                .enumerate()
-                .map(|(i, c)| text(c, opinion(1 - class, i)))
-                .collect();
-            let source_masks: Vec<Vec<u32>> = contents.iter().map(|c| masked(c)).collect();
-            let encoded = model.encode(&PaddedIds::with_content(
-                &sources,
-                &source_masks,
-                0,
-                &device,
-            ));
-            let latent = model.latent(Sentiment::Label(class), encoded.content);
-            let decoded =
-                model.generate(latent, encoded.memory, config.special_tokens(), &settings);
-            for (content, mut decoded) in contents.iter().zip(decoded) {
-                let tokens = decoded.swap_remove(0).tokens;
-                // The content copied, and a word of the target sentiment where the masked
-                // one was.
-                assert_eq!(&tokens[..content.len()], *content, "class {class}");
-                assert_eq!(tokens.len(), content.len() + 1, "{tokens:?}");
-                let word = tokens[content.len()];
-                assert!(
-                    [[6, 7], [4, 5]][class].contains(&word),
-                    "class {class}: {tokens:?}"
-                );
+        // Deterministic, and with BiMeanVAE's posterior (its mean decoded).
+        for variational in [false, true] {
+            let config = DisAeConfig {
+                variational,
+                ..small_config(23, true)
+            };
+            let weights = LossWeights {
+                alpha: 5.0,
+                beta: 0.0,
+                gamma: 0.0,
+                kl: 1.0,
+            };
+            let model = train_small(&config, |model| model.text_losses(&batch).total(weights));
+            let settings = beam_search(vec![0, 3]);
+            for class in [0, 1] {
+                let sources: Vec<Vec<u32>> = contents
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| text(c, opinion(1 - class, i)))
+                    .collect();
+                let source_masks: Vec<Vec<u32>> = contents.iter().map(|c| masked(c)).collect();
+                let encoded = model.encode(&PaddedIds::with_content(
+                    &sources,
+                    &source_masks,
+                    0,
+                    &device,
+                ));
+                let latent = model.latent(Sentiment::Label(class), encoded.content);
+                let decoded =
+                    model.generate(latent, encoded.memory, config.special_tokens(), &settings);
+                for (content, mut decoded) in contents.iter().zip(decoded) {
+                    let tokens = decoded.swap_remove(0).tokens;
+                    // The content copied, and a word of the target sentiment where the masked
+                    // one was.
+                    assert_eq!(
+                        &tokens[..content.len()],
+                        *content,
+                        "class {class}, variational {variational}"
+                    );
+                    assert_eq!(tokens.len(), content.len() + 1, "{tokens:?}");
+                    let word = tokens[content.len()];
+                    assert!(
+                        [[6, 7], [4, 5]][class].contains(&word),
+                        "class {class}, variational {variational}: {tokens:?}"
+                    );
+                }
             }
         }
     }
