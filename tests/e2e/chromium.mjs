@@ -2,8 +2,10 @@
 // app's classifier backends can run; playwright-core never downloads a browser.
 import { chromium } from 'playwright-core';
 
+// CHROMIUM_JS_FLAGS: V8 flags (`flipside bench browser --js-flags`).
 const CHROMIUM_ARGS = ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--no-first-run',
-  '--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader'];
+  '--enable-unsafe-webgpu', '--use-webgpu-adapter=swiftshader',
+  ...(process.env.CHROMIUM_JS_FLAGS ? [`--js-flags=${process.env.CHROMIUM_JS_FLAGS}`] : [])];
 
 export function launchChromium() {
   return chromium.launch({

@@ -106,6 +106,50 @@ pub struct BrowserBenchArgs {
     /// Timed generations of all the texts on each side (after one untimed)
     #[arg(long, default_value_t = 3)]
     pub generation_runs: usize,
+    /// V8 flags for the page's Chromium, e.g. `--no-enable-avx --no-enable-avx2
+    /// --no-enable-fma3` for the SSE4.2 code a CPU without AVX gets (V8 has no AVX-512 code: the
+    /// instruction sets it uses are printed)
+    #[arg(long, value_name = "FLAGS", allow_hyphen_values = true)]
+    pub js_flags: Option<String>,
+}
+
+impl BrowserBenchArgs {
+    /// The environment every browser script gets: the server's URL and the V8 flags.
+    fn script_env<'a>(&'a self, url: &'a str) -> Vec<(&'a str, &'a str)> {
+        let mut env = vec![("FLIPSIDE_URL", url)];
+        if let Some(flags) = &self.js_flags {
+            env.push(("CHROMIUM_JS_FLAGS", flags.as_str()));
+        }
+        env
+    }
+}
+
+/// The Chromium the browser scripts launch (`CHROMIUM`, else Debian's).
+fn chromium_path() -> PathBuf {
+    std::env::var_os("CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"))
+}
+
+/// The instruction sets V8 generates code for in that Chromium with `js_flags` (the line its
+/// `--js-flags=--help` starts with, such as `SSE3=1 … AVX2=1 … FMA3=1 …`).
+fn v8_instruction_sets(js_flags: Option<&str>) -> Result<String> {
+    let mut chromium = Command::new(chromium_path())
+        .args(["--headless", "--no-sandbox", "--disable-gpu"])
+        .arg(format!("--js-flags={} --help", js_flags.unwrap_or("")))
+        .arg("about:blank")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("cannot run {}", chromium_path().display()))?;
+    let stdout = chromium.stdout.take().expect("a piped stdout");
+    let line = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.starts_with("SSE3="));
+    chromium.kill().ok();
+    chromium.wait().ok();
+    line.context("Chromium's V8 did not list its instruction sets")
 }
 
 /// What the Dis-AE browser script prints.
@@ -205,22 +249,33 @@ pub fn bench_browser(home: &Home, args: BrowserBenchArgs) -> Result<()> {
         }
         None => None,
     };
+    println!(
+        "V8's instruction sets{}: {}",
+        args.js_flags
+            .as_deref()
+            .map(|flags| format!(" with {flags}"))
+            .unwrap_or_default(),
+        v8_instruction_sets(args.js_flags.as_deref())?
+    );
     println!("starting a server for the app and timing in headless Chromium…");
     let server = TemporaryServer::start(home, &args, &classifier_dir, dis_ae.as_deref())?;
     let mut browser: BrowserResult = run_script(
         &args.e2e_dir,
         &script,
         &[
-            ("FLIPSIDE_URL", server.url.as_str()),
-            ("BENCH_TEXT", &text),
-            ("BENCH_BACKEND", args.backend.id()),
-            (
-                "BENCH_QUERY",
-                if args.simd128 { "&int8=simd128" } else { "" },
-            ),
-            ("BENCH_RUNS", &args.runs.to_string()),
-            ("BENCH_WARMUP", &args.warmup.to_string()),
-        ],
+            args.script_env(&server.url).as_slice(),
+            &[
+                ("BENCH_TEXT", &text),
+                ("BENCH_BACKEND", args.backend.id()),
+                (
+                    "BENCH_QUERY",
+                    if args.simd128 { "&int8=simd128" } else { "" },
+                ),
+                ("BENCH_RUNS", &args.runs.to_string()),
+                ("BENCH_WARMUP", &args.warmup.to_string()),
+            ],
+        ]
+        .concat(),
     )?;
     ensure!(
         browser.backend == args.backend.id(),
@@ -371,11 +426,14 @@ fn bench_generation(
         &args.e2e_dir,
         &args.e2e_dir.join("bench-dis-ae.mjs"),
         &[
-            ("FLIPSIDE_URL", url),
-            ("BENCH_TEXTS", &serde_json::to_string(&texts)?),
-            ("BENCH_LABEL", &label),
-            ("BENCH_RUNS", &args.generation_runs.to_string()),
-        ],
+            args.script_env(url).as_slice(),
+            &[
+                ("BENCH_TEXTS", &serde_json::to_string(&texts)?),
+                ("BENCH_LABEL", &label),
+                ("BENCH_RUNS", &args.generation_runs.to_string()),
+            ],
+        ]
+        .concat(),
     )?;
     let same = browser
         .outputs
