@@ -107,8 +107,9 @@ pub struct LossWeights {
 
 /// α (on `L_emo`), β (`L_dis`), γ (`L_cf`) and a variational Dis-AE's KL weight, each rising
 /// linearly from 0 to its maximum over the first `ramp_steps` steps (LASS anneals them up from
-/// 0 to 5, 1 and 1 as VAEs anneal their KL term, to 1; it does not say how fast). A training stage ramps over at most its first quarter ([`Annealing::for_stage`]):
-/// a few hundred pairs train for only tens of steps.
+/// 0 to 5, 1 and 1 as VAEs anneal their KL term, to 1; it does not say how fast). A training
+/// stage ramps over at most its first quarter ([`Annealing::for_stage`]): a few hundred pairs
+/// train for only tens of steps.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Annealing {
     pub alpha: f64,
