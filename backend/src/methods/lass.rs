@@ -2,7 +2,7 @@
 //! (the content parent) with the target label's sentiment — its learnt label vector, or the
 //! sentiment of a text with that label (a sentiment parent) — and decodes a new text. Outputs
 //! the fluency model finds too perplexing are failed attempts (the paper's perplexity filter,
-//! see [`FluencyFilter`]); the pipeline's flip check is the paper's sentiment filter, always on
+//! which also passes an output as fluent as its source); the pipeline's flip check is the paper's sentiment filter, always on
 //! for this method.
 //!
 //! An item without an opinion word fails at once and for good ([`NoEdit::hopeless`]): a copying
@@ -70,7 +70,7 @@ pub enum SentimentSource {
 pub struct ReproductionSettings {
     pub sentiment: SentimentSource,
     /// Outputs with a higher perplexity under the fluency model than this and than their
-    /// source are failed attempts ([`FluencyFilter`]; none: no fluency filter).
+    /// source are failed attempts (none: no fluency filter).
     pub max_perplexity: Option<f64>,
 }
 
