@@ -187,9 +187,10 @@ impl FluencyArgs {
         candidates: usize,
         concurrency: usize,
     ) -> Result<Option<Arc<dyn Fluency>>> {
-        match (candidates > 1, reproduces && self.max_perplexity > 0.0) {
-            (true, _) | (false, true) => self.model(home, concurrency).map(Some),
-            (false, false) => Ok(None),
+        if candidates > 1 || (reproduces && self.max_perplexity > 0.0) {
+            self.model(home, concurrency).map(Some)
+        } else {
+            Ok(None)
         }
     }
 

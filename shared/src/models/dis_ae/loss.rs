@@ -115,13 +115,8 @@ pub struct Annealing {
     pub alpha: f64,
     pub beta: f64,
     pub gamma: f64,
-    #[serde(default = "one")]
     pub kl: f64,
     pub ramp_steps: usize,
-}
-
-fn one() -> f64 {
-    1.0
 }
 
 impl Default for Annealing {

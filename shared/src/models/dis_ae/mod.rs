@@ -67,12 +67,8 @@ pub struct DisAeConfig {
     /// BiMeanVAE's Gaussian posterior (Coop): each head also gives a log-variance, training
     /// decodes a draw and pays its KL divergence from N(0, I), and everything else reads the
     /// mean (false: LASS's deterministic Dis-AE).
-    #[serde(default, skip_serializing_if = "is_false")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub variational: bool,
-}
-
-fn is_false(flag: &bool) -> bool {
-    !flag
 }
 
 /// A Dis-AE that copies its content through attention (see the module documentation).
