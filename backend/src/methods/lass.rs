@@ -7,6 +7,9 @@
 //!
 //! An item without an opinion word fails at once and for good ([`NoEdit::hopeless`]): a copying
 //! Dis-AE would reproduce it unchanged.
+//! A hypothesis that writes a word of the target label's opinion lexicon under a negation ("would
+//! not love") has kept the source's label, whatever the classifier says: it fails unscored
+//! ([`negated_new_word`]).
 //!
 //! The first attempt decodes with the paper's beam search (4 beams, at most 70 tokens) and keeps
 //! the best of its finished hypotheses that the perplexity filter passes (on `bench cf`, 65 of
@@ -31,6 +34,8 @@ use flipside_shared::records::{LassProvenance, Provenance};
 use serde::{Deserialize, Serialize};
 
 use super::{EditSettings, Method, MethodCard, Models, Stages};
+use crate::editing::keywords::Lexicons;
+use crate::editing::negation::negated_new_word;
 use crate::lass::model::Reproduce;
 use crate::llm::Fluency;
 use crate::pipeline::{Attempt, Candidate, Context, Editor, Item, NoEdit};
@@ -110,6 +115,7 @@ impl Method for Lass {
             context: None,
             editor: Arc::new(DisAeEditor {
                 reproducer,
+                lexicons: models.lexicons.clone(),
                 fluency,
                 sentiment: settings.reproduction.sentiment,
             }),
@@ -120,6 +126,8 @@ impl Method for Lass {
 /// Reproduces the item with the target label's sentiment.
 struct DisAeEditor {
     reproducer: Arc<dyn Reproduce>,
+    /// The opinion words whose negation fails an output ([`negated_new_word`]).
+    lexicons: Arc<Lexicons>,
     fluency: Option<FluencyFilter>,
     sentiment: SentimentSource,
 }
@@ -266,6 +274,7 @@ impl Editor for DisAeEditor {
         // The best hypothesis the fluency filter keeps; else why the first changed one failed,
         // else why the first failed.
         let mut first_failure: Option<NoEdit> = None;
+        let target_words = self.lexicons.of_polarity(&item.target);
         let mut changed = Vec::new();
         for (rank, reproduced) in hypotheses.into_iter().enumerate() {
             let text = reproduced.text.trim().to_string();
@@ -274,7 +283,13 @@ impl Editor for DisAeEditor {
             } else if text.to_lowercase() == unchanged {
                 let why = "the Dis-AE reproduced the text unchanged";
                 first_failure.get_or_insert(NoEdit::new(why, Some(text)));
-            } else if changed.iter().all(|(_, seen, _)| *seen != text) {
+            } else if changed.iter().any(|(_, seen, _)| *seen == text) {
+                // A repeat.
+            } else if let Some(negated) =
+                target_words.and_then(|words| negated_new_word(source, &text, words))
+            {
+                first_failure.get_or_insert(NoEdit::new(negated.to_string(), Some(text)));
+            } else {
                 changed.push((rank, text, reproduced));
             }
         }
@@ -388,6 +403,7 @@ mod tests {
         let fluency = Arc::new(TableFluency(table, AtomicUsize::new(0)));
         let editor = |hypotheses: Vec<&'static str>| DisAeEditor {
             reproducer: Arc::new(ScriptedReproducer(hypotheses)),
+            lexicons: Arc::new(Lexicons::of_opinions(&["good"], &["awful", "poor", "bad"])),
             fluency: Some(FluencyFilter {
                 model: fluency.clone(),
                 threshold: 125.0,
@@ -439,6 +455,25 @@ mod tests {
             .unwrap()
             .unwrap_err();
         assert!(!second.hopeless);
+        // A target-label word under a negation fails unscored ("not bad" is not negative).
+        let calls = fluency.1.load(Ordering::Relaxed);
+        let kept = editor(vec!["not bad", "awful"])
+            .propose(&item, &Context::default(), first)
+            .unwrap()
+            .unwrap();
+        assert_eq!(kept.text, "awful");
+        assert!(kept.fallbacks.is_empty());
+        // "awful" and its source (this editor's filter has not scored it), not "not bad".
+        assert_eq!(fluency.1.load(Ordering::Relaxed), calls + 2);
+        let failed = editor(vec!["not bad"])
+            .propose(&item, &Context::default(), first)
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(
+            failed.reason,
+            "its new opinion word \"bad\" is negated (\"not\" before it), so the text keeps its label"
+        );
+        assert!(failed.hopeless);
     }
 
     #[test]
