@@ -2,14 +2,13 @@
 //! (the content parent) with the target label's sentiment — its learnt label vector, or the
 //! sentiment of a text with that label (a sentiment parent) — and decodes a new text. Outputs
 //! the fluency model finds too perplexing are failed attempts (the paper's perplexity filter,
-//! which also passes an output as fluent as its source); the pipeline's flip check is the paper's sentiment filter, always on
-//! for this method.
+//! which also passes an output as fluent as its source); the pipeline's flip check is the
+//! paper's sentiment filter, always on for this method.
 //!
 //! An item without an opinion word fails at once and for good ([`NoEdit::hopeless`]): a copying
-//! Dis-AE would reproduce it unchanged.
-//! A hypothesis that writes a word of the target label's opinion lexicon under a negation ("would
-//! not love") has kept the source's label, whatever the classifier says: it fails unscored
-//! ([`negated_new_word`]).
+//! Dis-AE would reproduce it unchanged. A hypothesis that writes a word of the target label's
+//! opinion lexicon under a negation ("would not love") has kept the source's label, whatever the
+//! classifier says: it fails unscored ([`negated_new_word`]).
 //!
 //! The first attempt decodes with the paper's beam search (4 beams, at most 70 tokens) and keeps
 //! the best of its finished hypotheses that the perplexity filter passes (on `bench cf`, 65 of
