@@ -117,35 +117,41 @@ fn Generator(info: ServerInfo, dis_ae: DisAeInfo) -> impl IntoView {
                 running.set(false);
                 return;
             };
-            for line in lines {
-                let outcome = match dis_ae::reproduce(&[&line], &target) {
-                    Ok((mut reproduced, ms)) => {
+            // As many lines at a time as the Dis-AE has workers, so that every core decodes.
+            let at_once = dis_ae::workers().max(1);
+            'batches: for batch in lines.chunks(at_once) {
+                let reproduced = match dis_ae::reproduce(batch, &target).await {
+                    Ok((reproduced, ms)) => {
                         millis.update(|m| *m += ms);
-                        let edited = reproduced.remove(0).text;
-                        scorer.score(&edited).await.map(|scores| {
-                            let p = scores.probability(&target);
-                            Generated {
-                                flipped: scores.predicted() == Some(target.as_str()),
-                                original: line,
-                                edited,
-                                target: target.clone(),
-                                target_probability: p,
-                                method: "lass",
-                                model: model.clone(),
-                            }
-                        })
+                        reproduced
                     }
-                    Err(message) => Err(message),
-                };
-                match outcome {
-                    Ok(generated) => results.update(|r| r.push(generated)),
                     Err(message) => {
                         error.set(Some(message));
                         break;
                     }
+                };
+                for (line, reproduced) in batch.iter().zip(reproduced) {
+                    let edited = reproduced.text;
+                    match scorer.score(&edited).await {
+                        Ok(scores) => results.update(|r| {
+                            r.push(Generated {
+                                flipped: scores.predicted() == Some(target.as_str()),
+                                original: line.clone(),
+                                target_probability: scores.probability(&target),
+                                edited,
+                                target: target.clone(),
+                                method: "lass",
+                                model: model.clone(),
+                            })
+                        }),
+                        Err(message) => {
+                            error.set(Some(message));
+                            break 'batches;
+                        }
+                    }
+                    // Let the page show the row before the classifier takes the thread again.
+                    yield_to_browser().await;
                 }
-                // Let the page show the row before the next one blocks the thread.
-                yield_to_browser().await;
             }
             running.set(false);
         });
@@ -218,10 +224,12 @@ fn Generator(info: ServerInfo, dis_ae: DisAeInfo) -> impl IntoView {
                         String::new()
                     } else {
                         format!(
-                            "{} of {n} flipped · {} in the Dis-AE ({:.1} texts/s, CPU wasm)",
+                            "{} of {n} flipped · {} in the Dis-AE ({:.1} texts/s, CPU wasm, {} worker{})",
                             flipped(),
                             format_millis(millis.get()),
                             1000.0 * n as f64 / millis.get().max(1e-9),
+                            dis_ae::workers(),
+                            if dis_ae::workers() == 1 { "" } else { "s" },
                         )
                     }
                 }}

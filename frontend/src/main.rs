@@ -4,7 +4,7 @@
 //! counterfactuals) and the team portal (sign-in, invitations, review queues by keyboard).
 //!
 //! One module per concept: [`api`] talks to the server, [`scoring`] runs the classifier and
-//! [`dis_ae`] the Dis-AE in the browser, [`demo`], [`browser_generation`], [`jobs`],
+//! [`dis_ae`] the Dis-AE in the browser's workers ([`dis_ae_worker`]), [`demo`], [`browser_generation`], [`jobs`],
 //! [`portal`] and [`review`] are the pages.
 //!
 //! How the parts fit together, and what they measure: the book in `docs/` (`mdbook build docs`;
@@ -16,6 +16,7 @@ mod datasets;
 mod demo;
 mod diff_view;
 mod dis_ae;
+mod dis_ae_worker;
 mod edit_result;
 mod jobs;
 mod live_edit;
@@ -40,6 +41,10 @@ use crate::route::Route;
 
 fn main() {
     console_error_panic_hook::set_once();
+    // In a Dis-AE worker ([`dis_ae_worker`]) the module runs without a page.
+    if web_sys::window().is_none() {
+        return;
+    }
     if let Some(boot) = document().get_element_by_id("boot") {
         boot.remove();
     }

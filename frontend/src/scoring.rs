@@ -195,7 +195,7 @@ pub fn scorer() -> Option<Rc<Scorer>> {
 }
 
 /// The value of `name` in the page's URL query, if any.
-fn query_parameter(name: &str) -> Option<String> {
+pub fn query_parameter(name: &str) -> Option<String> {
     let search = window().location().search().ok()?;
     web_sys::UrlSearchParams::new_with_str(&search)
         .ok()?

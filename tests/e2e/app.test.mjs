@@ -229,8 +229,12 @@ test('the Dis-AE generates in the browser as it does natively; the page flips, h
   const button = page.getByTestId('generate-button');
   await page.waitForFunction(() => window.flipsideReproducerReady === true || window.flipsideReproducerError, null, { timeout: LONG });
   assert.equal(await page.evaluate(() => window.flipsideReproducerError ?? null), null);
+  // A worker per core (at most 4), each with the whole model.
+  const [workers, cores] = await page.evaluate(() => [window.flipsideReproducerWorkers, navigator.hardwareConcurrency]);
+  assert.equal(workers, Math.min(Math.max(cores, 1), 4));
 
-  // The same parents and beam search give the same texts as the native Dis-AE.
+  // The same parents and beam search give the same texts as the native Dis-AE, the texts split
+  // between the workers.
   const started = Date.now();
   const outputs = await page.evaluate(([texts, label]) => window.flipsideReproduce(texts, label), [NATIVE.texts, NATIVE.label]);
   const seconds = (Date.now() - started) / 1000;
@@ -253,6 +257,7 @@ test('the Dis-AE generates in the browser as it does natively; the page flips, h
   }
   const summary = await page.getByTestId('generate-summary').innerText();
   assert.match(summary, /of 3 flipped/);
+  assert.match(summary, new RegExp(`CPU wasm, ${workers} workers?\\)`));
   const href = await page.getByTestId('generate-download').getAttribute('href');
   const lines = decodeURIComponent(href.slice(href.indexOf(',') + 1)).trim().split('\n').map((l) => JSON.parse(l));
   assert.deepEqual(lines.map((l) => l.edited), NATIVE.outputs.map((o) => o.text));

@@ -157,8 +157,19 @@ fn v8_instruction_sets(js_flags: Option<&str>) -> Result<String> {
 struct GenerationResult {
     millis: Vec<f64>,
     outputs: Vec<String>,
+    /// The Web Workers the page decodes in (one per core).
+    workers: usize,
+    /// The same page with one worker (`?workers=1`).
+    one_worker: OneWorkerResult,
     browser: String,
     load_ms: f64,
+}
+
+/// The page's generation with one worker.
+#[derive(Deserialize)]
+struct OneWorkerResult {
+    millis: Vec<f64>,
+    outputs: Vec<String>,
 }
 
 /// What the browser script prints.
@@ -435,12 +446,15 @@ fn bench_generation(
         ]
         .concat(),
     )?;
-    let same = browser
-        .outputs
-        .iter()
-        .zip(&native_texts)
-        .filter(|(a, b)| a == b)
-        .count();
+    let same_as_native = |outputs: &[String]| {
+        outputs
+            .iter()
+            .zip(&native_texts)
+            .filter(|(a, b)| a == b)
+            .count()
+    };
+    let same = same_as_native(&browser.outputs);
+    let same_one_worker = same_as_native(&browser.one_worker.outputs);
     let per_second = |millis: &mut [f64]| texts.len() as f64 / (Latency::of(millis).median / 1e3);
     let threads = rayon::current_num_threads();
     let native = per_second(&mut native_ms);
@@ -463,16 +477,28 @@ fn bench_generation(
         "native (burn Flex, 1 thread)",
         per_second(&mut one_thread_ms)
     );
+    let one_worker = per_second(&mut browser.one_worker.millis);
     println!(
-        "{:<48} {in_browser:>10.1}",
-        format!("{} (CPU wasm, 1 thread)", browser.browser)
+        "{:<48} {one_worker:>10.1}",
+        format!("{} (CPU wasm, 1 worker)", browser.browser)
     );
     println!(
-        "\nbrowser / native: {:.2}×; page load to Dis-AE ready {:.1} s; {same} of {} texts equal \
-         to native",
+        "{:<48} {in_browser:>10.1}",
+        format!(
+            "{} (CPU wasm, {} workers)",
+            browser.browser, browser.workers
+        )
+    );
+    println!(
+        "\nbrowser / native: {:.2}× ({:.2}× with one worker; {} workers / 1: {:.2}×); page load to \
+         Dis-AE ready {:.1} s; {same} of {n} texts equal to native ({same_one_worker} with one \
+         worker)",
         in_browser / native,
+        one_worker / native,
+        browser.workers,
+        in_browser / one_worker,
         browser.load_ms / 1e3,
-        texts.len()
+        n = texts.len()
     );
     Ok(())
 }
