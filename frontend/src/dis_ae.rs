@@ -15,7 +15,7 @@
 //! (beam 4, as natively), `window.flipsideReproducerWorkers` is the number of workers, and
 //! `window.flipsideReproducerReady` becomes `true` (or `window.flipsideReproducerError` is set).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 use futures::lock::Mutex;
@@ -29,7 +29,7 @@ use web_sys::{Blob, BlobPropertyBag, ErrorEvent, Event, MessageEvent, Url, Worke
 
 use crate::api;
 pub use crate::dis_ae_worker::Reproduced;
-use crate::dis_ae_worker::{ReproduceRequest, field};
+use crate::dis_ae_worker::{ReproduceRequest, object_with};
 use crate::scoring::{Device, Status, now_ms, query_parameter, set_window_property};
 
 /// The most workers the page starts, whatever the number of cores.
@@ -116,7 +116,7 @@ async fn load(status: RwSignal<Status>) -> Result<Vec<DisAeWorker>, String> {
         if count == 1 { "" } else { "s" }
     )));
     let app = app_module_url()?;
-    let load = field("kind", &"load".into());
+    let load = object_with("kind", &"load".into());
     for (name, bytes) in [
         ("config", &config),
         ("vocabulary", &vocabulary),
@@ -154,7 +154,9 @@ pub async fn reproduce(texts: &[String], label: &str) -> Result<(Vec<Reproduced>
         .chunks(per_worker)
         .zip(workers.iter())
         .map(|(texts, worker)| worker.reproduce(texts, label));
-    let outputs = futures::future::try_join_all(requests).await?;
+    // Every worker's answer, failed or not, before the next batch may ask them anything.
+    let outputs = futures::future::join_all(requests).await;
+    let outputs: Vec<Vec<Reproduced>> = outputs.into_iter().collect::<Result<_, _>>()?;
     Ok((outputs.into_iter().flatten().collect(), now_ms() - start))
 }
 
@@ -181,18 +183,21 @@ fn register_js_hook(workers: usize) {
 /// The script a worker starts with: it imports the app's module, instantiates it with the
 /// compiled module the page posts first, and hands the worker to [`crate::dis_ae_worker`].
 fn start_script(app: &str) -> String {
-    let app = serde_json::to_string(app).expect("a string serialises");
-    format!(
-        "import init, {{ dis_ae_worker_start }} from {app};\n\
-         self.onmessage = async (event) => {{\n\
-         \x20 try {{\n\
-         \x20   await init({{ module_or_path: event.data }});\n\
-         \x20   dis_ae_worker_start();\n\
-         \x20   self.postMessage({{ ok: true }});\n\
-         \x20 }} catch (error) {{\n\
-         \x20   self.postMessage({{ error: `the worker could not start the app: ${{error}}` }});\n\
-         \x20 }}\n\
-         }};\n"
+    const SCRIPT: &str = r#"import init, { dis_ae_worker_start } from APP;
+self.onmessageerror = () => self.postMessage({ error: 'the worker could not read the app module the page sent' });
+self.onmessage = async (event) => {
+  try {
+    await init({ module_or_path: event.data });
+    dis_ae_worker_start();
+    self.postMessage({ ok: true });
+  } catch (error) {
+    self.postMessage({ error: `the worker could not start the app: ${error}` });
+  }
+};
+"#;
+    SCRIPT.replace(
+        "APP",
+        &serde_json::to_string(app).expect("a string serialises"),
     )
 }
 
@@ -203,6 +208,9 @@ type Pending = Rc<RefCell<Option<(js_sys::Function, js_sys::Function)>>>;
 struct DisAeWorker {
     worker: Worker,
     pending: Pending,
+    /// Set when the worker threw (a panic leaves its module's state unknown): it is asked
+    /// nothing more.
+    failed: Rc<Cell<bool>>,
     _on_message: Closure<dyn Fn(MessageEvent)>,
     _on_error: Closure<dyn Fn(Event)>,
 }
@@ -226,14 +234,17 @@ impl DisAeWorker {
                 let _ = resolve.call1(&JsValue::NULL, &event.data());
             }
         });
-        let failed = pending.clone();
+        let waiting = pending.clone();
+        let failed: Rc<Cell<bool>> = Rc::default();
+        let threw = failed.clone();
         let on_error = Closure::<dyn Fn(Event)>::new(move |event: Event| {
+            threw.set(true);
             let message = event
                 .dyn_ref::<ErrorEvent>()
                 .map(ErrorEvent::message)
                 .filter(|m| !m.is_empty())
                 .unwrap_or_else(|| "the Dis-AE's worker failed".into());
-            if let Some((_, reject)) = failed.borrow_mut().take() {
+            if let Some((_, reject)) = waiting.borrow_mut().take() {
                 let _ = reject.call1(&JsValue::NULL, &JsValue::from_str(&message));
             }
         });
@@ -242,6 +253,7 @@ impl DisAeWorker {
         let worker = Self {
             worker,
             pending,
+            failed,
             _on_message: on_message,
             _on_error: on_error,
         };
@@ -255,6 +267,9 @@ impl DisAeWorker {
 
     /// Posts `message` and waits for the worker's answer (an `{error}` answer is an error).
     async fn ask(&self, message: &JsValue) -> Result<JsValue, String> {
+        if self.failed.get() {
+            return Err("a worker of the Dis-AE stopped with an error: reload the page".into());
+        }
         let pending = self.pending.clone();
         let answer = js_sys::Promise::new(&mut |resolve, reject| {
             *pending.borrow_mut() = Some((resolve, reject));
@@ -270,12 +285,13 @@ impl DisAeWorker {
         }
     }
 
+    /// Reproduces `texts` with `label`'s sentiment in this worker.
     async fn reproduce(&self, texts: &[String], label: &str) -> Result<Vec<Reproduced>, String> {
         let request = ReproduceRequest {
             texts: texts.to_vec(),
             label: label.to_string(),
         };
-        let message = field("kind", &"reproduce".into());
+        let message = object_with("kind", &"reproduce".into());
         let request = serde_json::to_string(&request).map_err(|e| e.to_string())?;
         let _ = js_sys::Reflect::set(&message, &"request".into(), &request.into());
         let reply = self.ask(&message).await?;
@@ -289,6 +305,9 @@ impl DisAeWorker {
 
 impl Drop for DisAeWorker {
     fn drop(&mut self) {
+        // No handler may run once its closure is dropped.
+        self.worker.set_onmessage(None);
+        self.worker.set_onerror(None);
         self.worker.terminate();
     }
 }

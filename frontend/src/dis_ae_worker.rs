@@ -3,8 +3,9 @@
 //! at a time, in order:
 //! - `{kind: "load", config, vocabulary, weights}` (the downloaded files' bytes) builds the
 //!   [`Reproducer`] and answers `{ok: true}`;
-//! - `{kind: "reproduce", texts, label}` answers `{ok: true, outputs}`, the texts' LASS
-//!   reproductions (beam 4) as JSON.
+//! - `{kind: "reproduce", request}` (a [`ReproduceRequest`] as JSON) answers `{ok: true,
+//!   outputs}`, the texts' LASS reproductions (beam 4) as JSON: the texts cross between the
+//!   page and the worker as one string each way rather than as objects built field by field.
 //!
 //! Every failure answers `{error: "…"}`.
 
@@ -46,7 +47,7 @@ pub fn dis_ae_worker_start() {
     let on_message = Closure::<dyn Fn(MessageEvent)>::new(move |event: MessageEvent| {
         let reply = match answer(&event.data()) {
             Ok(reply) => reply,
-            Err(message) => field("error", &JsValue::from_str(&message)),
+            Err(message) => object_with("error", &JsValue::from_str(&message)),
         };
         // Posting a plain object to the page cannot fail.
         let _ = replies.post_message(&reply);
@@ -75,7 +76,7 @@ fn answer(message: &JsValue) -> Result<JsValue, String> {
             )
             .map_err(|e| format!("could not load the Dis-AE: {e}"))?;
             REPRODUCER.with(|r| *r.borrow_mut() = Some(reproducer));
-            Ok(field("ok", &JsValue::TRUE))
+            Ok(object_with("ok", &JsValue::TRUE))
         }
         "reproduce" => {
             let request = get("request")
@@ -105,7 +106,7 @@ fn answer(message: &JsValue) -> Result<JsValue, String> {
                 })
                 .collect();
             let json = serde_json::to_string(&outputs).map_err(|e| e.to_string())?;
-            let reply = field("ok", &JsValue::TRUE);
+            let reply = object_with("ok", &JsValue::TRUE);
             let _ = js_sys::Reflect::set(&reply, &"outputs".into(), &json.into());
             Ok(reply)
         }
@@ -114,7 +115,7 @@ fn answer(message: &JsValue) -> Result<JsValue, String> {
 }
 
 /// A plain object `{name: value}`.
-pub fn field(name: &str, value: &JsValue) -> JsValue {
+pub fn object_with(name: &str, value: &JsValue) -> JsValue {
     let object = js_sys::Object::new();
     // Setting a property on a new plain object cannot fail.
     let _ = js_sys::Reflect::set(&object, &JsValue::from_str(name), value);

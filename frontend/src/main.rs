@@ -4,8 +4,8 @@
 //! counterfactuals) and the team portal (sign-in, invitations, review queues by keyboard).
 //!
 //! One module per concept: [`api`] talks to the server, [`scoring`] runs the classifier and
-//! [`dis_ae`] the Dis-AE in the browser's workers ([`dis_ae_worker`]), [`demo`], [`browser_generation`], [`jobs`],
-//! [`portal`] and [`review`] are the pages.
+//! [`dis_ae`] the Dis-AE in the browser's workers ([`dis_ae_worker`]), [`demo`],
+//! [`browser_generation`], [`jobs`], [`portal`] and [`review`] are the pages.
 //!
 //! How the parts fit together, and what they measure: the book in `docs/` (`mdbook build docs`;
 //! start at `docs/src/introduction.md`, the architecture at `docs/src/architecture.md`).
@@ -41,7 +41,7 @@ use crate::route::Route;
 
 fn main() {
     console_error_panic_hook::set_once();
-    // In a Dis-AE worker ([`dis_ae_worker`]) the module runs without a page.
+    // In a Dis-AE worker (`dis_ae_worker`) the module runs without a page.
     if web_sys::window().is_none() {
         return;
     }
