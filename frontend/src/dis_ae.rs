@@ -41,6 +41,7 @@ thread_local! {
 
 /// The loaded Dis-AE's workers.
 struct Pool {
+    /// The workers' number, readable while a batch holds the lock.
     count: usize,
     /// Locked by one batch at a time: each worker answers its messages in turn.
     workers: Mutex<Vec<DisAeWorker>>,
