@@ -203,7 +203,7 @@ pub fn pretrain<B: Backend>(
     };
     let outcome = run_training::<Autodiff<B>, _>(
         &objective,
-        &compute.device,
+        &compute,
         fresh,
         &run.out,
         "model.safetensors",

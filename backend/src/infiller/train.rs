@@ -284,7 +284,7 @@ pub fn train_infiller<B: Backend>(
     };
     let outcome = run_training::<Autodiff<B>, _>(
         &objective,
-        &compute.device,
+        &compute,
         fresh,
         &run.out,
         "model.safetensors",

@@ -151,6 +151,12 @@ impl<B: AutodiffBackend> Objective<B> for DisAeObjective {
         self.config.init(device)
     }
 
+    /// Every term is a mean over texts or pairs (`L_r` a constant of the model); a
+    /// variational Dis-AE draws its latents at random.
+    fn item_mean(&self) -> bool {
+        !self.config.variational
+    }
+
     fn lengths(&self) -> Result<Option<Vec<usize>>> {
         Ok(Some(match &self.data {
             DisAeData::Texts(texts) => texts.iter().map(|t| t.ids.len()).collect(),
@@ -401,7 +407,7 @@ pub fn train_lass<B: Backend>(compute: Compute<B>, run: &LassTrainRun) -> Result
         );
         run_training::<Autodiff<B>, _>(
             &objective,
-            &compute.device,
+            &compute,
             fresh,
             out,
             WEIGHTS_FILE,
@@ -584,9 +590,14 @@ fn sentiment_parents(run: &LassTrainRun, per_label: usize) -> SentimentParents {
 mod tests {
     use super::*;
     use burn::backend::{Autodiff, Flex};
-    use burn::module::AutodiffModule;
+    use burn::module::{AutodiffModule, ModuleVisitor, Param};
+    use burn::optim::GradientsParams;
+    use burn::tensor::Tensor;
+    use flipside_shared::models::dis_ae::DisAe;
 
-    use crate::training::classifier::{TrainConfig, TrainRecord, optimise};
+    use crate::compute::{Batches, Compute};
+    use crate::training::classifier::{TrainConfig, TrainRecord, initial_model, optimise};
+    use crate::training::parts::loss_and_gradients;
 
     type A = Autodiff<Flex>;
 
@@ -652,17 +663,61 @@ mod tests {
                 "flex",
             )
         };
-        let device = Default::default();
+        let compute = Compute {
+            device: Default::default(),
+            batches: Batches::Parallel,
+        };
         let _alone = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(steps) = pause {
             let (_, record) =
-                optimise::<A, _>(objective, &device, fresh(), dir, Some(steps)).unwrap();
+                optimise::<A, _>(objective, &compute, fresh(), dir, Some(steps)).unwrap();
             assert_eq!(record.step, steps);
         }
-        let (model, record) = optimise::<A, _>(objective, &device, fresh(), dir, None).unwrap();
+        let (model, record) = optimise::<A, _>(objective, &compute, fresh(), dir, None).unwrap();
         assert_eq!(record.step, 6);
         assert!(record.losses.iter().all(|l| l.is_finite()));
         model.valid().to_safetensors().unwrap()
+    }
+
+    /// Each parameter's gradient in `grads`, flattened, in the model's order.
+    fn gradients(model: &DisAe<A>, grads: &GradientsParams) -> Vec<Vec<f32>> {
+        struct Collect<'a>(&'a GradientsParams, Vec<Vec<f32>>);
+        impl ModuleVisitor<A> for Collect<'_> {
+            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<A, D>>) {
+                let grad = self
+                    .0
+                    .get::<Flex, D>(param.id)
+                    .expect("every parameter learns");
+                self.1.push(grad.into_data().to_vec().unwrap());
+            }
+        }
+        let mut collect = Collect(grads, Vec::new());
+        model.visit(&mut collect);
+        collect.1
+    }
+
+    #[test]
+    fn a_batch_in_parts_has_the_whole_batch_s_loss_and_gradients() {
+        let objective = objective(pairs());
+        let device = Default::default();
+        let _alone = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        let model = initial_model::<A, _>(&objective, &device, 7).unwrap();
+        let batch = [2, 0, 1];
+        let (loss, grads) = loss_and_gradients(&objective, &model, &batch, 5, &device, 1).unwrap();
+        let whole = gradients(&model, &grads);
+        for parts in [2, 3] {
+            let (in_parts, grads) =
+                loss_and_gradients(&objective, &model, &batch, 5, &device, parts).unwrap();
+            assert!(
+                (in_parts - loss).abs() <= 1e-5 * loss.abs(),
+                "{in_parts} against {loss}"
+            );
+            for (part, all) in gradients(&model, &grads).iter().zip(&whole) {
+                for (a, b) in part.iter().zip(all) {
+                    assert!((a - b).abs() <= 1e-5 + 1e-4 * b.abs(), "{a} against {b}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -258,7 +258,7 @@ pub fn train_retriever<B: Backend>(
     );
     run_training::<Autodiff<B>, _>(
         &objective,
-        &compute.device,
+        &compute,
         fresh,
         run.out,
         RETRIEVER_FILE,

@@ -36,6 +36,7 @@ use crate::model_dirs::{
 };
 use crate::progress;
 use crate::training::adamw::AdamW;
+use crate::training::parts::loss_and_gradients;
 
 /// Training hyper-parameters; saved with every checkpoint and model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -350,6 +351,11 @@ pub trait Objective<B: AutodiffBackend> {
     fn lengths(&self) -> Result<Option<Vec<usize>>> {
         Ok(None)
     }
+    /// Whether the loss is the mean of independent per-item losses that draw nothing at
+    /// random: then on the CPU each batch runs in parts, one per thread ([`loss_and_gradients`]).
+    fn item_mean(&self) -> bool {
+        false
+    }
 }
 
 /// The model a fresh run starts from: `objective`'s, with the backend seeded by `seed` and every
@@ -369,16 +375,18 @@ pub fn initial_model<B: AutodiffBackend, O: Objective<B>>(
 
 /// Runs the optimisation described by `fresh` (its config and total steps), resuming from the
 /// checkpoint in `state_dir` when it holds one of the same run, saving checkpoints there, and
-/// stopping early after `pause_after` steps. Returns the model (of a finished run with a
+/// stopping early after `pause_after` steps; on the CPU (`compute.batches`), a batch may run in
+/// parts on its threads ([`Objective::item_mean`]). Returns the model (of a finished run with a
 /// validation set: the epoch with the lowest validation loss) and the record; the run is
 /// finished when `record.step == record.total_steps`.
-pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
+pub fn optimise<B: AutodiffBackend, O: Objective<B> + Sync>(
     objective: &O,
-    device: &B::Device,
+    compute: &Compute<B::InnerBackend>,
     fresh: TrainRecord,
     state_dir: &Path,
     pause_after: Option<usize>,
 ) -> Result<(O::Model, TrainRecord)> {
+    let device = &compute.device;
     let config = fresh.config.clone();
     let total = fresh.total_steps;
     let steps_per_epoch = fresh.steps_per_epoch();
@@ -429,6 +437,11 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
     let seconds_before = record.train_seconds;
     let pause_at = pause_after.map(|n| record.step + n);
     let lengths = objective.lengths()?;
+    // A loss that is a mean over items runs a batch in one part per thread on the CPU.
+    let parts = match compute.batches {
+        Batches::Parallel if objective.item_mean() => rayon::current_num_threads(),
+        _ => 1,
+    };
     let order_of =
         |epoch: usize| training_order(&config, objective.items(), lengths.as_deref(), epoch);
     let mut order = order_of(record.step / steps_per_epoch);
@@ -443,15 +456,14 @@ pub fn optimise<B: AutodiffBackend, O: Objective<B>>(
 
         let step_started = Instant::now();
         B::seed(device, mix(config.seed, record.step as u64 + 1));
-        let loss = objective.loss(&model, batch, record.step, device)?;
-        let loss_value = loss.clone().into_scalar().elem::<f32>() as f64;
+        let (loss_value, mut grads) =
+            loss_and_gradients(objective, &model, batch, record.step, device, parts)?;
         if !loss_value.is_finite() {
             bail!(
                 "the loss became {loss_value} at step {}; lower --lr",
                 record.step
             );
         }
-        let mut grads = GradientsParams::from_grads(loss.backward(), &model);
         clip_global_norm(&model, &mut grads, config.max_grad_norm);
         model = optimizer.step(learning_rate(&config, record.step, total), model, grads);
 
@@ -631,7 +643,7 @@ pub fn train_classifier<B: Backend>(compute: Compute<B>, run: &TrainRun) -> Resu
     };
     run_training::<Autodiff<B>, _>(
         &objective,
-        &compute.device,
+        &compute,
         fresh,
         run.out,
         "model.safetensors",
@@ -677,9 +689,9 @@ fn classifier_config(
 /// A whole training run writing into `out`: reuses a finished model of the same run (one whose
 /// `artifact` file exists), otherwise runs or resumes [`optimise`]; when the run finishes,
 /// `save` writes the model and the record is written beside it.
-pub fn run_training<B: AutodiffBackend, O: Objective<B>>(
+pub fn run_training<B: AutodiffBackend, O: Objective<B> + Sync>(
     objective: &O,
-    device: &B::Device,
+    compute: &Compute<B::InnerBackend>,
     fresh: TrainRecord,
     out: &Path,
     artifact: &str,
@@ -692,7 +704,7 @@ pub fn run_training<B: AutodiffBackend, O: Objective<B>>(
             paused: false,
         });
     }
-    let (model, record) = optimise(objective, device, fresh, &state_dir(out), pause_after)?;
+    let (model, record) = optimise(objective, compute, fresh, &state_dir(out), pause_after)?;
     let paused = record.step < record.total_steps;
     if !paused {
         save(model)?;

@@ -304,7 +304,7 @@ fn time_flipside<B: Backend>(
     );
     let (cpu_before, wall) = (cpu_seconds(), Instant::now());
     let (_, record) =
-        optimise::<Autodiff<B>, _>(objective, &compute.device, fresh, &dir.join("state"), None)?;
+        optimise::<Autodiff<B>, _>(objective, &compute, fresh, &dir.join("state"), None)?;
     let cores_busy = (cpu_seconds() - cpu_before) / wall.elapsed().as_secs_f64();
     Ok(Measured {
         first_loss: record.losses.first().copied().unwrap_or(f64::NAN),
