@@ -592,10 +592,8 @@ mod tests {
     use burn::backend::{Autodiff, Flex};
     use burn::module::{AutodiffModule, ModuleVisitor, Param};
     use burn::optim::GradientsParams;
-    use burn::tensor::Tensor;
-    use flipside_shared::models::dis_ae::DisAe;
 
-    use crate::compute::{Batches, Compute};
+    use crate::compute::Batches;
     use crate::training::classifier::{TrainConfig, TrainRecord, initial_model, optimise};
     use crate::training::parts::loss_and_gradients;
 
@@ -698,23 +696,39 @@ mod tests {
 
     #[test]
     fn a_batch_in_parts_has_the_whole_batch_s_loss_and_gradients() {
-        let objective = objective(pairs());
+        // Pairs with the paper's decoder; texts with the copying one (a word of each masked).
+        let mut copying = objective(DisAeData::Texts(
+            [(&[3, 4, 5][..], 1), (&[7, 8, 6, 9], 0), (&[10, 11, 5], 1)]
+                .iter()
+                .map(|&(words, class)| EncodedText {
+                    content: Some([&[1], &words[..words.len() - 1], &[MASK_ID, 2]].concat()),
+                    ..text(words, class)
+                })
+                .collect(),
+        ));
+        copying.config.copy = Some(ContentCopy {
+            masked_words: vec!["great".into()],
+        });
         let device = Default::default();
         let _alone = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
-        let model = initial_model::<A, _>(&objective, &device, 7).unwrap();
-        let batch = [2, 0, 1];
-        let (loss, grads) = loss_and_gradients(&objective, &model, &batch, 5, &device, 1).unwrap();
-        let whole = gradients(&model, &grads);
-        for parts in [2, 3] {
-            let (in_parts, grads) =
-                loss_and_gradients(&objective, &model, &batch, 5, &device, parts).unwrap();
-            assert!(
-                (in_parts - loss).abs() <= 1e-5 * loss.abs(),
-                "{in_parts} against {loss}"
-            );
-            for (part, all) in gradients(&model, &grads).iter().zip(&whole) {
-                for (a, b) in part.iter().zip(all) {
-                    assert!((a - b).abs() <= 1e-5 + 1e-4 * b.abs(), "{a} against {b}");
+        for objective in [objective(pairs()), copying] {
+            objective.check().unwrap();
+            let model = initial_model::<A, _>(&objective, &device, 7).unwrap();
+            let batch = [2, 0, 1];
+            let (loss, grads) =
+                loss_and_gradients(&objective, &model, &batch, 5, &device, 1).unwrap();
+            let whole = gradients(&model, &grads);
+            for parts in [2, 3] {
+                let (in_parts, grads) =
+                    loss_and_gradients(&objective, &model, &batch, 5, &device, parts).unwrap();
+                assert!(
+                    (in_parts - loss).abs() <= 1e-5 * loss.abs(),
+                    "{in_parts} against {loss}"
+                );
+                for (part, all) in gradients(&model, &grads).iter().zip(&whole) {
+                    for (a, b) in part.iter().zip(all) {
+                        assert!((a - b).abs() <= 1e-5 + 1e-4 * b.abs(), "{a} against {b}");
+                    }
                 }
             }
         }

@@ -16,11 +16,16 @@ use rayon::prelude::*;
 
 use super::classifier::Objective;
 
+/// Parts a batch is split into at most: each holds a gradient for every parameter until they
+/// are summed, and 4 parts already keep a step's serial work off a single thread.
+pub const MAX_PARTS: usize = 4;
+
 /// The mean loss over `batch` at optimiser step `step` and its gradients, the batch in `parts`
-/// parts of nearly equal size run on rayon's threads (one part: the batch whole, on the calling
-/// thread). Only for an objective whose loss is a mean over items ([`Objective::item_mean`]).
-/// The parts are combined in order, so the result depends on `parts` alone, not on which
-/// thread finishes first.
+/// parts (at most [`MAX_PARTS`] and the batch's length; sizes differing by at most one) run on
+/// rayon's threads; one part: the batch whole, on the calling thread. Only for an objective
+/// whose loss is a mean over items ([`Objective::item_mean`]). The parts are combined in order,
+/// so the result depends on the number of parts (the training loop's: its thread count), not
+/// on which thread finishes first.
 pub fn loss_and_gradients<B, O>(
     objective: &O,
     model: &O::Model,
@@ -38,11 +43,19 @@ where
         let value = loss.clone().into_scalar().elem::<f32>() as f64;
         Ok((value, GradientsParams::from_grads(loss.backward(), model)))
     };
-    let parts = parts.clamp(1, batch.len().max(1));
+    let parts = parts.min(MAX_PARTS).clamp(1, batch.len().max(1));
     if parts == 1 {
         return whole(model, batch);
     }
-    let chunks: Vec<&[usize]> = batch.chunks(batch.len().div_ceil(parts)).collect();
+    let (size, longer) = (batch.len() / parts, batch.len() % parts);
+    let mut rest = batch;
+    let chunks: Vec<&[usize]> = (0..parts)
+        .map(|part| {
+            let (chunk, after) = rest.split_at(size + usize::from(part < longer));
+            rest = after;
+            chunk
+        })
+        .collect();
     // Each part's copy shares the weights' memory but is a new leaf of its own graph.
     let copies: Vec<O::Model> = chunks.iter().map(|_| model.clone().fork(device)).collect();
     let results: Vec<Result<(f64, GradientsParams)>> = copies
