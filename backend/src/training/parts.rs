@@ -23,10 +23,9 @@ pub const MAX_PARTS: usize = 4;
 /// The mean loss over `batch` at optimiser step `step` and its gradients, the batch in `parts`
 /// parts (at most [`MAX_PARTS`] and the batch's length; sizes differing by at most one) run on
 /// rayon's threads; one part: the batch whole, on the calling thread. Only for an objective
-/// whose loss is a mean over items ([`Objective::item_mean`]): each part's loss is scaled by its
-/// share of the items before its backward pass, so the shares' sum is the batch's mean. The
-/// parts are combined in order, so the result depends on the number of parts (the training
-/// loop's: its thread count), not on which thread finishes first.
+/// whose loss is a mean over items ([`Objective::item_mean`]). The parts are combined in order,
+/// so the result depends on the number of parts (the training loop's: its thread count), not
+/// on which thread finishes first.
 pub fn loss_and_gradients<B, O>(
     objective: &O,
     model: &O::Model,
@@ -39,18 +38,14 @@ where
     B: AutodiffBackend,
     O: Objective<B> + Sync,
 {
-    // One part's share of the mean loss (weighted by its items, so its gradients are too).
-    let share = |model: &O::Model, items: &[usize]| -> Result<(f64, GradientsParams)> {
-        let mut loss = objective.loss(model, items, step, device)?;
-        if items.len() < batch.len() {
-            loss = loss.mul_scalar(items.len() as f64 / batch.len() as f64);
-        }
+    let whole = |model: &O::Model, items: &[usize]| -> Result<(f64, GradientsParams)> {
+        let loss = objective.loss(model, items, step, device)?;
         let value = loss.clone().into_scalar().elem::<f32>() as f64;
         Ok((value, GradientsParams::from_grads(loss.backward(), model)))
     };
     let parts = parts.min(MAX_PARTS).clamp(1, batch.len().max(1));
     if parts == 1 {
-        return share(model, batch);
+        return whole(model, batch);
     }
     let (size, longer) = (batch.len() / parts, batch.len() % parts);
     let mut rest = batch;
@@ -63,26 +58,30 @@ where
         .collect();
     // Each part's copy shares the weights' memory but is a new leaf of its own graph.
     let copies: Vec<O::Model> = chunks.iter().map(|_| model.clone().fork(device)).collect();
-    let shares: Vec<(f64, GradientsParams)> = copies
+    let results: Vec<Result<(f64, GradientsParams)>> = copies
         .into_par_iter()
         .zip(chunks.par_iter())
-        .map(|(copy, items)| share(&copy, items))
-        .collect::<Result<_>>()?;
-    let loss = shares.iter().map(|(loss, _)| loss).sum();
-    Ok((
-        loss,
-        sum(model, shares.into_iter().map(|(_, grads)| grads).collect()),
-    ))
+        .map(|(copy, items)| whole(&copy, items))
+        .collect();
+    let mut loss = 0.0;
+    let mut weighted = Vec::with_capacity(results.len());
+    for (result, items) in results.into_iter().zip(&chunks) {
+        let (part_loss, grads) = result?;
+        let weight = items.len() as f64 / batch.len() as f64;
+        loss += weight * part_loss;
+        weighted.push((weight, grads));
+    }
+    Ok((loss, weighted_sum(model, weighted)))
 }
 
-/// The sum of each of `model`'s parameters' gradients over `parts`, in order (a parameter no
-/// part has a gradient for has none).
-fn sum<B: AutodiffBackend, M: AutodiffModule<B>>(
+/// `Σ wᵢ gᵢ` of each of `model`'s parameters over the weighted gradients `parts` (a parameter
+/// no part has a gradient for has none).
+fn weighted_sum<B: AutodiffBackend, M: AutodiffModule<B>>(
     model: &M,
-    parts: Vec<GradientsParams>,
+    parts: Vec<(f64, GradientsParams)>,
 ) -> GradientsParams {
     struct Sum<B: AutodiffBackend> {
-        parts: Vec<GradientsParams>,
+        parts: Vec<(f64, GradientsParams)>,
         sum: GradientsParams,
         _backend: std::marker::PhantomData<B>,
     }
@@ -92,7 +91,10 @@ fn sum<B: AutodiffBackend, M: AutodiffModule<B>>(
             let sum = self
                 .parts
                 .iter_mut()
-                .filter_map(|grads| grads.remove::<B::InnerBackend, D>(id))
+                .filter_map(|(weight, grads)| {
+                    let grad = grads.remove::<B::InnerBackend, D>(id)?;
+                    Some(grad.mul_scalar(*weight))
+                })
                 .reduce(|sum, grad| sum + grad);
             if let Some(sum) = sum {
                 self.sum.register(id, sum);
