@@ -9,7 +9,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::common::{failure, flipside, success, toy_classifier, toy_sentiment_csv};
+use crate::common::{
+    assert_same_file, failure, flipside, success, toy_classifier, toy_sentiment_csv,
+};
 
 const TINY: [&str; 10] = [
     "--d-model",
@@ -82,10 +84,10 @@ fn pretraining_resumes_to_identical_weights_and_scores_what_it_wrote() {
     let paused = pretrain(&corpus, &resumed, &["--pause-after", "3"]);
     assert!(paused.contains("paused after step 3/10"), "{paused}");
     pretrain(&corpus, &resumed, &[]);
-    assert_eq!(
-        std::fs::read(whole.join("model.safetensors")).unwrap(),
-        std::fs::read(resumed.join("model.safetensors")).unwrap(),
-        "a resumed run must end with the same weights"
+    assert_same_file(
+        &whole.join("model.safetensors"),
+        &resumed.join("model.safetensors"),
+        "a resumed run must end with the same weights",
     );
     // The learning curve: the held-out loss at every checkpoint (every 2 of 10 steps, and the
     // pause at step 3 in the resumed run), ending at the report's final loss.

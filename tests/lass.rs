@@ -10,7 +10,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::common::{
-    TINY_DIS_AE_SIZES, failure, flipside, success, tiny_dis_ae, toy_classifier, toy_sentiment_csv,
+    TINY_DIS_AE_SIZES, assert_same_file, failure, flipside, success, tiny_dis_ae, toy_classifier,
+    toy_sentiment_csv,
 };
 
 fn records(path: &Path) -> Vec<Value> {
@@ -92,10 +93,10 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
     assert!(paused.contains("paused after step 30/120"), "{paused}");
     assert!(paused.contains("(stage: corpus)"), "{paused}");
     tiny_dis_ae(root, "resumed", &[]);
-    assert_eq!(
-        std::fs::read(root.join("dis-ae/model.safetensors")).unwrap(),
-        std::fs::read(root.join("resumed/model.safetensors")).unwrap(),
-        "a resumed run must end with the same weights"
+    assert_same_file(
+        &root.join("dis-ae/model.safetensors"),
+        &root.join("resumed/model.safetensors"),
+        "a resumed run must end with the same weights",
     );
 
     // Trained further on the pairs alone (`--from`): the trained Dis-AE's vocabulary and sizes
@@ -125,10 +126,10 @@ fn lass_trains_resumes_and_reproduces_both_directions_end_to_end() {
         "from the trained Dis-AE {further}, fresh {fresh}"
     );
     for file in ["tokenizer.json", "config.json"] {
-        assert_eq!(
-            std::fs::read(root.join("dis-ae").join(file)).unwrap(),
-            std::fs::read(root.join("further").join(file)).unwrap(),
-            "{file}"
+        assert_same_file(
+            &root.join("dis-ae").join(file),
+            &root.join("further").join(file),
+            file,
         );
     }
     let both = failure(

@@ -14,7 +14,6 @@ use flipside_shared::models::classifier::{
     ClassifierConfig, SequenceClassifier, load_encoder_weights,
 };
 
-/// The Flipside home the test command fetched assets into (`FLIPSIDE_HOME` or `~/.flipside`).
 /// The largest `|a − b|` over two equally long lists of numbers.
 pub fn max_difference(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
@@ -24,6 +23,23 @@ pub fn max_difference(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// Asserts that files `a` and `b` hold the same bytes; a failure says `what` and where they
+/// first differ (not the files' bytes).
+pub fn assert_same_file(a: &Path, b: &Path, what: &str) {
+    let (x, y) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
+    if x != y {
+        let at = x.iter().zip(&y).take_while(|(x, y)| x == y).count();
+        panic!(
+            "{what}: {} ({} bytes) and {} ({} bytes) first differ at byte {at}",
+            a.display(),
+            x.len(),
+            b.display(),
+            y.len()
+        );
+    }
+}
+
+/// The Flipside home the test command fetched assets into (`FLIPSIDE_HOME` or `~/.flipside`).
 pub fn home() -> Home {
     Home::resolve(std::env::var_os("FLIPSIDE_HOME").map(PathBuf::from)).unwrap()
 }

@@ -5,7 +5,9 @@
 //! (`flipside bench dis-ae`: 1.6 cores busy). A batch split into one part per thread, each part
 //! on its own copy of the model with its own autodiff graph, keeps every core busy; for a loss
 //! that is a mean over items, the parts' losses and gradients averaged by item count are the
-//! whole batch's (summed in another order).
+//! whole batch's (summed in another order). The parts' forward passes all run before their
+//! backward passes: burn-autodiff 0.21 is not safe for a backward pass beside a forward pass on
+//! another thread ([`loss_and_gradients`]).
 
 use anyhow::Result;
 use burn::module::{AutodiffModule, Module, ModuleVisitor, Param, ParamId};
@@ -38,14 +40,15 @@ where
     B: AutodiffBackend,
     O: Objective<B> + Sync,
 {
-    let whole = |model: &O::Model, items: &[usize]| -> Result<(f64, GradientsParams)> {
-        let loss = objective.loss(model, items, step, device)?;
+    // The loss's value, and its gradients by parameter.
+    let gradients = |model: &O::Model, loss: Tensor<B, 1>| -> (f64, GradientsParams) {
         let value = loss.clone().into_scalar().elem::<f32>() as f64;
-        Ok((value, GradientsParams::from_grads(loss.backward(), model)))
+        (value, GradientsParams::from_grads(loss.backward(), model))
     };
     let parts = parts.min(MAX_PARTS).clamp(1, batch.len().max(1));
     if parts == 1 {
-        return whole(model, batch);
+        let loss = objective.loss(model, batch, step, device)?;
+        return Ok(gradients(model, loss));
     }
     let (size, longer) = (batch.len() / parts, batch.len() % parts);
     let mut rest = batch;
@@ -58,10 +61,21 @@ where
         .collect();
     // Each part's copy shares the weights' memory but is a new leaf of its own graph.
     let copies: Vec<O::Model> = chunks.iter().map(|_| model.clone().fork(device)).collect();
-    let results: Vec<Result<(f64, GradientsParams)>> = copies
+    // Every part's forward pass, then every part's backward pass: in burn-autodiff 0.21 a
+    // backward pass frees the steps it finds unreferenced in every graph, including one another
+    // thread is still building, which silently drops part of that graph's gradients
+    // (tracel-ai/burn#5573; fixed in 0.22). Between the phases no graph is being built.
+    let forwards: Vec<(O::Model, Result<Tensor<B, 1>>)> = copies
         .into_par_iter()
         .zip(chunks.par_iter())
-        .map(|(copy, items)| whole(&copy, items))
+        .map(|(copy, items)| {
+            let loss = objective.loss(&copy, items, step, device);
+            (copy, loss)
+        })
+        .collect();
+    let results: Vec<Result<(f64, GradientsParams)>> = forwards
+        .into_par_iter()
+        .map(|(copy, loss)| Ok(gradients(&copy, loss?)))
         .collect();
     let mut loss = 0.0;
     let mut weighted = Vec::with_capacity(results.len());
