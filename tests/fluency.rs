@@ -1,6 +1,6 @@
 //! The embedded engine's perplexity: texts scored together (sharing their openings, in one
-//! batch) must score as they do alone; a Q4_1 model's Q8_0
-//! scoring copy scores as the model does.
+//! batch) or in turn by a scorer (reusing the openings it evaluated) must score as they do
+//! alone; a Q4_1 model's Q8_0 scoring copy scores as the model does.
 
 use flipside_backend::llm::local::{EngineOptions, LocalEngine};
 use flipside_backend::llm::{Fluency, scoring_copy};
@@ -79,6 +79,54 @@ fn texts_scored_together_score_as_they_do_alone() {
     let scored = shared.token_log_probs_all(&["Hi", texts[0]]).unwrap();
     assert!(scored[0].is_err());
     assert_eq!(scored[1].as_ref().unwrap().len(), alone[0].len());
+}
+
+#[test]
+fn texts_a_scorer_takes_in_turn_score_as_they_do_alone() {
+    let texts = [
+        "The acting was wooden and the plot made no sense.",
+        "The acting was superb and the plot made no sense.",
+        "The acting was wooden and the plot made perfect sense.",
+        // The opening of the first, then the first again: read off the cache.
+        "The acting was wooden and the plot",
+        "The acting was wooden and the plot made no sense.",
+        "A moving, wonderful story that I would watch again tomorrow.",
+        "The acting was superb and the plot made perfect sense.",
+        "A moving, dreadful story that I would never watch again.",
+        "The acting was wooden.",
+        // More than the cache's sequences: scored afresh, then reused again.
+        "The acting was wooden and the plot made no sense at all.",
+        "The acting was superb, and the plot made no sense.",
+    ];
+    let alone = engine();
+    let shared = engine();
+    let mut scorer = shared.scorer();
+    // One by one, then a call of two.
+    let mut scored: Vec<f64> = texts[..9]
+        .iter()
+        .map(|text| scorer.perplexities(&[text]).remove(0).unwrap())
+        .collect();
+    scored.extend(
+        scorer
+            .perplexities(&texts[9..])
+            .into_iter()
+            .map(|p| p.unwrap()),
+    );
+    for (text, scored) in texts.iter().zip(scored) {
+        let expected = alone.perplexity(text).unwrap();
+        assert!(
+            (scored / expected - 1.0).abs() < 1e-3,
+            "{text}: {scored} against {expected}"
+        );
+    }
+    assert!(scorer.perplexities(&["Hi"])[0].is_err());
+    // Its context goes back emptied: texts score there as they do alone.
+    drop(scorer);
+    assert_scores_as(
+        &shared.token_log_probs(texts[0]).unwrap(),
+        &alone.token_log_probs(texts[0]).unwrap(),
+        "after the scorer",
+    );
 }
 
 #[test]

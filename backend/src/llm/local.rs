@@ -5,7 +5,10 @@
 //! cache: a request that shares a prefix with the previous one (every few-shot prompt does)
 //! only evaluates the tokens after it. Perplexity scores texts together, as sequences of one
 //! batch: texts that differ in a few words (LASS's beam hypotheses and their source, AutoCAD's
-//! candidates) evaluate their shared opening once, and the larger batch runs faster.
+//! candidates) evaluate their shared opening once, and the larger batch runs faster. A scorer
+//! ([`Fluency::scorer`]) holds a context for texts that come one after another (LASS scores its
+//! hypotheses in turn, stopping at the first that passes) and keeps each in the cache, so that
+//! a later text evaluates only what comes after the opening it shares with an earlier one.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -28,7 +31,7 @@ use serde::Serialize;
 
 use super::{
     Abandoned, Completion, FinishReason, Fluency, LlmClient, Message, Prompt, Rejected, Request,
-    cut_at_stop, settled_len,
+    Scorer, cut_at_stop, settled_len,
 };
 
 /// Engine settings.
@@ -81,6 +84,16 @@ struct Session {
     /// The tokens a generation left in the context's cache (sequence 0), in order; empty
     /// after scoring, which clears the cache.
     cached: Vec<LlamaToken>,
+    /// The texts a [`ReusingScorer`] left in the cache, each a sequence of its own.
+    scored: Vec<ScoredText>,
+}
+
+/// A scored text kept in the cache: the cells of its positions but the last (whose K and V
+/// nothing of its own reads), and its tokens' log probabilities.
+struct ScoredText {
+    sequence: i32,
+    tokens: Vec<LlamaToken>,
+    log_probs: Vec<f32>,
 }
 
 /// The prefix tree of texts in token order: each node is one token at one position, on the
@@ -189,6 +202,7 @@ impl LocalEngine {
                 Ok(Mutex::new(Session {
                     context,
                     cached: Vec::new(),
+                    scored: Vec::new(),
                 }))
             })
             .collect::<Result<_>>()?;
@@ -292,10 +306,21 @@ impl LocalEngine {
     /// once. A text too short or too long to score fails alone; a failing pass fails all.
     pub fn token_log_probs_all(&self, texts: &[&str]) -> Result<Vec<Result<Vec<f32>>>> {
         let mut session = self.session();
-        let session = &mut *session;
+        let (tokens, scored) = self.scorable(&session, texts);
+        self.score_fresh(&mut session, &tokens, scored)
+    }
+
+    /// Each of `texts`' tokens, and for each an empty row to score into, or why it cannot be
+    /// scored in `session`'s context (too short or too long).
+    #[allow(clippy::type_complexity)]
+    fn scorable(
+        &self,
+        session: &Session,
+        texts: &[&str],
+    ) -> (Vec<Vec<LlamaToken>>, Vec<Result<Vec<f32>>>) {
         let limit = session.context.n_ctx() as usize;
         let tokens: Vec<Vec<LlamaToken>> = texts.iter().map(|t| self.tokenize(t, false)).collect();
-        let mut scored: Vec<Result<Vec<f32>>> = texts
+        let scored = texts
             .iter()
             .zip(&tokens)
             .map(|(text, tokens)| {
@@ -308,8 +333,21 @@ impl LocalEngine {
                 Ok(Vec::new())
             })
             .collect();
+        (tokens, scored)
+    }
+
+    /// The log probabilities of `tokens`' texts (those `scored` holds a row for), from an
+    /// emptied cache, in as few passes as the cache holds.
+    fn score_fresh(
+        &self,
+        session: &mut Session,
+        tokens: &[Vec<LlamaToken>],
+        mut scored: Vec<Result<Vec<f32>>>,
+    ) -> Result<Vec<Result<Vec<f32>>>> {
+        let limit = session.context.n_ctx() as usize;
+        session.scored.clear();
         // In token order, texts sharing an opening are neighbours.
-        let mut order: Vec<usize> = (0..texts.len()).filter(|&i| scored[i].is_ok()).collect();
+        let mut order: Vec<usize> = (0..tokens.len()).filter(|&i| scored[i].is_ok()).collect();
         order.sort_by(|&a, &b| tokens[a].cmp(&tokens[b]));
         let mut passes: Vec<(Vec<&[LlamaToken]>, Vec<usize>)> = Vec::new();
         let mut cells = 0;
@@ -348,31 +386,151 @@ impl LocalEngine {
     ) -> Result<Vec<Vec<f32>>> {
         session.context.clear_kv_cache();
         session.cached.clear();
+        let sequences: Vec<i32> = (0..texts.len() as i32).collect();
         let mut log_probs: Vec<Vec<f32>> = texts.iter().map(|t| vec![0.0; t.len() - 1]).collect();
-        // A text's last token predicts nothing: leaves that end texts only are left out.
-        let predicting =
-            |node: &&Node| (node.first..=node.last).any(|t| texts[t].len() > node.position + 1);
-        let tree = PrefixTree::new(&texts);
-        let nodes: Vec<&Node> = tree.nodes.iter().filter(predicting).collect();
+        self.evaluate(
+            session,
+            &texts,
+            &vec![0; texts.len()],
+            &sequences,
+            &mut log_probs,
+        )?;
+        Ok(log_probs)
+    }
+
+    /// Evaluates `texts` (in token order) from position `starts[i]` of text `i` on, as
+    /// sequence `sequences[i]` (whose cells before its start are in the cache), into the rows
+    /// of `log_probs`: an opening several texts share is evaluated once.
+    fn evaluate(
+        &self,
+        session: &mut Session,
+        texts: &[&[LlamaToken]],
+        starts: &[usize],
+        sequences: &[i32],
+        log_probs: &mut [Vec<f32>],
+    ) -> Result<()> {
+        let tree = PrefixTree::new(texts);
+        // A node is evaluated for the texts that start at or before it and whose next token it
+        // predicts (leaves that end texts only are left out).
+        let evaluated: Vec<(&Node, Vec<i32>)> = tree
+            .nodes
+            .iter()
+            .filter_map(|node| {
+                let texts: Vec<i32> = (node.first..=node.last)
+                    .filter(|&t| starts[t] <= node.position && texts[t].len() > node.position + 1)
+                    .map(|t| sequences[t])
+                    .collect();
+                (!texts.is_empty()).then_some((node, texts))
+            })
+            .collect();
         let mut batch = LlamaBatch::new(self.batch, SCORED_TOGETHER as i32);
-        for chunk in nodes.chunks(self.batch) {
+        for chunk in evaluated.chunks(self.batch) {
             batch.clear();
-            for node in chunk {
-                let sequences: Vec<i32> = (node.first..=node.last).map(|t| t as i32).collect();
-                batch.add(node.token, node.position as i32, &sequences, true)?;
+            for (node, sequences) in chunk {
+                batch.add(node.token, node.position as i32, sequences, true)?;
             }
             session.context.decode(&mut batch)?;
-            for (offset, node) in chunk.iter().enumerate() {
+            for (offset, (node, _)) in chunk.iter().enumerate() {
                 let logits = session.context.get_logits_ith(offset as i32);
                 let normaliser = log_sum_exp(logits);
                 for t in node.first..=node.last {
+                    if starts[t] > node.position {
+                        continue;
+                    }
                     if let Some(next) = texts[t].get(node.position + 1) {
                         log_probs[t][node.position] = logits[next.0 as usize] - normaliser;
                     }
                 }
             }
         }
-        Ok(log_probs)
+        Ok(())
+    }
+
+    /// [`Self::token_log_probs_all`] for a [`ReusingScorer`]: each text starts from the cached
+    /// text it shares the longest opening with (its cells and log probabilities up to there),
+    /// and stays in the cache for the next call. Texts that do not fit beside the cached ones
+    /// are scored from an emptied cache.
+    fn score_reusing(
+        &self,
+        session: &mut Session,
+        texts: &[&str],
+    ) -> Result<Vec<Result<Vec<f32>>>> {
+        if session.scored.is_empty() {
+            // What an earlier fresh pass or a generation left is not reused.
+            session.context.clear_kv_cache();
+            session.cached.clear();
+        }
+        let (tokens, mut scored) = self.scorable(session, texts);
+        let valid: Vec<usize> = (0..texts.len()).filter(|&i| scored[i].is_ok()).collect();
+        let limit = session.context.n_ctx() as usize;
+        // At most every cached and new token a cell of its own (shared openings need fewer).
+        let cells: usize = session.scored.iter().map(|s| s.tokens.len()).sum::<usize>()
+            + valid.iter().map(|&i| tokens[i].len()).sum::<usize>();
+        if session.scored.len() + valid.len() > SCORED_TOGETHER || cells > limit {
+            return self.score_fresh(session, &tokens, scored);
+        }
+        // Each new text's best cached text: a text that is one of them or its opening is read
+        // off it; the others start one token before the shared opening ends (that token's
+        // logits predict the first new one).
+        let mut pending: Vec<(usize, usize, i32)> = Vec::new();
+        let mut free = (0..SCORED_TOGETHER as i32)
+            .filter(|id| session.scored.iter().all(|s| s.sequence != *id))
+            .collect::<Vec<_>>()
+            .into_iter();
+        for &i in &valid {
+            let text = &tokens[i];
+            let best = session
+                .scored
+                .iter()
+                .map(|cached| (common_prefix(&cached.tokens, text), cached))
+                .max_by_key(|(shared, _)| *shared);
+            let mut log_probs = vec![0.0; text.len() - 1];
+            let start = match best {
+                Some((shared, cached)) if shared == text.len() => {
+                    log_probs.copy_from_slice(&cached.log_probs[..text.len() - 1]);
+                    scored[i] = Ok(log_probs);
+                    continue;
+                }
+                Some((shared, cached)) if shared > 1 => {
+                    let start = shared - 1;
+                    log_probs[..start].copy_from_slice(&cached.log_probs[..start]);
+                    (start, Some(cached.sequence))
+                }
+                _ => (0, None),
+            };
+            let sequence = free.next().expect("checked: a sequence for each new text");
+            if let (start, Some(from)) = start {
+                session
+                    .context
+                    .copy_kv_cache_seq(from, sequence, Some(0), Some(start as u32))?;
+            }
+            pending.push((i, start.0, sequence));
+            scored[i] = Ok(log_probs);
+        }
+        if pending.is_empty() {
+            return Ok(scored);
+        }
+        pending.sort_by(|a, b| tokens[a.0].cmp(&tokens[b.0]));
+        let texts: Vec<&[LlamaToken]> = pending
+            .iter()
+            .map(|&(i, ..)| tokens[i].as_slice())
+            .collect();
+        let starts: Vec<usize> = pending.iter().map(|&(_, start, _)| start).collect();
+        let sequences: Vec<i32> = pending.iter().map(|&(.., sequence)| sequence).collect();
+        let mut rows: Vec<Vec<f32>> = pending
+            .iter()
+            .map(|&(i, ..)| std::mem::take(scored[i].as_mut().expect("valid")))
+            .collect();
+        self.evaluate(session, &texts, &starts, &sequences, &mut rows)?;
+        for (&(i, _, sequence), row) in pending.iter().zip(rows) {
+            session.scored.push(ScoredText {
+                sequence,
+                tokens: tokens[i].clone(),
+                log_probs: row.clone(),
+            });
+            scored[i] = Ok(row);
+        }
+        Ok(scored)
     }
 
     /// Speed measurement: evaluates `prompt` from an empty cache, then decodes `decode` tokens
@@ -546,13 +704,51 @@ impl Fluency for LocalEngine {
     }
 
     fn perplexities(&self, texts: &[&str]) -> Vec<Result<f64>> {
-        match self.token_log_probs_all(texts) {
-            Ok(scored) => scored
-                .into_iter()
-                .map(|log_probs| Ok(perplexity(&log_probs?)))
-                .collect(),
-            Err(error) => texts.iter().map(|_| Err(anyhow!("{error:#}"))).collect(),
-        }
+        perplexities(self.token_log_probs_all(texts), texts.len())
+    }
+
+    /// Holds one of the engine's contexts until dropped.
+    fn scorer(&self) -> Box<dyn Scorer + '_> {
+        let mut session = self.session();
+        session.scored.clear();
+        Box::new(ReusingScorer {
+            engine: self,
+            session,
+        })
+    }
+}
+
+/// Scores texts one call after another in one context, each call reusing what the earlier
+/// ones evaluated of their openings ([`LocalEngine::score_reusing`]).
+struct ReusingScorer<'a> {
+    engine: &'a LocalEngine,
+    session: MutexGuard<'a, Session>,
+}
+
+impl Scorer for ReusingScorer<'_> {
+    fn perplexities(&mut self, texts: &[&str]) -> Vec<Result<f64>> {
+        let scored = self.engine.score_reusing(&mut self.session, texts);
+        perplexities(scored, texts.len())
+    }
+}
+
+impl Drop for ReusingScorer<'_> {
+    /// The context goes back with an empty cache.
+    fn drop(&mut self) {
+        self.session.scored.clear();
+        self.session.context.clear_kv_cache();
+    }
+}
+
+/// Perplexities from the log probabilities of `count` texts (a failure of the whole: each
+/// text's).
+fn perplexities(scored: Result<Vec<Result<Vec<f32>>>>, count: usize) -> Vec<Result<f64>> {
+    match scored {
+        Ok(scored) => scored
+            .into_iter()
+            .map(|log_probs| Ok(perplexity(&log_probs?)))
+            .collect(),
+        Err(error) => (0..count).map(|_| Err(anyhow!("{error:#}"))).collect(),
     }
 }
 

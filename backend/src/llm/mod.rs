@@ -134,6 +134,27 @@ pub trait Fluency: Send + Sync {
     fn perplexities(&self, texts: &[&str]) -> Vec<Result<f64>> {
         texts.iter().map(|text| self.perplexity(text)).collect()
     }
+    /// A scorer for texts that come one after another and share their openings (a beam's
+    /// hypotheses, then their source). An engine that can keep what it evaluated of the earlier
+    /// texts for the later ones overrides it.
+    fn scorer(&self) -> Box<dyn Scorer + '_> {
+        Box::new(Independent(self))
+    }
+}
+
+/// Scores texts in turn (see [`Fluency::scorer`]).
+pub trait Scorer {
+    /// The perplexity of each of `texts`, in order.
+    fn perplexities(&mut self, texts: &[&str]) -> Vec<Result<f64>>;
+}
+
+/// Each call scored on its own.
+struct Independent<'a, F: ?Sized>(&'a F);
+
+impl<F: Fluency + ?Sized> Scorer for Independent<'_, F> {
+    fn perplexities(&mut self, texts: &[&str]) -> Vec<Result<f64>> {
+        self.0.perplexities(texts)
+    }
 }
 
 /// Cuts `text` before the first occurrence of any stop string; true if one was found.

@@ -32,7 +32,7 @@ use super::{EditSettings, Method, MethodCard, Models, Stages};
 use crate::editing::keywords::Lexicons;
 use crate::infiller::rationales::FindRationale;
 use crate::infiller::{FillRequest, Infill};
-use crate::pipeline::{Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit};
+use crate::pipeline::{Attempt, Candidate, Context, ContextStage, Editor, Item, Judge, NoEdit};
 use flipside_shared::infill::Rationale;
 
 /// AutoCAD.
@@ -209,6 +209,7 @@ impl Editor for InfillEditor {
         item: &Item,
         context: &Context,
         attempt: Attempt,
+        _judge: &dyn Judge,
     ) -> Result<std::result::Result<Candidate, NoEdit>> {
         let (rationale, rule) = match &context.rationale {
             Some((Ok(rationale), rule)) => (rationale, rule),
@@ -278,7 +279,7 @@ impl Editor for InfillEditor {
             }),
             prompt_tokens: 0,
             completion_tokens: 0,
-            fallbacks: Vec::new(),
+            verdict: None,
         }))
     }
 }

@@ -16,7 +16,7 @@ use crate::editing::reply::{copied_demonstration, parse_edit};
 use crate::editing::retrieve::Retrieve;
 use crate::llm::{FinishReason, LlmClient, Rejected, Request, Sampling};
 use crate::pipeline::{
-    Attempt, Candidate, Context, ContextStage, Editor, Item, NoEdit, WrittenText,
+    Attempt, Candidate, Context, ContextStage, Editor, Item, Judge, NoEdit, WrittenText,
 };
 use flipside_shared::records::Retrieval;
 
@@ -239,6 +239,7 @@ impl Editor for PromptEditor {
         item: &Item,
         context: &Context,
         attempt: Attempt,
+        _judge: &dyn Judge,
     ) -> Result<std::result::Result<Candidate, NoEdit>> {
         let seed = attempt.seed;
         let retrieval = context.retrieval.clone().unwrap_or_default();
@@ -317,7 +318,7 @@ impl Editor for PromptEditor {
             }),
             prompt_tokens: completion.prompt_tokens,
             completion_tokens: completion.completion_tokens,
-            fallbacks: Vec::new(),
+            verdict: None,
         }))
     }
 }
@@ -342,6 +343,7 @@ impl Editor for Substitution {
         item: &Item,
         context: &Context,
         _attempt: Attempt,
+        _judge: &dyn Judge,
     ) -> Result<std::result::Result<Candidate, NoEdit>> {
         let retrieval = context.retrieval.clone().unwrap_or_default();
         Ok(match substitute(item, &retrieval) {
@@ -355,7 +357,7 @@ impl Editor for Substitution {
                 }),
                 prompt_tokens: 0,
                 completion_tokens: 0,
-                fallbacks: Vec::new(),
+                verdict: None,
             }),
             None => Err(NoEdit::new("nothing was retrieved", None)),
         })
@@ -384,6 +386,7 @@ fn substitute(item: &Item, retrieval: &Retrieval) -> Option<String> {
 mod tests {
     use super::*;
     use crate::llm::Abandoned;
+    use crate::pipeline::RefusingJudge;
     use flipside_shared::records::Excerpt;
 
     #[test]
@@ -458,9 +461,12 @@ mod tests {
         };
         let context = Context::default();
         let attempt = Attempt { number: 1, seed: 0 };
-        assert!(editor.propose(&item, &context, attempt).is_ok());
+        let judge = RefusingJudge(&[]);
+        assert!(editor.propose(&item, &context, attempt, &judge).is_ok());
         context.cancel.cancel();
-        let error = editor.propose(&item, &context, attempt).unwrap_err();
+        let error = editor
+            .propose(&item, &context, attempt, &judge)
+            .unwrap_err();
         assert!(error.root_cause().is::<Abandoned>(), "{error:#}");
     }
 }

@@ -10,18 +10,18 @@
 //! opinion lexicon under a negation ("would not love") has kept the source's label, whatever the
 //! classifier says: it fails unscored ([`negated_new_word`]).
 //!
-//! The first attempt decodes with the paper's beam search (4 beams, at most 70 tokens) and keeps
-//! the best of its finished hypotheses that the perplexity filter passes (on `bench cf`, 65 of
-//! 200 items against 53 with the best hypothesis alone), all of them scored with their source in
-//! one batch that evaluates their shared openings once (0.88 CPU-seconds an accepted edit on
-//! `bench cf` against 1.01 scoring each alone); the other hypotheses the filter passes follow it
-//! as [`Candidate::fallbacks`], which the flip check takes in turn when it refuses the first (the
-//! paper's two filters over the search's outputs: 66 of 200 on `bench cf` against 63 with the
-//! first alone); later attempts sample (nucleus, seeded
-//! by the attempt), and with sentiment parents each attempt draws another parent. With the label
-//! vector, a beam attempt that no hypothesis of passes the filter is final: the sampled attempts
-//! after it kept about one item in 200 tries, each costing a decode and its scoring; after a flip
-//! the judge refused, they go on (a small Dis-AE's beam may never write the other label).
+//! The first attempt decodes with the paper's beam search (4 beams, at most 70 tokens) and
+//! keeps the first of its finished hypotheses, in the search's order, that the flip check (the
+//! pipeline's judge, asked by the editor) passes and then the perplexity filter: the paper's two
+//! filters over the search's outputs (on `bench cf`, 65 of 200 items against 53 with the best
+//! hypothesis alone). The hypotheses are scored one by one by one scorer, each reusing what the
+//! language model evaluated of the openings it shares with those before it, and the source only
+//! when an output is above the threshold; a hypothesis more than twice over its bar ends the
+//! scoring (0.67–0.69 CPU-seconds an accepted edit on `bench cf` against 0.74–0.76 with every
+//! changed hypothesis and the source scored in one batch). With the label vector the beam
+//! attempt is final (the sampled attempts after it kept none on `bench cf`); with sentiment
+//! parents each later attempt samples (nucleus, seeded by the attempt) and draws another
+//! parent.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -36,8 +36,8 @@ use super::{EditSettings, Method, MethodCard, Models, Stages};
 use crate::editing::keywords::Lexicons;
 use crate::editing::negation::negated_new_word;
 use crate::lass::model::Reproduce;
-use crate::llm::Fluency;
-use crate::pipeline::{Attempt, Candidate, Context, Editor, Item, NoEdit};
+use crate::llm::{Fluency, Scorer};
+use crate::pipeline::{Attempt, Candidate, Context, Editor, Item, Judge, NoEdit};
 
 /// LASS's reproduction with the Dis-AE.
 pub struct Lass;
@@ -144,61 +144,95 @@ struct FluencyFilter {
 }
 
 impl FluencyFilter {
-    /// Each of `outputs`' perplexity, or why it fails the filter; the outputs and their source
-    /// (unless remembered) are scored together.
-    fn check_all(&self, outputs: &[&str], source: &str) -> Vec<std::result::Result<f64, String>> {
+    /// The filter for `source`'s outputs, scored one by one with one scorer, so that each
+    /// reuses what the model evaluated of the ones before it; the source is scored only when an
+    /// output is above the threshold (and then once for all of its attempts).
+    fn for_source<'a>(&'a self, source: &'a str) -> SourceFilter<'a> {
+        SourceFilter {
+            filter: self,
+            source,
+            scorer: self.model.scorer(),
+            source_perplexity: None,
+        }
+    }
+
+    /// The perplexity of `source` (an item's text), remembered for its later attempts; none:
+    /// the model cannot score it (a single token), which lends no second chance.
+    fn source_perplexity(&self, source: &str, scorer: &mut dyn Scorer) -> Option<f64> {
         let remembered = self
             .sources
             .lock()
             .expect("not poisoned")
             .get(source)
             .copied();
-        let mut texts = outputs.to_vec();
-        if remembered.is_none() {
-            texts.push(source);
-        }
-        let mut scored = self.model.perplexities(&texts);
-        let source_perplexity = remembered.unwrap_or_else(|| {
-            // A source the model cannot score (a single token) lends no second chance.
-            let p = scored.pop().and_then(|p| p.ok());
+        remembered.unwrap_or_else(|| {
+            let perplexity = scorer.perplexities(&[source]).remove(0).ok();
             let mut sources = self.sources.lock().expect("not poisoned");
             if sources.len() >= MAX_CACHED_SOURCES {
                 sources.clear();
             }
-            sources.insert(source.to_string(), p);
-            p
-        });
-        scored
-            .into_iter()
-            .map(|perplexity| self.verdict(perplexity, source_perplexity))
-            .collect()
+            sources.insert(source.to_string(), perplexity);
+            perplexity
+        })
     }
+}
 
-    /// Whether an output of `perplexity` passes beside a source of `source_perplexity`.
-    fn verdict(
-        &self,
-        perplexity: Result<f64>,
-        source_perplexity: Option<f64>,
-    ) -> std::result::Result<f64, String> {
-        let model = self.model.model();
-        let perplexity = match perplexity {
+/// [`FluencyFilter`] over one source's outputs.
+struct SourceFilter<'a> {
+    filter: &'a FluencyFilter,
+    source: &'a str,
+    scorer: Box<dyn Scorer + 'a>,
+    /// The source's perplexity once asked for.
+    source_perplexity: Option<Option<f64>>,
+}
+
+/// Why an output fails the perplexity filter.
+struct Disfluent {
+    why: String,
+    /// It is more than [`FAR_OVER_THE_BAR`] times over the bar: the beam's later hypotheses,
+    /// which share most of its words, are not worth scoring.
+    far: bool,
+}
+
+/// How far over its bar (the threshold, or its source's perplexity when higher) an output's
+/// perplexity ends the scoring of the beam's hypotheses after it. On `bench cf` the 14 items a
+/// later hypothesis rescued had their first at most 1.55× over it.
+const FAR_OVER_THE_BAR: f64 = 2.0;
+
+impl SourceFilter<'_> {
+    /// `output`'s perplexity if it passes (at most the threshold, or at most its source's).
+    fn check(&mut self, output: &str) -> std::result::Result<f64, Disfluent> {
+        let filter = self.filter;
+        let model = filter.model.model();
+        let perplexity = match self.scorer.perplexities(&[output]).remove(0) {
             Ok(perplexity) => perplexity,
-            Err(error) => return Err(format!("no perplexity: {error}")),
+            Err(error) => {
+                let why = format!("no perplexity: {error}");
+                return Err(Disfluent { why, far: false });
+            }
         };
-        if perplexity <= self.threshold {
+        if perplexity <= filter.threshold {
             return Ok(perplexity);
         }
-        match source_perplexity {
-            Some(source) if perplexity <= source => Ok(perplexity),
-            Some(source) => Err(format!(
-                "perplexity {perplexity:.1} under {model} is above {} and the source's {source:.1}",
-                self.threshold
-            )),
-            None => Err(format!(
-                "perplexity {perplexity:.1} under {model} is above {} (the source has none)",
-                self.threshold
-            )),
+        let source = *self
+            .source_perplexity
+            .get_or_insert_with(|| filter.source_perplexity(self.source, &mut *self.scorer));
+        let bar = source.map_or(filter.threshold, |s| s.max(filter.threshold));
+        if perplexity <= bar {
+            return Ok(perplexity);
         }
+        let why = match source {
+            Some(source) => format!(
+                "perplexity {perplexity:.1} under {model} is above {} and the source's {source:.1}",
+                filter.threshold
+            ),
+            None => format!(
+                "perplexity {perplexity:.1} under {model} is above {} (the source has none)",
+                filter.threshold
+            ),
+        };
+        let far = perplexity > FAR_OVER_THE_BAR * bar;
+        Err(Disfluent { why, far })
     }
 }
 
@@ -235,6 +269,7 @@ impl Editor for DisAeEditor {
         item: &Item,
         _context: &Context,
         attempt: Attempt,
+        judge: &dyn Judge,
     ) -> Result<std::result::Result<Candidate, NoEdit>> {
         if !self.reproducer.can_rewrite(&item.text) {
             return Ok(Err(NoEdit::hopeless(
@@ -270,77 +305,80 @@ impl Editor for DisAeEditor {
         let count = hypotheses.len();
         let source = item.text.trim();
         let unchanged = source.to_lowercase();
-        // The best hypothesis the fluency filter keeps; else why the first changed one failed,
-        // else why the first failed.
-        let mut first_failure: Option<NoEdit> = None;
         let target_words = self.lexicons.of_polarity(&item.target);
-        let mut changed = Vec::new();
+        let mut fluency = self.fluency.as_ref().map(|f| f.for_source(source));
+        // Why the first hypothesis worth checking failed, else why the first failed.
+        let mut first_checked: Option<NoEdit> = None;
+        let mut first_failure: Option<NoEdit> = None;
+        let mut seen: Vec<String> = Vec::new();
+        // In the search's order, the first changed hypothesis that flips and that the fluency
+        // filter passes; the flip check (one classifier pass) before the filter (a language
+        // model's pass over it).
         for (rank, reproduced) in hypotheses.into_iter().enumerate() {
             let text = reproduced.text.trim().to_string();
             if text.is_empty() {
                 first_failure.get_or_insert(NoEdit::new("the Dis-AE decoded nothing", None));
-            } else if text.to_lowercase() == unchanged {
+                continue;
+            }
+            if text.to_lowercase() == unchanged {
                 let why = "the Dis-AE reproduced the text unchanged";
                 first_failure.get_or_insert(NoEdit::new(why, Some(text)));
-            } else if changed.iter().any(|(_, seen, _)| *seen == text) {
-                // A repeat.
-            } else if let Some(negated) =
+                continue;
+            }
+            if seen.contains(&text) {
+                continue;
+            }
+            seen.push(text.clone());
+            if let Some(negated) =
                 target_words.and_then(|words| negated_new_word(source, &text, words))
             {
                 first_failure.get_or_insert(NoEdit::new(negated.to_string(), Some(text)));
-            } else {
-                changed.push((rank, text, reproduced));
+                continue;
             }
-        }
-        // The changed hypotheses and their source are scored together.
-        let texts: Vec<&str> = changed.iter().map(|(_, text, _)| text.as_str()).collect();
-        let verdicts: Vec<std::result::Result<Option<f64>, String>> = match &self.fluency {
-            Some(filter) if !texts.is_empty() => {
-                let verdicts = filter.check_all(&texts, source).into_iter();
-                verdicts.map(|verdict| verdict.map(Some)).collect()
+            let verdict = judge.judge(item, &text)?;
+            if !verdict.passed {
+                let why = verdict.refusal(&item.target);
+                first_checked.get_or_insert(NoEdit::new(why, Some(text)));
+                continue;
             }
-            _ => texts.iter().map(|_| Ok(None)).collect(),
-        };
-        let mut first_disfluent: Option<NoEdit> = None;
-        let mut fluent = Vec::new();
-        for ((rank, text, reproduced), verdict) in changed.into_iter().zip(verdicts) {
-            match verdict {
-                Ok(perplexity) => fluent.push(Candidate {
-                    text,
-                    provenance: Provenance::Lass(LassProvenance {
-                        sentiment_parent: parent.map(str::to_string),
-                        search: match settings.search {
-                            Search::Beam { .. } => {
-                                format!("{search}, hypothesis {} of {count}", rank + 1)
-                            }
-                            _ => search.clone(),
-                        },
-                        mean_log_prob: reproduced.log_prob / (reproduced.tokens + 1) as f64,
-                        perplexity,
-                    }),
-                    prompt_tokens: 0,
-                    completion_tokens: 0,
-                    fallbacks: Vec::new(),
-                }),
-                Err(why) => {
-                    first_disfluent.get_or_insert(NoEdit::new(why, Some(text)));
+            let perplexity = match fluency.as_mut().map(|filter| filter.check(&text)) {
+                None => None,
+                Some(Ok(perplexity)) => Some(perplexity),
+                Some(Err(Disfluent { why, far })) => {
+                    first_checked.get_or_insert(NoEdit::new(why, Some(text)));
+                    if far {
+                        break;
+                    }
+                    continue;
                 }
-            }
-        }
-        if fluent.is_empty() {
-            // With the label vector the beam search is deterministic, and the sampled attempts
-            // after a beam that no hypothesis of passes the filter kept about one item in 200.
-            let hopeless = self.sentiment == SentimentSource::Label && attempt.number == 1;
-            let failure = first_disfluent.or(first_failure);
-            return Ok(Err(NoEdit {
-                hopeless,
-                ..failure.expect("a search ends with an output")
+            };
+            return Ok(Ok(Candidate {
+                text,
+                provenance: Provenance::Lass(LassProvenance {
+                    sentiment_parent: parent.map(str::to_string),
+                    search: match settings.search {
+                        Search::Beam { .. } => {
+                            format!("{search}, hypothesis {} of {count}", rank + 1)
+                        }
+                        _ => search.clone(),
+                    },
+                    mean_log_prob: reproduced.log_prob / (reproduced.tokens + 1) as f64,
+                    perplexity,
+                }),
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                verdict: Some(verdict),
             }));
         }
-        // The best fluent hypothesis, the others after it should the flip check refuse it.
-        let mut kept = fluent.remove(0);
-        kept.fallbacks = fluent;
-        Ok(Ok(kept))
+        // With the label vector the beam search is deterministic, and the sampled attempts
+        // after it kept no item on `bench cf` (a beam none of whose hypotheses passes both
+        // filters: 1 in 200 tries; after a refused flip: none, at 2–4 % of the run's time).
+        let hopeless = self.sentiment == SentimentSource::Label && attempt.number == 1;
+        let failure = first_checked.or(first_failure);
+        Ok(Err(NoEdit {
+            hopeless,
+            ..failure.expect("a search ends with an output")
+        }))
     }
 }
 
@@ -351,6 +389,7 @@ mod tests {
     use flipside_shared::models::dis_ae::reproduce::Reproduction;
 
     use super::*;
+    use crate::pipeline::RefusingJudge;
 
     /// Perplexities from a table, counting the calls.
     struct TableFluency(HashMap<&'static str, f64>, AtomicUsize);
@@ -396,10 +435,13 @@ mod tests {
     }
 
     #[test]
-    fn the_editor_keeps_the_best_hypothesis_the_fluency_filter_passes() {
-        let table = [("the source", 300.0), ("bad bad", 900.0), ("awful", 80.0)];
-        let table = table.into_iter().chain([("poor", 60.0)]).collect();
-        let fluency = Arc::new(TableFluency(table, AtomicUsize::new(0)));
+    fn the_editor_keeps_the_first_hypothesis_that_flips_and_reads_fluently() {
+        let table = [("the source", 300.0), ("bad bad", 500.0), ("awful", 80.0)];
+        let table = table
+            .into_iter()
+            .chain([("poor", 60.0), ("dire dire", 1000.0)]);
+        let fluency = Arc::new(TableFluency(table.collect(), AtomicUsize::new(0)));
+        let scored = || fluency.1.load(Ordering::Relaxed);
         let editor = |hypotheses: Vec<&'static str>| DisAeEditor {
             reproducer: Arc::new(ScriptedReproducer(hypotheses)),
             lexicons: Arc::new(Lexicons::of_opinions(&["good"], &["awful", "poor", "bad"])),
@@ -418,56 +460,66 @@ mod tests {
             target: "negative".into(),
         };
         let first = Attempt { number: 1, seed: 7 };
-        // The unchanged text and a repeat are passed over, "awful" kept before the more fluent
-        // "poor": the search's order decides among the texts the filter passes.
+        let propose = |hypotheses: Vec<&'static str>, judge: &dyn Judge, attempt: Attempt| {
+            editor(hypotheses)
+                .propose(&item, &Context::default(), attempt, judge)
+                .unwrap()
+        };
+        let passes_all = RefusingJudge(&[]);
+        // The unchanged text and a repeat are passed over, "bad bad" fails the filter (above
+        // 125 and the source's 300), and "awful" is kept; "poor" is never scored.
         let hypotheses = vec!["bad bad", "The source", "bad bad", "awful", "poor"];
-        let kept = editor(hypotheses)
-            .propose(&item, &Context::default(), first)
-            .unwrap()
-            .unwrap();
+        let kept = propose(hypotheses.clone(), &passes_all, first).unwrap();
         assert_eq!(kept.text, "awful");
+        assert!(kept.verdict.as_ref().unwrap().passed);
         let Provenance::Lass(provenance) = kept.provenance.clone() else {
             panic!("a LASS edit");
         };
         assert_eq!(provenance.search, "beam 4, hypothesis 4 of 5");
         assert_eq!(provenance.perplexity, Some(80.0));
-        // The other fluent hypothesis follows it, should the flip check refuse it.
-        let fallbacks: Vec<_> = kept.fallbacks.iter().map(|f| f.text.as_str()).collect();
-        assert_eq!(fallbacks, ["poor"]);
-        // The changed texts and their source, scored together.
-        assert_eq!(fluency.1.load(Ordering::Relaxed), 4);
+        // "bad bad", its source (needed once an output is above 125), then "awful".
+        assert_eq!(scored(), 3);
+        // A hypothesis the judge refuses is not scored: the next one is.
+        let kept = propose(hypotheses, &RefusingJudge(&["awful"]), first).unwrap();
+        assert_eq!(kept.text, "poor");
+        assert_eq!(scored(), 3 + 3);
         // None passes: the failure is the first changed text's, not the unchanged one's.
-        let failed = editor(vec!["The source", "bad bad"])
-            .propose(&item, &Context::default(), first)
-            .unwrap()
-            .unwrap_err();
+        let failed = propose(vec!["The source", "bad bad"], &passes_all, first).unwrap_err();
         assert_eq!(failed.reply.as_deref(), Some("bad bad"));
         assert!(
-            failed.reason.starts_with("perplexity 900.0"),
+            failed.reason.starts_with("perplexity 500.0"),
             "{}",
             failed.reason
         );
         // With the label vector, the beam attempt's failure is final; a sampled attempt's is not.
         assert!(failed.hopeless);
-        let second = editor(vec!["The source", "bad bad"])
-            .propose(&item, &Context::default(), Attempt { number: 2, seed: 8 })
-            .unwrap()
-            .unwrap_err();
-        assert!(!second.hopeless);
-        // A target-label word under a negation fails unscored ("not bad" is not negative).
-        let calls = fluency.1.load(Ordering::Relaxed);
-        let kept = editor(vec!["not bad", "awful"])
-            .propose(&item, &Context::default(), first)
-            .unwrap()
-            .unwrap();
+        let second = Attempt { number: 2, seed: 8 };
+        let failed = propose(vec!["The source", "bad bad"], &passes_all, second).unwrap_err();
+        assert!(!failed.hopeless);
+        // A hypothesis far over its bar (twice the source's 300) ends the beam's scoring.
+        let calls = scored();
+        let failed = propose(vec!["dire dire", "awful"], &passes_all, first).unwrap_err();
+        assert!(failed.reason.starts_with("perplexity 1000.0"));
+        assert_eq!(scored(), calls + 2);
+        // Nothing flips: the refusal is the failure, and nothing is scored.
+        let failed = propose(vec!["awful"], &RefusingJudge(&["awful"]), first).unwrap_err();
+        assert!(
+            failed.reason.starts_with("did not flip"),
+            "{}",
+            failed.reason
+        );
+        assert_eq!(scored(), calls + 2);
+        // A target-label word under a negation fails unjudged and unscored ("not bad" is not
+        // negative).
+        let kept = propose(
+            vec!["not bad", "awful"],
+            &RefusingJudge(&["not bad"]),
+            first,
+        )
+        .unwrap();
         assert_eq!(kept.text, "awful");
-        assert!(kept.fallbacks.is_empty());
-        // "awful" and its source (this editor's filter has not scored it), not "not bad".
-        assert_eq!(fluency.1.load(Ordering::Relaxed), calls + 2);
-        let failed = editor(vec!["not bad"])
-            .propose(&item, &Context::default(), first)
-            .unwrap()
-            .unwrap_err();
+        assert_eq!(scored(), calls + 3);
+        let failed = propose(vec!["not bad"], &passes_all, first).unwrap_err();
         assert_eq!(
             failed.reason,
             "its new opinion word \"bad\" is negated (\"not\" before it), so the text keeps its label"
@@ -478,30 +530,42 @@ mod tests {
     #[test]
     fn outputs_pass_under_the_threshold_or_as_fluent_as_their_source() {
         let table = [("fluent", 80.0), ("source", 300.0), ("as fluent", 250.0)];
-        let table = table.into_iter().chain([("worse", 400.0)]).collect();
-        let fluency = Arc::new(TableFluency(table, AtomicUsize::new(0)));
+        let table = table
+            .into_iter()
+            .chain([("worse", 400.0), ("far worse", 700.0)]);
+        let fluency = Arc::new(TableFluency(table.collect(), AtomicUsize::new(0)));
         let filter = FluencyFilter {
             model: fluency.clone(),
             threshold: 125.0,
             sources: Mutex::default(),
         };
-        let outputs = ["fluent", "as fluent", "worse", "unknown"];
-        let verdicts = filter.check_all(&outputs, "source");
-        assert_eq!(verdicts[..2], [Ok(80.0), Ok(250.0)]);
+        let mut outputs = filter.for_source("source");
+        assert_eq!(outputs.check("fluent").ok(), Some(80.0));
+        // Under the threshold: the source is not scored.
+        assert_eq!(fluency.1.load(Ordering::Relaxed), 1);
+        assert_eq!(outputs.check("as fluent").ok(), Some(250.0));
+        let worse = outputs.check("worse").unwrap_err();
         assert_eq!(
-            verdicts[2],
-            Err("perplexity 400.0 under table is above 125 and the source's 300.0".into())
+            worse.why,
+            "perplexity 400.0 under table is above 125 and the source's 300.0"
         );
+        assert!(!worse.far);
+        assert!(outputs.check("far worse").unwrap_err().far);
         assert!(
-            verdicts[3]
-                .as_ref()
+            outputs
+                .check("unknown")
                 .unwrap_err()
+                .why
                 .starts_with("no perplexity")
         );
-        // A source is scored once; an unscorable one lends no second chance.
-        assert_eq!(filter.check_all(&["as fluent"], "source"), [Ok(250.0)]);
-        assert!(filter.check_all(&["as fluent"], "unscorable")[0].is_err());
-        assert_eq!(fluency.1.load(Ordering::Relaxed), 5 + 1 + 2);
+        // A source is scored once, for all its outputs and attempts; an unscorable one lends
+        // no second chance.
+        assert_eq!(
+            filter.for_source("source").check("as fluent").ok(),
+            Some(250.0)
+        );
+        assert!(filter.for_source("unscorable").check("as fluent").is_err());
+        assert_eq!(fluency.1.load(Ordering::Relaxed), 6 + 1 + 2);
         let sources = filter.sources.lock().unwrap();
         assert_eq!(sources.len(), 2);
         assert_eq!(sources["unscorable"], None);

@@ -107,10 +107,10 @@ pub struct Candidate {
     pub provenance: Provenance,
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
-    /// Other edits of the same proposal, the editor's next choices in order, judged in turn
-    /// when the judge refuses this one (LASS: its beam's other fluent hypotheses); their tokens
-    /// are counted in this one's.
-    pub fallbacks: Vec<Candidate>,
+    /// The judge's verdict on it, when the editor asked the judge itself (LASS: the first of
+    /// its beam's hypotheses that passes the flip check and the perplexity filter); none: the
+    /// pipeline asks.
+    pub verdict: Option<Verdict>,
 }
 
 /// Why an attempt has no usable edit.
@@ -168,12 +168,14 @@ pub trait Editor: Send + Sync {
 
     /// One proposal for `item` toward `item.target`, sampled with `attempt.seed`. `Ok(Err(_))`
     /// is a failed attempt (recorded, then retried); `Err(_)` stops the run (I/O, a broken
-    /// engine).
+    /// engine). An editor that ranks several outputs may ask `judge` about them in turn and
+    /// propose the first it passes, with its [`Candidate::verdict`].
     fn propose(
         &self,
         item: &Item,
         context: &Context,
         attempt: Attempt,
+        judge: &dyn Judge,
     ) -> Result<std::result::Result<Candidate, NoEdit>>;
 }
 
@@ -200,12 +202,45 @@ pub struct Verdict {
     pub millis: f64,
 }
 
+impl Verdict {
+    /// Why an edit of this verdict toward `target` is refused.
+    pub fn refusal(&self, target: &str) -> String {
+        format!(
+            "did not flip: the classifier says {} (p({target}) = {:.3})",
+            self.label, self.target_probability
+        )
+    }
+}
+
 /// Checks edits.
 pub trait Judge: Send + Sync {
     /// Fails, before any work, when the judge cannot decide on `item` (an unknown target).
     fn check(&self, item: &Item) -> Result<()>;
 
     fn judge(&self, item: &Item, edited: &str) -> Result<Verdict>;
+}
+
+/// A judge for tests: it passes every edit but the texts it lists.
+#[cfg(test)]
+pub(crate) struct RefusingJudge(pub &'static [&'static str]);
+
+#[cfg(test)]
+impl Judge for RefusingJudge {
+    fn check(&self, _item: &Item) -> Result<()> {
+        Ok(())
+    }
+
+    fn judge(&self, item: &Item, edited: &str) -> Result<Verdict> {
+        let passed = !self.0.contains(&edited);
+        let label = if passed { &item.target } else { &item.label };
+        Ok(Verdict {
+            passed,
+            label: label.clone(),
+            target_probability: if passed { 0.9 } else { 0.1 },
+            probabilities: vec![0.1, 0.9],
+            millis: 1.0,
+        })
+    }
 }
 
 /// A method's stages, composed.
@@ -337,9 +372,9 @@ impl Pipeline {
             ensure!(index == 0 || !context.cancel.is_cancelled(), Abandoned);
             let seed = candidate_seed(seed, index);
             let started = Instant::now();
-            let proposal = self
-                .editor
-                .propose(item, context, Attempt { number, seed })?;
+            let proposal =
+                self.editor
+                    .propose(item, context, Attempt { number, seed }, &*self.judge)?;
             timing.edit_ms += started.elapsed().as_secs_f64() * 1e3;
             let mut candidate = match proposal {
                 Ok(candidate) => candidate,
@@ -352,38 +387,33 @@ impl Pipeline {
             };
             timing.prompt_tokens += candidate.prompt_tokens;
             timing.completion_tokens += candidate.completion_tokens;
-            let fallbacks = std::mem::take(&mut candidate.fallbacks);
-            for candidate in std::iter::once(candidate).chain(fallbacks) {
-                let verdict = self.judge.judge(item, &candidate.text)?;
-                timing.judge_ms += verdict.millis;
-                if verdict.passed || !self.verify {
-                    eligible.push(Kept {
-                        candidate,
-                        verdict,
-                        seed,
-                        chosen: None,
-                    });
-                    break;
+            let verdict = match candidate.verdict.take() {
+                // Timed in the editor's time.
+                Some(verdict) => verdict,
+                None => {
+                    let verdict = self.judge.judge(item, &candidate.text)?;
+                    timing.judge_ms += verdict.millis;
+                    verdict
                 }
-                first_refusal.get_or_insert_with(|| {
-                    format!(
-                        "did not flip: the classifier says {} (p({}) = {:.3})",
-                        verdict.label, item.target, verdict.target_probability
-                    )
+            };
+            if verdict.passed || !self.verify {
+                eligible.push(Kept {
+                    candidate,
+                    verdict,
+                    seed,
+                    chosen: None,
                 });
-                refused.push(candidate.text);
+                continue;
             }
+            first_refusal.get_or_insert_with(|| verdict.refusal(&item.target));
+            refused.push(candidate.text);
         }
         if eligible.is_empty() {
             let failure = match first_refusal {
                 Some(reason) => {
                     let reply = refused.remove(0);
                     let reason = match count {
-                        1 if refused.is_empty() => reason,
-                        1 => format!(
-                            "{reason}, nor did the {} other edits its editor ranked after it",
-                            refused.len()
-                        ),
+                        1 => reason,
                         _ => format!(
                             "{reason} on the first of {} usable candidates of {count}",
                             refused.len() + 1
@@ -565,13 +595,14 @@ mod tests {
             item: &Item,
             _context: &Context,
             attempt: Attempt,
+            _judge: &dyn Judge,
         ) -> Result<std::result::Result<Candidate, NoEdit>> {
             Ok(Ok(Candidate {
                 text: format!("{} {}", item.text, attempt.seed),
                 provenance: Provenance::Core(CoreProvenance::default()),
                 prompt_tokens: 10,
                 completion_tokens: 2,
-                fallbacks: Vec::new(),
+                verdict: None,
             }))
         }
     }
@@ -632,54 +663,51 @@ mod tests {
     }
 
     #[test]
-    fn the_judge_takes_an_edit_s_fallbacks_in_turn_when_it_refuses_it() {
-        fn edit(text: &str, fallbacks: Vec<Candidate>) -> Candidate {
-            Candidate {
-                text: text.into(),
-                provenance: Provenance::Core(CoreProvenance::default()),
-                prompt_tokens: 3,
-                completion_tokens: 1,
-                fallbacks,
+    fn an_edit_the_editor_had_judged_is_not_judged_again() {
+        /// Asks the judge about "A film. 1" and "A film. 4" in turn and proposes the first it
+        /// passes.
+        struct JudgingEditor;
+        impl Editor for JudgingEditor {
+            fn model(&self) -> Option<&str> {
+                None
+            }
+            fn propose(
+                &self,
+                item: &Item,
+                _context: &Context,
+                _attempt: Attempt,
+                judge: &dyn Judge,
+            ) -> Result<std::result::Result<Candidate, NoEdit>> {
+                for text in ["A film. 1", "A film. 4"] {
+                    let verdict = judge.judge(item, text)?;
+                    if verdict.passed {
+                        return Ok(Ok(Candidate {
+                            text: text.into(),
+                            provenance: Provenance::Core(CoreProvenance::default()),
+                            prompt_tokens: 3,
+                            completion_tokens: 1,
+                            verdict: Some(verdict),
+                        }));
+                    }
+                }
+                Ok(Err(NoEdit::new("none passes", None)))
             }
         }
-        let odd_first: Proposal = |_| {
-            let fallbacks = vec![edit("A film. 3", Vec::new()), edit("A film. 4", Vec::new())];
-            Ok(Ok(edit("A film. 1", fallbacks)))
+        let run = Pipeline {
+            editor: Arc::new(JudgingEditor),
+            max_attempts: 1,
+            ..pipeline(true)
         };
-        let none_even: Proposal =
-            |_| Ok(Ok(edit("A film. 1", vec![edit("A film. 3", Vec::new())])));
-        let run = |proposal: Proposal, verify: bool| {
-            let run = Pipeline {
-                editor: Arc::new(ScriptedEditor::new(proposal)),
-                max_attempts: 1,
-                ..pipeline(verify)
-            };
-            run.edit_one(&item("7", "A film."), 3).unwrap()
-        };
-        // The first even one the editor ranked is kept, its proposal's tokens counted once.
-        let record = run(odd_first, true).record.unwrap();
+        let record = run
+            .edit_one(&item("7", "A film."), 3)
+            .unwrap()
+            .record
+            .unwrap();
         assert_eq!(record.edited, "A film. 4");
-        assert_eq!(record.timing.prompt_tokens, 3);
-        assert_eq!(record.timing.judge_ms, 3.0);
-        // None flips: the first refusal is the failure, the others are recorded beside it.
-        let refused = run(none_even, true);
-        assert!(refused.record.is_none());
-        let failure = &refused.failures[0];
-        assert_eq!(failure.reply.as_deref(), Some("A film. 1"));
-        assert!(
-            failure
-                .reason
-                .ends_with("nor did the 1 other edits its editor ranked after it"),
-            "{}",
-            failure.reason
-        );
-        assert_eq!(failure.others, ["A film. 3"]);
-        // Unverified, the first is kept without judging the rest.
-        let record = run(odd_first, false).record.unwrap();
-        assert_eq!(
-            (record.edited.as_str(), record.timing.judge_ms),
-            ("A film. 1", 1.0)
-        );
+        assert!(record.flipped);
+        assert_eq!(record.target_probability, 0.9);
+        // The editor's judging is its own time, not the pipeline's judging.
+        assert_eq!(record.timing.judge_ms, 0.0);
     }
 
     #[test]
@@ -794,7 +822,7 @@ mod tests {
                 provenance: Provenance::Core(CoreProvenance::default()),
                 prompt_tokens: 0,
                 completion_tokens: 0,
-                fallbacks: Vec::new(),
+                verdict: None,
             },
             verdict: Verdict {
                 passed: true,
@@ -865,6 +893,7 @@ mod tests {
             _item: &Item,
             _context: &Context,
             _attempt: Attempt,
+            _judge: &dyn Judge,
         ) -> Result<std::result::Result<Candidate, NoEdit>> {
             let mut calls = self.calls.lock().unwrap();
             *calls += 1;
