@@ -17,11 +17,12 @@
 //! hypothesis alone). The hypotheses are scored one by one by one scorer, each reusing what the
 //! language model evaluated of the openings it shares with those before it, and the source only
 //! when an output is above the threshold; a hypothesis more than twice over its bar ends the
-//! scoring (0.67–0.69 CPU-seconds an accepted edit on `bench cf` against 0.74–0.76 with every
-//! changed hypothesis and the source scored in one batch). With the label vector the beam
-//! attempt is final (the sampled attempts after it kept none on `bench cf`); with sentiment
-//! parents each later attempt samples (nucleus, seeded by the attempt) and draws another
-//! parent.
+//! scoring (0.70–0.72 CPU-seconds an accepted edit on `bench cf` against 0.74–0.76 with every
+//! changed hypothesis and the source scored in one batch). Later attempts sample (nucleus,
+//! seeded by the attempt), and with sentiment parents each draws another parent. With the label
+//! vector, the beam attempt is final unless none of its hypotheses flips: the sampled attempts
+//! after a beam whose hypotheses fail the perplexity filter kept about one item in 200 tries,
+//! and a small Dis-AE's beam may never write the other label.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -311,6 +312,8 @@ impl Editor for DisAeEditor {
         let mut first_checked: Option<NoEdit> = None;
         let mut first_failure: Option<NoEdit> = None;
         let mut seen: Vec<String> = Vec::new();
+        // Hypotheses the flip check saw, and those it passed.
+        let (mut judged, mut flipped) = (0, 0);
         // In the search's order, the first changed hypothesis that flips and that the fluency
         // filter passes; the flip check (one classifier pass) before the filter (a language
         // model's pass over it).
@@ -336,11 +339,13 @@ impl Editor for DisAeEditor {
                 continue;
             }
             let verdict = judge.judge(item, &text)?;
+            judged += 1;
             if !verdict.passed {
                 let why = verdict.refusal(&item.target);
                 first_checked.get_or_insert(NoEdit::new(why, Some(text)));
                 continue;
             }
+            flipped += 1;
             let perplexity = match fluency.as_mut().map(|filter| filter.check(&text)) {
                 None => None,
                 Some(Ok(perplexity)) => Some(perplexity),
@@ -371,9 +376,12 @@ impl Editor for DisAeEditor {
             }));
         }
         // With the label vector the beam search is deterministic, and the sampled attempts
-        // after it kept no item on `bench cf` (a beam none of whose hypotheses passes both
-        // filters: 1 in 200 tries; after a refused flip: none, at 2–4 % of the run's time).
-        let hopeless = self.sentiment == SentimentSource::Label && attempt.number == 1;
+        // after a beam whose hypotheses fail the filter kept about one item in 200 tries on
+        // `bench cf`. After a beam none of whose hypotheses flips they go on: a small Dis-AE's
+        // beam may never write the other label.
+        let never_flipped = judged > 0 && flipped == 0;
+        let hopeless =
+            self.sentiment == SentimentSource::Label && attempt.number == 1 && !never_flipped;
         let failure = first_checked.or(first_failure);
         Ok(Err(NoEdit {
             hopeless,
@@ -509,6 +517,8 @@ mod tests {
             failed.reason
         );
         assert_eq!(scored(), calls + 2);
+        // Sampled attempts may write the other label where the beam did not.
+        assert!(!failed.hopeless);
         // A target-label word under a negation fails unjudged and unscored ("not bad" is not
         // negative).
         let kept = propose(
