@@ -3,7 +3,7 @@
 //! alone; a Q4_1 model's Q8_0 scoring copy scores as the model does.
 
 use flipside_backend::llm::local::{EngineOptions, LocalEngine};
-use flipside_backend::llm::{Fluency, scoring_copy};
+use flipside_backend::llm::{Fluency, LlmClient, Prompt, Request, Sampling, scoring_copy};
 
 use crate::common::{MODEL, asset};
 
@@ -120,13 +120,27 @@ fn texts_a_scorer_takes_in_turn_score_as_they_do_alone() {
         );
     }
     assert!(scorer.perplexities(&["Hi"])[0].is_err());
-    // Its context goes back emptied: texts score there as they do alone.
+    // Its context goes back emptied: texts score there as they do alone, and a completion
+    // whose prompt an earlier one had cached reads the same as it did.
     drop(scorer);
     assert_scores_as(
         &shared.token_log_probs(texts[0]).unwrap(),
         &alone.token_log_probs(texts[0]).unwrap(),
         "after the scorer",
     );
+    let request = Request {
+        prompt: Prompt::Text("The acting was wooden and".into()),
+        sampling: Sampling {
+            temperature: 0.0,
+            max_tokens: 8,
+            ..Sampling::default()
+        },
+        stop: Vec::new(),
+        cancel: Default::default(),
+    };
+    let before = shared.complete(&request).unwrap().text;
+    drop(shared.scorer());
+    assert_eq!(shared.complete(&request).unwrap().text, before);
 }
 
 #[test]

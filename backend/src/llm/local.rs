@@ -88,6 +88,15 @@ struct Session {
     scored: Vec<ScoredText>,
 }
 
+impl Session {
+    /// Empties the cache, and forgets what it held.
+    fn clear(&mut self) {
+        self.context.clear_kv_cache();
+        self.cached.clear();
+        self.scored.clear();
+    }
+}
+
 /// A scored text kept in the cache: the cells of its positions but the last (whose K and V
 /// nothing of its own reads), and its tokens' log probabilities.
 struct ScoredText {
@@ -384,8 +393,7 @@ impl LocalEngine {
         session: &mut Session,
         texts: Vec<&[LlamaToken]>,
     ) -> Result<Vec<Vec<f32>>> {
-        session.context.clear_kv_cache();
-        session.cached.clear();
+        session.clear();
         let sequences: Vec<i32> = (0..texts.len() as i32).collect();
         let mut log_probs: Vec<Vec<f32>> = texts.iter().map(|t| vec![0.0; t.len() - 1]).collect();
         self.evaluate(
@@ -457,8 +465,7 @@ impl LocalEngine {
     ) -> Result<Vec<Result<Vec<f32>>>> {
         if session.scored.is_empty() {
             // What an earlier fresh pass or a generation left is not reused.
-            session.context.clear_kv_cache();
-            session.cached.clear();
+            session.clear();
         }
         let (tokens, mut scored) = self.scorable(session, texts);
         let valid: Vec<usize> = (0..texts.len()).filter(|&i| scored[i].is_ok()).collect();
@@ -541,8 +548,7 @@ impl LocalEngine {
             prompt.len() + decode <= session.context.n_ctx() as usize,
             "the benchmark does not fit the context"
         );
-        session.context.clear_kv_cache();
-        session.cached.clear();
+        session.clear();
         let mut batch = LlamaBatch::new(self.batch, 1);
         let started = Instant::now();
         for (chunk_index, chunk) in prompt.chunks(self.batch).enumerate() {
@@ -710,7 +716,7 @@ impl Fluency for LocalEngine {
     /// Holds one of the engine's contexts until dropped.
     fn scorer(&self) -> Box<dyn Scorer + '_> {
         let mut session = self.session();
-        session.scored.clear();
+        session.clear();
         Box::new(ReusingScorer {
             engine: self,
             session,
@@ -735,8 +741,7 @@ impl Scorer for ReusingScorer<'_> {
 impl Drop for ReusingScorer<'_> {
     /// The context goes back with an empty cache.
     fn drop(&mut self) {
-        self.session.scored.clear();
-        self.session.context.clear_kv_cache();
+        self.session.clear();
     }
 }
 
