@@ -479,7 +479,8 @@ impl LocalEngine {
         // Each new text's best cached text: a text that is one of them or its opening is read
         // off it; the others start one token before the shared opening ends (that token's
         // logits predict the first new one).
-        let mut pending: Vec<(usize, usize, i32)> = Vec::new();
+        // (text, first position evaluated, sequence, its log probabilities so far)
+        let mut pending: Vec<(usize, usize, i32, Vec<f32>)> = Vec::new();
         let mut free = (0..SCORED_TOGETHER as i32)
             .filter(|id| session.scored.iter().all(|s| s.sequence != *id))
             .collect::<Vec<_>>()
@@ -492,7 +493,7 @@ impl LocalEngine {
                 .map(|cached| (common_prefix(&cached.tokens, text), cached))
                 .max_by_key(|(shared, _)| *shared);
             let mut log_probs = vec![0.0; text.len() - 1];
-            let start = match best {
+            let (start, from) = match best {
                 Some((shared, cached)) if shared == text.len() => {
                     log_probs.copy_from_slice(&cached.log_probs[..text.len() - 1]);
                     scored[i] = Ok(log_probs);
@@ -506,28 +507,27 @@ impl LocalEngine {
                 _ => (0, None),
             };
             let sequence = free.next().expect("checked: a sequence for each new text");
-            if let (start, Some(from)) = start {
+            if let Some(from) = from {
                 session
                     .context
                     .copy_kv_cache_seq(from, sequence, Some(0), Some(start as u32))?;
             }
-            pending.push((i, start.0, sequence));
-            scored[i] = Ok(log_probs);
+            pending.push((i, start, sequence, log_probs));
         }
         if pending.is_empty() {
             return Ok(scored);
         }
         pending.sort_by(|a, b| tokens[a.0].cmp(&tokens[b.0]));
+        let (pending, mut rows): (Vec<(usize, usize, i32)>, Vec<Vec<f32>>) = pending
+            .into_iter()
+            .map(|(i, start, sequence, row)| ((i, start, sequence), row))
+            .unzip();
         let texts: Vec<&[LlamaToken]> = pending
             .iter()
             .map(|&(i, ..)| tokens[i].as_slice())
             .collect();
         let starts: Vec<usize> = pending.iter().map(|&(_, start, _)| start).collect();
         let sequences: Vec<i32> = pending.iter().map(|&(.., sequence)| sequence).collect();
-        let mut rows: Vec<Vec<f32>> = pending
-            .iter()
-            .map(|&(i, ..)| std::mem::take(scored[i].as_mut().expect("valid")))
-            .collect();
         self.evaluate(session, &texts, &starts, &sequences, &mut rows)?;
         for (&(i, _, sequence), row) in pending.iter().zip(rows) {
             session.scored.push(ScoredText {

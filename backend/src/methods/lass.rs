@@ -153,7 +153,6 @@ impl FluencyFilter {
             filter: self,
             source,
             scorer: self.model.scorer(),
-            source_perplexity: None,
         }
     }
 
@@ -183,8 +182,6 @@ struct SourceFilter<'a> {
     filter: &'a FluencyFilter,
     source: &'a str,
     scorer: Box<dyn Scorer + 'a>,
-    /// The source's perplexity once asked for.
-    source_perplexity: Option<Option<f64>>,
 }
 
 /// Why an output fails the perplexity filter.
@@ -215,9 +212,7 @@ impl SourceFilter<'_> {
         if perplexity <= filter.threshold {
             return Ok(perplexity);
         }
-        let source = *self
-            .source_perplexity
-            .get_or_insert_with(|| filter.source_perplexity(self.source, &mut *self.scorer));
+        let source = filter.source_perplexity(self.source, &mut *self.scorer);
         let bar = source.map_or(filter.threshold, |s| s.max(filter.threshold));
         if perplexity <= bar {
             return Ok(perplexity);
