@@ -518,7 +518,7 @@ impl LocalEngine {
             return Ok(scored);
         }
         pending.sort_by(|a, b| tokens[a.0].cmp(&tokens[b.0]));
-        let (pending, mut rows): (Vec<(usize, usize, i32)>, Vec<Vec<f32>>) = pending
+        let (pending, mut rows): (Vec<_>, Vec<_>) = pending
             .into_iter()
             .map(|(i, start, sequence, row)| ((i, start, sequence), row))
             .unzip();
