@@ -143,6 +143,40 @@ fn texts_a_scorer_takes_in_turn_score_as_they_do_alone() {
     assert_eq!(shared.complete(&request).unwrap().text, before);
 }
 
+/// A completion after texts were scored together has the whole context: the pass's other
+/// sequences leave the cache with the first.
+#[test]
+fn a_completion_after_texts_scored_together_has_the_whole_context() {
+    let rest = " the film was long and slow but the music was fine".repeat(4);
+    let texts: Vec<String> = [
+        "Alpha", "Bravo", "Charlie", "Delta", "Echo", "Foxtrot", "Golf",
+    ]
+    .iter()
+    .map(|word| format!("{word}{rest}."))
+    .collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let request = Request {
+        prompt: Prompt::Text(format!("Summary:{}", rest.repeat(6))),
+        sampling: Sampling {
+            temperature: 0.0,
+            max_tokens: 100,
+            ..Sampling::default()
+        },
+        stop: Vec::new(),
+        cancel: Default::default(),
+    };
+    let shared = engine();
+    // The texts take more cells than the prompt and its reply leave free.
+    let prompt = shared.prompt_tokens(&request.prompt).unwrap().len();
+    let cells: usize = texts.iter().map(|t| shared.tokenize(t, false).len()).sum();
+    assert!(prompt + 100 <= 512 && cells + prompt > 512 + cells / texts.len());
+    for scored in shared.token_log_probs_all(&texts).unwrap() {
+        scored.unwrap();
+    }
+    let reply = shared.complete(&request).unwrap().text;
+    assert_eq!(reply, engine().complete(&request).unwrap().text);
+}
+
 #[test]
 fn a_q4_1_model_scores_from_its_q8_0_copy_as_it_does_itself() {
     let model = asset(MODEL).join("model.gguf");

@@ -457,8 +457,22 @@ impl LocalEngine {
     /// [`Self::token_log_probs_all`] for a [`ReusingScorer`]: each text starts from the cached
     /// text it shares the longest opening with (its cells and log probabilities up to there),
     /// and stays in the cache for the next call. Texts that do not fit beside the cached ones
-    /// are scored from an emptied cache.
+    /// are scored from an emptied cache. A failure empties the cache: a pass that fails midway
+    /// leaves cells in sequences no record names.
     fn score_reusing(
+        &self,
+        session: &mut Session,
+        texts: &[&str],
+    ) -> Result<Vec<Result<Vec<f32>>>> {
+        let scored = self.score_from_cache(session, texts);
+        if scored.is_err() {
+            session.clear();
+        }
+        scored
+    }
+
+    /// [`Self::score_reusing`], which empties the cache if this fails.
+    fn score_from_cache(
         &self,
         session: &mut Session,
         texts: &[&str],
@@ -600,10 +614,15 @@ impl LocalEngine {
         }
         // Reuse the cached prefix; at least the last prompt token is evaluated for its logits.
         let shared = common_prefix(&session.cached, &tokens).min(tokens.len() - 1);
-        session
-            .context
-            .clear_kv_cache_seq(Some(0), Some(shared as u32), None)?;
-        session.cached.truncate(shared);
+        if shared == 0 {
+            // Also what scoring left in other sequences: the prompt may need every cell.
+            session.clear();
+        } else {
+            session
+                .context
+                .clear_kv_cache_seq(Some(0), Some(shared as u32), None)?;
+            session.cached.truncate(shared);
+        }
         session.context.reset_timings();
 
         let mut batch = LlamaBatch::new(self.batch, 1);

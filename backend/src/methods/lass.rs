@@ -20,9 +20,11 @@
 //! scoring (0.70–0.72 CPU-seconds an accepted edit on `bench cf` against 0.74–0.76 with every
 //! changed hypothesis and the source scored in one batch). Later attempts sample (nucleus,
 //! seeded by the attempt), and with sentiment parents each draws another parent. With the label
-//! vector, the beam attempt is final unless none of its hypotheses flips: the sampled attempts
-//! after a beam whose hypotheses fail the perplexity filter kept about one item in 200 tries,
-//! and a small Dis-AE's beam may never write the other label.
+//! vector, the beam attempt is final unless the flip check saw some of its hypotheses and
+//! passed none: the sampled attempts after a beam whose hypotheses fail the perplexity filter
+//! kept about one item in 200 tries, and after a beam with nothing to judge (every hypothesis
+//! unchanged or negating a new opinion word) 0 of 22 on `bench cf`, but a small Dis-AE's beam
+//! may never write the other label.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -139,9 +141,8 @@ struct DisAeEditor {
 struct FluencyFilter {
     model: Arc<dyn Fluency>,
     threshold: f64,
-    /// The sources' perplexities, by text (scored once for all of an item's attempts; none:
-    /// the model cannot score it).
-    sources: Mutex<HashMap<String, Option<f64>>>,
+    /// The sources' perplexities, by text (scored once for all of an item's attempts).
+    sources: Mutex<HashMap<String, f64>>,
 }
 
 impl FluencyFilter {
@@ -157,7 +158,8 @@ impl FluencyFilter {
     }
 
     /// The perplexity of `source` (an item's text), remembered for its later attempts; none:
-    /// the model cannot score it (a single token), which lends no second chance.
+    /// the model cannot score it (a single token; or a failed pass, which is not remembered),
+    /// which lends no second chance.
     fn source_perplexity(&self, source: &str, scorer: &mut dyn Scorer) -> Option<f64> {
         let remembered = self
             .sources
@@ -165,15 +167,16 @@ impl FluencyFilter {
             .expect("not poisoned")
             .get(source)
             .copied();
-        remembered.unwrap_or_else(|| {
-            let perplexity = scorer.perplexities(&[source]).remove(0).ok();
-            let mut sources = self.sources.lock().expect("not poisoned");
-            if sources.len() >= MAX_CACHED_SOURCES {
-                sources.clear();
-            }
-            sources.insert(source.to_string(), perplexity);
-            perplexity
-        })
+        if remembered.is_some() {
+            return remembered;
+        }
+        let perplexity = scorer.perplexities(&[source]).remove(0).ok()?;
+        let mut sources = self.sources.lock().expect("not poisoned");
+        if sources.len() >= MAX_CACHED_SOURCES {
+            sources.clear();
+        }
+        sources.insert(source.to_string(), perplexity);
+        Some(perplexity)
     }
 }
 
@@ -372,8 +375,9 @@ impl Editor for DisAeEditor {
         }
         // With the label vector the beam search is deterministic, and the sampled attempts
         // after a beam whose hypotheses fail the filter kept about one item in 200 tries on
-        // `bench cf`. After a beam none of whose hypotheses flips they go on: a small Dis-AE's
-        // beam may never write the other label.
+        // `bench cf`, and after a beam with nothing to judge none in 22. After a beam whose
+        // judged hypotheses all fail the flip check they go on: a small Dis-AE's beam may never
+        // write the other label.
         let never_flipped = judged > 0 && flipped == 0;
         let hopeless =
             self.sentiment == SentimentSource::Label && attempt.number == 1 && !never_flipped;
@@ -564,15 +568,16 @@ mod tests {
                 .starts_with("no perplexity")
         );
         // A source is scored once, for all its outputs and attempts; an unscorable one lends
-        // no second chance.
+        // no second chance, and is asked again later (a failed pass may have been a hiccup).
         assert_eq!(
             filter.for_source("source").check("as fluent").ok(),
             Some(250.0)
         );
         assert!(filter.for_source("unscorable").check("as fluent").is_err());
-        assert_eq!(fluency.1.load(Ordering::Relaxed), 6 + 1 + 2);
+        assert!(filter.for_source("unscorable").check("as fluent").is_err());
+        assert_eq!(fluency.1.load(Ordering::Relaxed), 6 + 1 + 2 + 2);
         let sources = filter.sources.lock().unwrap();
-        assert_eq!(sources.len(), 2);
-        assert_eq!(sources["unscorable"], None);
+        assert_eq!(sources.len(), 1);
+        assert_eq!(sources["source"], 300.0);
     }
 }
