@@ -596,12 +596,9 @@ mod tests {
     use crate::compute::Batches;
     use crate::training::classifier::{TrainConfig, TrainRecord, initial_model, optimise};
     use crate::training::parts::loss_and_gradients;
+    use crate::training::train_alone;
 
     type A = Autodiff<Flex>;
-
-    /// Training seeds the backend's random generator, which the whole process shares: these
-    /// tests train one at a time.
-    static TRAINING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     fn objective(data: DisAeData) -> DisAeObjective {
         let labels = vec!["negative".into(), "positive".into()];
@@ -665,7 +662,7 @@ mod tests {
             device: Default::default(),
             batches: Batches::Parallel,
         };
-        let _alone = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        let _alone = train_alone();
         if let Some(steps) = pause {
             let (_, record) =
                 optimise::<A, _>(objective, &compute, fresh(), dir, Some(steps)).unwrap();
@@ -710,7 +707,7 @@ mod tests {
             masked_words: vec!["great".into()],
         });
         let device = Default::default();
-        let _alone = TRAINING.lock().unwrap_or_else(|e| e.into_inner());
+        let _alone = train_alone();
         for objective in [objective(pairs()), copying] {
             objective.check().unwrap();
             let model = initial_model::<A, _>(&objective, &device, 7).unwrap();

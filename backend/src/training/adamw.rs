@@ -254,6 +254,7 @@ mod tests {
     #[test]
     fn trains_a_layer_as_burns_adamw_does() {
         type Training = Autodiff<Flex>;
+        let _alone = crate::training::train_alone();
         fn three_steps<O: Optimizer<Linear<Training>, Training>>(mut optimizer: O) -> Vec<f32> {
             let mut linear = Linear {
                 weight: Param::from_tensor(varied([37, 23], 3)),

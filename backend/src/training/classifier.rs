@@ -3,7 +3,10 @@
 //!
 //! Reproducibility: the data order of epoch `e` is a ChaCha8 shuffle seeded by `(seed, e)`,
 //! and the backend RNG (dropout) is reseeded with `(seed, step)` before every step, so a run
-//! resumed from a checkpoint takes the same steps as one that was never interrupted.
+//! resumed from a checkpoint takes the same steps as one that was never interrupted, on the
+//! same CPU and thread count: the CPU backend's sums (and a batch's split into parts) follow
+//! the thread count, so a run resumed on other threads ends with weights differing in their
+//! last bits (a toy Dis-AE paused on one thread and resumed on two did).
 
 use std::fs;
 use std::io::IsTerminal as _;
@@ -1045,6 +1048,7 @@ mod tests {
     fn global_norm_clipping_scales_all_gradients_together() {
         use burn::nn::{Linear, LinearConfig};
         type B = Autodiff<crate::compute::Cpu>;
+        let _alone = crate::training::train_alone();
         let device = Default::default();
         let layer: Linear<B> = LinearConfig::new(2, 1).init(&device);
         let x = Tensor::<B, 2>::from_data([[3.0, 4.0]], &device);
