@@ -28,7 +28,8 @@ impl DeviceChoice {
         if self == DeviceChoice::Cuda && !cfg!(feature = "burn-cuda") {
             bail!(
                 "this flipside binary was built without CUDA support; rebuild with \
-                 `cargo build --release --features cuda`"
+                 `cargo build --release --features burn-cuda` (burn's models, no CUDA toolkit \
+                 needed) or `--features cuda` (the embedded LLM too; needs nvcc)"
             );
         }
         #[cfg(all(feature = "burn-cuda", target_os = "linux"))]

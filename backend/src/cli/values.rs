@@ -50,9 +50,8 @@ impl ValueEnum for DeviceChoice {
     fn to_possible_value(&self) -> Option<PossibleValue> {
         Some(match self {
             DeviceChoice::Cpu => PossibleValue::new("cpu"),
-            DeviceChoice::Cuda => {
-                PossibleValue::new("cuda").help("NVIDIA GPU (a build with --features cuda)")
-            }
+            DeviceChoice::Cuda => PossibleValue::new("cuda")
+                .help("NVIDIA GPU (a build with --features burn-cuda or cuda)"),
         })
     }
 }
